@@ -1,0 +1,153 @@
+"""SQLite connections and transactions of the embedded store, and its error translation.
+
+One connection per thread (``threading.local``), in WAL mode so readers never block the
+writer, ``synchronous=NORMAL`` (durable at each WAL checkpoint, consistent always) and a
+generous busy timeout so several worker processes on one machine can share the file.
+Every write is one short ``BEGIN IMMEDIATE`` transaction: the write lock is taken up
+front, so a transaction never reads a snapshot that another process then invalidates, and
+a read-then-update (a receive, a compare-and-swap) is atomic across processes.
+
+``sqlite3`` errors never leave this package: :func:`translated` turns a database that
+stayed locked past the busy timeout into :class:`~jobs.errors.Throttled` (retry later)
+and anything else into a plain :class:`~jobs.errors.StorageError`.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import threading
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from pathlib import Path
+
+from jobs.errors import StorageError, Throttled
+
+#: How long a statement waits for another connection's write lock before giving up.
+BUSY_TIMEOUT_SECONDS = 30.0
+#: Bump when a schema change needs a migration; stored in ``PRAGMA user_version``.
+SCHEMA_VERSION = 1
+
+# Connections inherited through fork() must never be closed by the child: closing the
+# last connection of a "process" checkpoints and may delete the WAL the parent still
+# uses. They are parked here for the life of the child instead.
+_INHERITED: list[sqlite3.Connection] = []
+
+
+def epoch(moment: datetime) -> float:
+    """A timezone-aware datetime as float seconds since the epoch (how times are stored)."""
+    return moment.timestamp()
+
+
+def utc(seconds: float) -> datetime:
+    """Stored epoch seconds back to a timezone-aware UTC datetime."""
+    return datetime.fromtimestamp(seconds, UTC)
+
+
+@contextmanager
+def translated() -> Iterator[None]:
+    """Turn ``sqlite3`` errors raised inside the block into the project's errors."""
+    try:
+        yield
+    except sqlite3.OperationalError as err:
+        text = str(err)
+        if "locked" in text or "busy" in text:
+            raise Throttled(
+                f"embedded store stayed locked for {BUSY_TIMEOUT_SECONDS:.0f} s: {text}",
+                code="ServerBusy",
+            ) from err
+        raise StorageError(f"embedded store failed: {text}", status=500) from err
+    except sqlite3.Error as err:
+        raise StorageError(f"embedded store failed: {err}", status=500) from err
+
+
+class Database:
+    """The SQLite file of one embedded store, shared by the threads of this process.
+
+    Args:
+        path: the database file; created with ``schema`` if missing.
+        schema: DDL statements, each idempotent (``CREATE ... IF NOT EXISTS``).
+    """
+
+    def __init__(self, path: Path, schema: Sequence[str]):
+        self.path = path
+        self._local = threading.local()
+        self._lock = threading.Lock()
+        self._connections: list[sqlite3.Connection] = []
+        self._pid = os.getpid()
+        self._closed = False
+        with self.write() as conn:
+            for statement in schema:
+                conn.execute(statement)
+            conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+
+    def _connect(self) -> sqlite3.Connection:
+        with translated():
+            # check_same_thread=False only so close() may close every thread's
+            # connection; each connection is still used by its own thread alone.
+            conn = sqlite3.connect(
+                self.path,
+                timeout=BUSY_TIMEOUT_SECONDS,
+                isolation_level=None,
+                check_same_thread=False,
+                cached_statements=256,
+            )
+            conn.execute("PRAGMA journal_mode = WAL")
+            conn.execute("PRAGMA synchronous = NORMAL")
+        with self._lock:
+            self._connections.append(conn)
+        return conn
+
+    def connection(self) -> sqlite3.Connection:
+        """This thread's connection, opened on first use."""
+        if self._closed:
+            raise StorageError(f"embedded store {self.path.parent} is closed")
+        if os.getpid() != self._pid:
+            self._forget_inherited()
+        conn = getattr(self._local, "conn", None)
+        if conn is None:
+            conn = self._local.conn = self._connect()
+        return conn
+
+    def _forget_inherited(self) -> None:
+        # We are a forked child: the parent's connections are not ours to use or close.
+        with self._lock:
+            _INHERITED.extend(self._connections)
+            self._connections = []
+            self._local = threading.local()
+            self._pid = os.getpid()
+
+    @contextmanager
+    def read(self) -> Iterator[sqlite3.Connection]:
+        """A connection for reads in autocommit mode (each statement its own snapshot)."""
+        conn = self.connection()
+        with translated():
+            yield conn
+
+    @contextmanager
+    def write(self) -> Iterator[sqlite3.Connection]:
+        """One ``BEGIN IMMEDIATE`` transaction: committed if the block succeeds, rolled
+        back if it raises (whatever it raises, which then propagates)."""
+        conn = self.connection()
+        with translated():
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                yield conn
+            except BaseException:
+                # SQLite may already have rolled back on some errors (SQLITE_FULL, ...).
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+                raise
+            conn.execute("COMMIT")
+
+    def close(self) -> None:
+        """Close every connection this process opened; later use raises StorageError.
+
+        Call it when no operation is running: a connection is closed under its thread.
+        """
+        with self._lock:
+            self._closed = True
+            connections, self._connections = self._connections, []
+        for conn in connections:
+            conn.close()

@@ -1,0 +1,89 @@
+"""Record properties at rest and in queries: the msgpack codec, ETags and conditions.
+
+Properties are stored as one msgpack map per record. msgpack keeps every type Azure
+tables hold apart: ``bool`` stays bool (not 1), ``int`` stays int (not 1.0), ``bytes``
+stay bytes (binary, not str), and timezone-aware datetimes travel as msgpack timestamps
+and come back timezone-aware in UTC, to the microsecond.
+"""
+
+from __future__ import annotations
+
+import operator
+import secrets
+from collections.abc import Callable, Mapping
+from datetime import datetime
+from typing import Any
+
+import msgpack
+
+from checkpoint.storage import PropertyValue, Where
+
+Properties = dict[str, PropertyValue]
+
+_OPERATORS: dict[str, Callable[[Any, Any], bool]] = {
+    "eq": operator.eq,
+    "ne": operator.ne,
+    "gt": operator.gt,
+    "ge": operator.ge,
+    "lt": operator.lt,
+    "le": operator.le,
+}
+
+
+def pack(properties: Mapping[str, PropertyValue]) -> bytes:
+    """Properties to bytes for storage; None values are dropped (Azure stores no nulls)."""
+    present = {name: value for name, value in properties.items() if value is not None}
+    return msgpack.packb(present, use_bin_type=True, datetime=True)
+
+
+def unpack(data: bytes) -> Properties:
+    """Stored bytes back to properties with their types (``timestamp=3``: UTC datetimes)."""
+    return msgpack.unpackb(data, raw=False, timestamp=3)
+
+
+def merged(
+    current: Mapping[str, PropertyValue], changes: Mapping[str, PropertyValue]
+) -> Properties:
+    """Azure's merge: given properties overwrite, others are kept.
+
+    A property given as None is ignored (it neither sets nor removes anything): Azure
+    has no null to merge, and the SDKs leave such a property out of the request.
+    """
+    result = dict(current)
+    result.update((name, value) for name, value in changes.items() if value is not None)
+    return result
+
+
+def new_etag() -> str:
+    """A fresh, opaque weak ETag; random, so two writes in the same instant differ."""
+    return f'W/"{secrets.token_hex(8)}"'
+
+
+# --------------------------------------------------------------------------- conditions
+
+
+def _kind(value: object) -> str | None:
+    """The comparable family of a value; Azure compares only values of one EDM type,
+    except that Int32, Int64 and Double compare as numbers."""
+    if isinstance(value, bool):
+        return "bool"
+    if isinstance(value, (int, float)):
+        return "number"
+    if isinstance(value, str):
+        return "str"
+    if isinstance(value, (bytes, bytearray)):
+        return "bytes"
+    if isinstance(value, datetime):
+        return "datetime"
+    return None
+
+
+def satisfies(value: object, condition: Where) -> bool:
+    """Whether a record's ``value`` (None when absent) meets ``condition``.
+
+    A missing property, or one of another type than the condition's value, fails every
+    comparison, ``ne`` included, as in Azure's OData filters.
+    """
+    if value is None or _kind(value) != _kind(condition.value):
+        return False
+    return _OPERATORS[condition.op](value, condition.value)

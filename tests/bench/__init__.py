@@ -1,0 +1,1 @@
+"""Benchmarks (`make bench`): figures go to BENCHMARKS.md, never into test assertions."""
