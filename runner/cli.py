@@ -55,6 +55,7 @@ def _round_trip(storage: Storage) -> list[str]:
     try:
         storage.queues.send(queue, b"ping")
         (message,) = storage.queues.receive(queue, visibility_seconds=5)
+        assert message.pop_receipt is not None  # a receive always grants one
         storage.queues.delete(queue, message.id, message.pop_receipt)
         done.append("queue: send, receive, delete")
     finally:
