@@ -96,3 +96,28 @@ class LeaseLost(StorageError):
     or the message no longer exists. The holder must stop working on it: someone else
     may own it now.
     """
+
+
+class ChunkStopped(RunnerError):
+    """Raised by :meth:`Chunk.checkpoint` when the worker is stopping (SIGTERM/SIGINT).
+
+    The newest state was flushed first; the chunk's message is released so another
+    worker resumes from that state at once. User code need not catch it.
+    """
+
+
+class JobDefinitionError(RunnerError, TypeError):
+    """A ChunkedJob subclass is malformed (bad queue name, lease, attempts, ...)."""
+
+
+class JobNotFound(RunnerError, LookupError):
+    """No job with that id, or no job class at that ``module:Class`` path."""
+
+
+class BadMessage(RunnerError):
+    """A queue message that is not ours, not decodable, truncated, of an unknown job
+    type or too large. It goes to the poison queue with this error as its reason."""
+
+
+class CodecError(RunnerError, ValueError):
+    """A value cannot be encoded with msgpack (or decoded back)."""

@@ -2,20 +2,32 @@
 
 Every command takes ``--storage``: an Azure Storage connection string, an account URL,
 or a directory for the embedded store (default ``$RUNNER_STORAGE``, then ``./.runner``).
-See ``docs/storage.md``. Exit codes: 0 success, 1 the command failed, 2 bad usage.
+See ``docs/storage.md`` and ``docs/cli.md``. Exit codes: 0 success, 1 the command
+failed, 2 bad usage, 3 ``start`` stopped but chunks outlived the stop timeout,
+130 ``start`` forced to exit by a second signal.
 """
 
 from __future__ import annotations
 
+import json
+import logging
 import sys
 import uuid
+from pathlib import Path
 
 import click
 
 from checkpoint.backends import open_storage
 from checkpoint.location import parse_location
 from checkpoint.storage import Storage
+from checkpoint.store import CheckpointStore
 from jobs.errors import RunnerError
+from runner.loop import (
+    DEFAULT_CONCURRENCY,
+    DEFAULT_POLL_MAX_SECONDS,
+    DEFAULT_STOP_TIMEOUT_SECONDS,
+    WorkerSettings,
+)
 
 STORAGE_HELP = (
     "Azure Storage connection string (AccountName=... or UseDevelopmentStorage=true), "
@@ -75,6 +87,175 @@ def _round_trip(storage: Storage) -> list[str]:
     finally:
         storage.blobs.delete_container(container)
     return done
+
+
+JOB_HELP = "JOB is module:Class, importable from the working directory."
+
+
+@cli.command()
+@click.argument("job", metavar="JOB")
+@click.option(
+    "--params",
+    "params_text",
+    required=True,
+    metavar="JSON|@FILE",
+    help="The job's parameters as JSON, or @path to a JSON file.",
+)
+@click.option("--job-id", default=None, help="Your id for the job (re-submitting it is a no-op).")
+@click.option(
+    "--delay",
+    "delay_seconds",
+    type=click.IntRange(0, 604_800),
+    default=0,
+    show_default=True,
+    help="Seconds before planning starts.",
+)
+@storage_option
+def submit(
+    job: str, params_text: str, job_id: str | None, delay_seconds: int, storage: str | None
+) -> None:
+    """Submit a job; print its id alone on stdout. JOB is module:Class."""
+    from jobs.submit import submit as submit_job
+
+    params = _json_params(params_text)
+    click.echo(submit_job(job, params, job_id=job_id, delay_seconds=delay_seconds, storage=storage))
+
+
+def _json_params(text: str) -> object:
+    source = "--params"
+    if text.startswith("@"):
+        source = text[1:]
+        try:
+            text = Path(source).read_text()
+        except OSError as error:
+            raise click.BadParameter(
+                f"cannot read {source}: {error}", param_hint="--params"
+            ) from error
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as error:
+        raise click.BadParameter(f"{source} is not JSON: {error}", param_hint="--params") from error
+
+
+@cli.command()
+@click.argument("jobs", nargs=-1, required=True, metavar="JOB [JOB ...]")
+@click.option(
+    "--workers", type=click.IntRange(1, 256), default=1, show_default=True, help="Worker processes."
+)
+@click.option(
+    "--concurrency",
+    type=click.IntRange(1, 256),
+    default=DEFAULT_CONCURRENCY,
+    show_default=True,
+    help="Chunks run at once per worker process (threads).",
+)
+@click.option(
+    "--burst",
+    is_flag=True,
+    help="Exit 0 once every job of these types has ended and their queues are empty.",
+)
+@click.option(
+    "--stop-timeout",
+    "stop_timeout_seconds",
+    type=click.FloatRange(0),
+    show_default=True,
+    default=DEFAULT_STOP_TIMEOUT_SECONDS,
+    help="On SIGTERM/SIGINT, seconds running chunks get to reach a checkpoint.",
+)
+@click.option(
+    "--poll-max",
+    "poll_max_seconds",
+    type=click.FloatRange(0.01),
+    show_default=True,
+    default=DEFAULT_POLL_MAX_SECONDS,
+    help="Longest wait between polls of empty queues.",
+)
+@click.option(
+    "--log-level",
+    default="INFO",
+    show_default=True,
+    type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False),
+)
+@storage_option
+def start(
+    jobs: tuple[str, ...],
+    workers: int,
+    concurrency: int,
+    burst: bool,
+    stop_timeout_seconds: float,
+    poll_max_seconds: float,
+    log_level: str,
+    storage: str | None,
+) -> None:
+    """Run workers serving the queues of these job types (JOB is module:Class).
+
+    First SIGTERM/SIGINT: stop taking work, let running chunks reach their next
+    checkpoint, save it, release their messages. Second: exit at once.
+    """
+    from runner.supervisor import LOG_FORMAT, StartOptions, run_workers
+
+    logging.basicConfig(level=log_level.upper(), format=LOG_FORMAT)
+    settings = WorkerSettings(
+        concurrency=concurrency,
+        poll_max_seconds=poll_max_seconds,
+        burst=burst,
+        stop_timeout_seconds=stop_timeout_seconds,
+    )
+    options = StartOptions(jobs, storage, settings, log_level.upper())
+    sys.exit(run_workers(options, workers))
+
+
+@cli.command()
+@click.argument("job_id", required=False)
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@storage_option
+def status(job_id: str | None, as_json: bool, storage: str | None) -> None:
+    """Show jobs: state, chunk counts, running chunks (worker, lease, progress), failures."""
+    from runner.render import render_status
+    from runner.status import job_status
+
+    with open_storage(storage) as opened:
+        store = CheckpointStore(opened)
+        found = [store.get_job(job_id)] if job_id else store.list_jobs()
+        now = store.clock.now()
+        report = [job_status(store, job, now) for job in found]
+    if as_json:
+        click.echo(json.dumps(report if not job_id else report[0], indent=2))
+    else:
+        click.echo(render_status(report, color=sys.stdout.isatty()))
+
+
+@cli.group()
+def poison() -> None:
+    """Inspect and re-run poisoned chunks."""
+
+
+@poison.command("list")
+@click.argument("job_id")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@storage_option
+def poison_list(job_id: str, as_json: bool, storage: str | None) -> None:
+    """List a job's poisoned chunks with their last error."""
+    from runner.render import render_poisoned
+    from runner.status import poisoned_chunks
+
+    with open_storage(storage) as opened:
+        store = CheckpointStore(opened)
+        store.get_job(job_id)
+        found = poisoned_chunks(store, job_id)
+    click.echo(json.dumps(found, indent=2) if as_json else render_poisoned(job_id, found))
+
+
+@poison.command("redrive")
+@click.argument("job_id")
+@storage_option
+def poison_redrive(job_id: str, storage: str | None) -> None:
+    """Re-run a job's poisoned chunks (fresh attempts); the job can then finish."""
+    from runner.redrive import redrive
+
+    with open_storage(storage) as opened:
+        count = redrive(CheckpointStore(opened), opened.queues, job_id)
+    click.echo(f"redrove {count} poisoned task(s) of {job_id}")
 
 
 def main() -> None:

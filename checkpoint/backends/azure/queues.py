@@ -7,11 +7,12 @@ sides and the raw limit is 48 KiB. Names, sizes and ranges are checked by
 
 from __future__ import annotations
 
+import base64
+import binascii
 from typing import TypeVar
 
 from azure.core.exceptions import ResourceExistsError, ResourceNotFoundError
 from azure.storage.queue import (
-    BinaryBase64DecodePolicy,
     BinaryBase64EncodePolicy,
     QueueClient,
     QueueServiceClient,
@@ -46,10 +47,10 @@ class AzureQueues:
         client = self._clients.get(queue)
         if client is None:
             # Clients share the service's pipeline; caching only saves building one per call.
+            # No decode policy: we decode base64 ourselves (see _body), so a foreign
+            # message that is not base64 cannot fail a whole receive batch.
             client = self._service.get_queue_client(
-                queue,
-                message_encode_policy=BinaryBase64EncodePolicy(),
-                message_decode_policy=BinaryBase64DecodePolicy(),
+                queue, message_encode_policy=BinaryBase64EncodePolicy()
             )
             self._clients[queue] = client
         return client
@@ -172,14 +173,29 @@ def _message(sdk: SdkMessage, body: bytes | None = None) -> QueueMessage:
     next_visible_on = as_utc(sdk.next_visible_on) if sdk.next_visible_on else inserted_on
     return QueueMessage(
         id=sdk.id,
-        # An empty body comes back as "" (the decode policy skips empty content).
-        body=bytes(body if body is not None else sdk.content or b""),
+        body=body if body is not None else _body(sdk.content),
         dequeue_count=sdk.dequeue_count or 0,
         inserted_on=inserted_on,
         expires_on=expires_on,
         next_visible_on=next_visible_on,
         pop_receipt=sdk.pop_receipt,
     )
+
+
+def _body(content: object) -> bytes:
+    """The bytes a message carries: its base64 text decoded.
+
+    A message some other producer put as plain text is not base64; it comes back as its
+    UTF-8 text bytes so the caller can refuse it as foreign instead of the whole receive
+    failing on it.
+    """
+    if isinstance(content, bytes):
+        return content
+    text = str(content or "")
+    try:
+        return base64.b64decode(text, validate=True)
+    except (binascii.Error, ValueError):
+        return text.encode("utf-8", errors="replace")
 
 
 def _check_lease(message_id: str, pop_receipt: str) -> None:

@@ -1,0 +1,69 @@
+"""Where the checkpoint store keeps things: table, partition and row names.
+
+Azure serves about 2,000 entities/s per table partition, so one job's chunk records are
+spread over :data:`SHARDS` partitions by ``index % SHARDS``; each shard partition also
+holds a counter row updated in the same atomic batch as the chunk it counts. A job's
+planning and finalize records sit in a small partition of their own.
+"""
+
+from __future__ import annotations
+
+import re
+
+from jobs.errors import ConfigurationError
+
+JOBS_TABLE = "runnerjobs"
+TASKS_TABLE = "runnertasks"
+#: Blob container for large params, payloads, state and results.
+DATA_CONTAINER = "runner-data"
+#: Partition of the job catalogue (one record per job).
+JOBS_PARTITION = "jobs"
+#: Chunk-record partitions per job.
+SHARDS = 16
+#: Row of each shard partition holding its done / poisoned counts (sorts after chunks).
+COUNTS_ROW = "zcounts"
+PLAN_ROW = "plan"
+FINAL_ROW = "final"
+
+_JOB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
+
+
+def check_job_id(job_id: str) -> str:
+    """1-100 letters, digits, '.', '_' and '-', starting with a letter or digit."""
+    if not isinstance(job_id, str) or not _JOB_ID.match(job_id):
+        raise ConfigurationError(
+            f"invalid job id {job_id!r}: use 1-100 letters, digits, '.', '_' and '-', "
+            "starting with a letter or digit"
+        )
+    return job_id
+
+
+def shard_of(index: int) -> int:
+    return index % SHARDS
+
+
+def shard_partition(job_id: str, shard: int) -> str:
+    return f"{job_id}~{shard:02d}"
+
+
+def control_partition(job_id: str) -> str:
+    return f"{job_id}~ctl"
+
+
+def chunk_row(index: int) -> str:
+    # Zero-padded so RowKey order is index order.
+    return f"c{index:012d}"
+
+
+def index_of_row(row_key: str) -> int:
+    return int(row_key[1:])
+
+
+def chunks_in_shard(total: int, shard: int) -> int:
+    """How many of ``total`` chunks fall into ``shard``."""
+    return len(range(shard, total, SHARDS))
+
+
+def blob_name(job_id: str, kind: str, index: int, field: str, version: str) -> str:
+    """A spilled value's blob; ``version`` keeps every write its own blob (see store)."""
+    return f"{job_id}/{kind}/{index}/{field}-{version}"

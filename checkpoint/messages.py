@@ -1,0 +1,103 @@
+"""What travels on a job queue: a small msgpack envelope pointing at a task record.
+
+Payloads and params live in the checkpoint store (spilled to blob when large), so a
+message is a claim check of a few dozen bytes whatever the payload's size. Anything
+that is not exactly our envelope is a :class:`~jobs.errors.BadMessage`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from checkpoint import codec
+from checkpoint.records import TaskKind
+from jobs.errors import BadMessage, CodecError
+
+#: Marks our messages; the value is the envelope version.
+MAGIC = "chunkrunner"
+VERSION = 1
+_KINDS = {"p": "plan", "c": "chunk", "f": "final"}
+_CODES = {kind: code for code, kind in _KINDS.items()}
+
+
+@dataclass(frozen=True)
+class TaskMessage:
+    """A task to run: planning, one chunk or finalize of a job."""
+
+    kind: TaskKind
+    job_type: str
+    job_id: str
+    index: int = 0
+
+
+def encode(message: TaskMessage) -> bytes:
+    return codec.encode(
+        {
+            MAGIC: VERSION,
+            "k": _CODES[message.kind],
+            "t": message.job_type,
+            "j": message.job_id,
+            "i": message.index,
+        },
+        "message",
+    )
+
+
+def decode(body: bytes) -> TaskMessage:
+    """The task a message body names. Raises BadMessage saying what is wrong with it."""
+    if not body:
+        raise BadMessage("empty message")
+    try:
+        envelope: Any = codec.decode(body, "message")
+    except CodecError as error:
+        raise BadMessage(f"not a chunkrunner message (not msgpack: {error})") from error
+    if not isinstance(envelope, dict) or MAGIC not in envelope:
+        raise BadMessage(f"not a chunkrunner message (no {MAGIC!r} marker)")
+    if envelope[MAGIC] != VERSION:
+        raise BadMessage(f"unsupported envelope version {envelope[MAGIC]!r}")
+    code, job_type = envelope.get("k"), envelope.get("t")
+    kind = _KINDS.get(code) if isinstance(code, str) else None
+    job_id, index = envelope.get("j"), envelope.get("i")
+    if kind is None or not isinstance(job_type, str) or not isinstance(job_id, str):
+        raise BadMessage(f"malformed envelope: {_preview(envelope)}")
+    if isinstance(index, bool) or not isinstance(index, int) or index < 0:
+        raise BadMessage(f"malformed envelope (index {index!r})")
+    return TaskMessage(kind, job_type, job_id, index)  # type: ignore[arg-type]
+
+
+def poisoned(body: bytes, queue: str, reason: str, at: str) -> bytes:
+    """A poison-queue body: the original message and why it was poisoned.
+
+    The original is truncated if the reason would not fit beside it in one message.
+    """
+    room = 40 * 1024
+    return codec.encode(
+        {
+            MAGIC: VERSION,
+            "poison": {
+                "reason": reason[:4000],
+                "queue": queue,
+                "at": at,
+                "original": body[:room],
+                "truncated": len(body) > room,
+            },
+        },
+        "poison message",
+    )
+
+
+def read_poisoned(body: bytes) -> dict[str, Any] | None:
+    """The poison record a poison-queue body holds, or None if it holds none."""
+    try:
+        envelope = codec.decode(body, "poison message")
+    except CodecError:
+        return None
+    if isinstance(envelope, dict) and isinstance(envelope.get("poison"), dict):
+        return envelope["poison"]
+    return None
+
+
+def _preview(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 200 else text[:200] + "..."

@@ -1,0 +1,293 @@
+"""The checkpoint store: job and task records with ETag compare-and-swap, on any backend.
+
+Every write of a task record is conditional on the ETag its writer last saw, so a
+worker that lost its chunk can never overwrite the new owner's progress: the write
+raises :class:`~jobs.errors.Conflict` and the runner turns that into ``LeaseLost``.
+Values larger than :data:`~checkpoint.records.SPILL_BYTES` are spilled to a blob that
+is never overwritten (each write gets a fresh name), so a lost race leaves the winner's
+blob intact; the loser deletes its own.
+"""
+
+from __future__ import annotations
+
+import heapq
+import uuid
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
+
+from checkpoint import codec, layout
+from checkpoint.records import SPILL_BYTES, JobRecord, TaskKind, TaskRecord
+from checkpoint.storage import BatchOp, Record, Storage, Where
+from jobs.clock import Clock, SystemClock
+from jobs.errors import AlreadyExists, BatchFailed, Conflict, JobNotFound, NotFound
+
+#: Chunk records written per batch at planning (Azure allows 100 per partition batch).
+BATCH_ROWS = 100
+
+
+class CheckpointStore:
+    """Job and task records of one storage account."""
+
+    def __init__(self, storage: Storage, clock: Clock | None = None):
+        self.storage = storage
+        self.clock = clock or SystemClock()
+        self._records = storage.records
+        self._ready = False
+
+    def ensure(self) -> None:
+        """Create the tables and the blob container (idempotent; once per store)."""
+        if not self._ready:
+            self._records.create_table(layout.JOBS_TABLE)
+            self._records.create_table(layout.TASKS_TABLE)
+            self.storage.blobs.create_container(layout.DATA_CONTAINER)
+            self._ready = True
+
+    # ----------------------------------------------------------------- values
+
+    def _put_value(self, owner: tuple[str, str, int], field: str, value: Any) -> dict[str, Any]:
+        """Properties holding ``value`` inline or, if large, as a fresh blob."""
+        data = codec.encode(value, field)
+        if len(data) <= SPILL_BYTES:
+            return {field: data, f"{field}_blob": ""}
+        name = layout.blob_name(*owner, field, uuid.uuid4().hex[:12])
+        self.storage.blobs.put(layout.DATA_CONTAINER, name, data)
+        return {field: b"", f"{field}_blob": name}
+
+    def value(self, properties: Mapping[str, Any], field: str, default: Any = None) -> Any:
+        """A stored field's value, read from its blob if it was spilled."""
+        blob = properties.get(f"{field}_blob")
+        if blob:
+            return codec.decode(self.storage.blobs.get(layout.DATA_CONTAINER, blob), field)
+        data = properties.get(field)
+        return codec.decode(data, field) if data else default
+
+    def _drop_replaced_blobs(self, old: Mapping[str, Any], new: Mapping[str, Any]) -> None:
+        for key, name in old.items():
+            if key.endswith("_blob") and name and key in new and new[key] != name:
+                self._delete_blob(name)
+
+    def _delete_blob(self, name: str) -> None:
+        try:
+            self.storage.blobs.delete(layout.DATA_CONTAINER, name)
+        except NotFound:
+            pass
+
+    def _written_blobs(self, changes: Mapping[str, Any]) -> list[str]:
+        return [v for k, v in changes.items() if k.endswith("_blob") and v]
+
+    # ----------------------------------------------------------------- jobs
+
+    def create_job(
+        self, job_id: str, job_type: str, queue: str, params: Any
+    ) -> tuple[JobRecord, bool]:
+        """Record a new job; if ``job_id`` exists already, return that one (and False)."""
+        self.ensure()
+        layout.check_job_id(job_id)
+        now = self.clock.now()
+        properties = {
+            "job_type": job_type,
+            "queue": queue,
+            "state": "planning",
+            "created_on": now,
+            "updated_on": now,
+            **self._put_value((job_id, "job", 0), "params", params),
+        }
+        try:
+            self._records.insert(layout.JOBS_TABLE, layout.JOBS_PARTITION, job_id, properties)
+        except AlreadyExists:
+            return self.get_job(job_id), False
+        self._create_counters(job_id)
+        return self.get_job(job_id), True
+
+    def _create_counters(self, job_id: str) -> None:
+        for shard in range(layout.SHARDS):
+            try:
+                self._records.insert(
+                    layout.TASKS_TABLE,
+                    layout.shard_partition(job_id, shard),
+                    layout.COUNTS_ROW,
+                    {"done": 0, "poisoned": 0},
+                )
+            except AlreadyExists:
+                pass
+
+    def get_job(self, job_id: str) -> JobRecord:
+        self.ensure()
+        try:
+            record = self._records.get(layout.JOBS_TABLE, layout.JOBS_PARTITION, job_id)
+        except NotFound as missing:
+            raise JobNotFound(f"no job {job_id!r} in {self.storage.description}") from missing
+        return JobRecord.from_record(record)
+
+    def list_jobs(self) -> list[JobRecord]:
+        self.ensure()
+        records = self._records.query(layout.JOBS_TABLE, layout.JOBS_PARTITION)
+        return [JobRecord.from_record(record) for record in records]
+
+    def params(self, job: JobRecord) -> Any:
+        return self.value(job.properties, "params")
+
+    def update_job(self, job: JobRecord, **changes: Any) -> JobRecord:
+        """Merge ``changes`` into the job if nobody changed it since ``job`` was read."""
+        changes["updated_on"] = self.clock.now()
+        etag = self._records.merge(
+            layout.JOBS_TABLE, layout.JOBS_PARTITION, job.job_id, changes, etag=job.etag
+        )
+        properties = {**job.properties, **changes}
+        return JobRecord.from_record(_as_record(job.job_id, properties, etag))
+
+    # ----------------------------------------------------------------- tasks
+
+    def _keys(self, job_id: str, kind: TaskKind, index: int) -> tuple[str, str]:
+        if kind == "chunk":
+            return layout.shard_partition(job_id, layout.shard_of(index)), layout.chunk_row(index)
+        return layout.control_partition(
+            job_id
+        ), layout.PLAN_ROW if kind == "plan" else layout.FINAL_ROW
+
+    def add_chunks(self, job_id: str, first_index: int, payloads: Sequence[Any]) -> None:
+        """Record chunks ``first_index...`` as waiting. Idempotent: a chunk recorded by an
+        earlier, crashed planning attempt is left as it is (it may have run already)."""
+        by_shard: dict[int, list[BatchOp]] = {}
+        for offset, payload in enumerate(payloads):
+            index = first_index + offset
+            properties = {
+                "state": "waiting",
+                "attempt": 0,
+                **self._put_value((job_id, "chunk", index), "payload", payload),
+            }
+            op = BatchOp("insert", layout.chunk_row(index), properties)
+            by_shard.setdefault(layout.shard_of(index), []).append(op)
+        for shard, ops in by_shard.items():
+            partition = layout.shard_partition(job_id, shard)
+            for start in range(0, len(ops), BATCH_ROWS):
+                self._insert_missing(partition, ops[start : start + BATCH_ROWS])
+
+    def _insert_missing(self, partition: str, ops: list[BatchOp]) -> None:
+        try:
+            self._records.batch(layout.TASKS_TABLE, partition, ops)
+        except BatchFailed as failed:
+            if not isinstance(failed.reason, AlreadyExists):
+                raise
+            # A re-run of planning after a crash: insert one by one, keeping what exists.
+            for op in ops:
+                try:
+                    self._records.insert(layout.TASKS_TABLE, partition, op.row_key, op.properties)
+                except AlreadyExists:
+                    pass
+
+    def ensure_task(self, job_id: str, kind: TaskKind) -> TaskRecord:
+        """The planning or finalize record of a job, created waiting if absent."""
+        partition, row = self._keys(job_id, kind, 0)
+        try:
+            self._records.insert(
+                layout.TASKS_TABLE, partition, row, {"state": "waiting", "attempt": 0}
+            )
+        except AlreadyExists:
+            pass
+        return self.get_task(job_id, kind, 0)
+
+    def get_task(self, job_id: str, kind: TaskKind, index: int) -> TaskRecord:
+        """Raises NotFound if the task was never recorded."""
+        partition, row = self._keys(job_id, kind, index)
+        record = self._records.get(layout.TASKS_TABLE, partition, row)
+        return TaskRecord.from_record(job_id, kind, index, record)
+
+    def write_task(
+        self, task: TaskRecord, changes: Mapping[str, Any], values: Mapping[str, Any] = {}
+    ) -> TaskRecord:
+        """Merge ``changes`` (and msgpack ``values``, spilled if large) into the task, if
+        its ETag is still ``task.etag``. Raises Conflict if someone else wrote since."""
+        merged = {**changes, "updated_on": self.clock.now()}
+        for field, value in values.items():
+            merged.update(self._put_value((task.job_id, task.kind, task.index), field, value))
+        partition, row = self._keys(task.job_id, task.kind, task.index)
+        try:
+            etag = self._records.merge(layout.TASKS_TABLE, partition, row, merged, etag=task.etag)
+        except Conflict:
+            for name in self._written_blobs(merged):
+                self._delete_blob(name)
+            raise
+        self._drop_replaced_blobs(task.properties, merged)
+        properties = {**task.properties, **merged}
+        return TaskRecord.from_record(
+            task.job_id, task.kind, task.index, _as_record(row, properties, etag)
+        )
+
+    def count_chunk(
+        self, task: TaskRecord, changes: Mapping[str, Any], values: Mapping[str, Any], counter: str
+    ) -> tuple[TaskRecord, dict[str, int]]:
+        """Write a chunk's final state and add one to its shard's ``counter`` ("done" or
+        "poisoned", or "-poisoned" to take one off) in one atomic batch.
+
+        Raises Conflict if the chunk was written by someone else since ``task`` was read.
+        A concurrent change to the counter is retried: it only means another chunk of
+        the shard ended at the same moment.
+        """
+        partition, row = self._keys(task.job_id, "chunk", task.index)
+        merged = {**changes, "updated_on": self.clock.now()}
+        for field, value in values.items():
+            merged.update(self._put_value((task.job_id, "chunk", task.index), field, value))
+        name, step = counter.lstrip("-"), -1 if counter.startswith("-") else 1
+        while True:
+            counts = self._records.get(layout.TASKS_TABLE, partition, layout.COUNTS_ROW)
+            new_counts = {k: int(v) for k, v in counts.properties.items()}  # type: ignore[arg-type]
+            new_counts[name] = new_counts.get(name, 0) + step
+            ops = [
+                BatchOp("merge", row, merged, task.etag),
+                BatchOp("merge", layout.COUNTS_ROW, new_counts, counts.etag),
+            ]
+            try:
+                etags = self._records.batch(layout.TASKS_TABLE, partition, ops)
+            except BatchFailed as failed:
+                if failed.index == 1 and isinstance(failed.reason, Conflict):
+                    continue
+                for blob in self._written_blobs(merged):
+                    self._delete_blob(blob)
+                raise failed.reason from failed
+            self._drop_replaced_blobs(task.properties, merged)
+            properties = {**task.properties, **merged}
+            record = _as_record(row, properties, etags[0])
+            return TaskRecord.from_record(task.job_id, "chunk", task.index, record), new_counts
+
+    # ----------------------------------------------------------------- reading a job
+
+    def shard_counts(self, job_id: str, shard: int) -> dict[str, int]:
+        partition = layout.shard_partition(job_id, shard)
+        record = self._records.get(layout.TASKS_TABLE, partition, layout.COUNTS_ROW)
+        return {k: int(v) for k, v in record.properties.items()}  # type: ignore[arg-type]
+
+    def counts(self, job_id: str) -> dict[str, int]:
+        """Done and poisoned chunks of the job, summed over its shards."""
+        total = {"done": 0, "poisoned": 0}
+        for shard in range(layout.SHARDS):
+            for name, value in self.shard_counts(job_id, shard).items():
+                total[name] = total.get(name, 0) + value
+        return total
+
+    def chunks(self, job_id: str, states: Sequence[str] = ()) -> Iterator[TaskRecord]:
+        """The job's chunk records, in index order, optionally only those in ``states``."""
+        streams = [self._shard_chunks(job_id, shard, states) for shard in range(layout.SHARDS)]
+        return heapq.merge(*streams, key=lambda task: task.index)
+
+    def _shard_chunks(self, job_id: str, shard: int, states: Sequence[str]) -> Iterator[TaskRecord]:
+        partition = layout.shard_partition(job_id, shard)
+        where = [Where("RowKey", "ge", "c"), Where("RowKey", "lt", "d")]
+        if len(states) == 1:
+            where.append(Where("state", "eq", states[0]))
+        for record in self._records.query(layout.TASKS_TABLE, partition, where):
+            task = TaskRecord.from_record(
+                job_id, "chunk", layout.index_of_row(record.row_key), record
+            )
+            if not states or task.state in states:
+                yield task
+
+    def results(self, job_id: str) -> Iterator[tuple[int, Any]]:
+        """``(index, result)`` of every done chunk, in index order."""
+        for task in self.chunks(job_id, ("done",)):
+            yield task.index, self.value(task.properties, "result")
+
+
+def _as_record(row_key: str, properties: Mapping[str, Any], etag: str) -> Record:
+
+    return Record(partition_key="", row_key=row_key, properties=dict(properties), etag=etag)

@@ -1,0 +1,126 @@
+"""``ChunkedJob``: what a user writes — split a job into chunks, process one, finalize."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from jobs.backoff import Backoff
+from jobs.errors import JobDefinitionError
+
+if TYPE_CHECKING:
+    from jobs.chunk import Chunk
+    from jobs.summary import JobSummary
+
+#: The poison queue's suffix; a job queue name leaves room for it within 63 characters.
+POISON_SUFFIX = "-poison"
+_MAX_QUEUE_CHARS = 63 - len(POISON_SUFFIX)
+_QUEUE = re.compile(r"^[a-z0-9](?:[a-z0-9]|-(?=[a-z0-9])){2,55}$")
+
+
+def kebab_case(name: str) -> str:
+    """``MigrateOrders`` -> ``migrate-orders``; ``HTTPImport2`` -> ``http-import2``."""
+    words = re.sub(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])", "-", name)
+    return re.sub(r"[^a-z0-9]+", "-", words.lower()).strip("-")
+
+
+class ChunkedJob:
+    """Base class of a chunked, resumable job.
+
+    Subclass it, implement :meth:`split` and :meth:`process` (and optionally
+    :meth:`finalize`), then ``runner submit`` a job and ``runner start`` workers.
+
+    Class attributes (override in the subclass):
+        queue: the Azure queue carrying this job type's chunks; defaults to the class
+            name in kebab case (``MigrateOrders`` -> ``migrate-orders``). Poisoned
+            messages go to ``<queue>-poison``.
+        lease_seconds: how long a received chunk stays invisible to other workers;
+            renewed at ~70% of it while the chunk runs, so keep it short (whole
+            seconds, 1-604800). A crashed worker's chunk resumes after at most this.
+        max_attempts: deliveries of a chunk before it is poisoned.
+        checkpoint_interval_seconds: at most one durable checkpoint write per interval;
+            after a crash at most this much work is redone.
+        max_chunk_seconds: stop renewing a chunk's lease after this long (a hung
+            worker cannot hold work forever); None for no cap.
+        backoff: wait between failed attempts (:class:`~jobs.backoff.Backoff`).
+    """
+
+    queue: ClassVar[str] = ""
+    lease_seconds: ClassVar[int] = 30
+    max_attempts: ClassVar[int] = 5
+    checkpoint_interval_seconds: ClassVar[float] = 5.0
+    max_chunk_seconds: ClassVar[float | None] = None
+    backoff: ClassVar[Backoff] = Backoff()
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "queue" not in cls.__dict__:
+            cls.queue = kebab_case(cls.__name__)
+        check_job_class(cls)
+
+    @classmethod
+    def job_type(cls) -> str:
+        """``module:Class``, the name workers import this class by."""
+        return f"{cls.__module__}:{cls.__qualname__}"
+
+    @classmethod
+    def poison_queue(cls) -> str:
+        """Where this job type's poisoned messages go: ``<queue>-poison``."""
+        return cls.queue + POISON_SUFFIX
+
+    def split(self, params: Any) -> Iterable[Any]:
+        """Yield the job's chunk payloads (msgpack-able), lazily.
+
+        Must be deterministic for the same ``params``: planning resumes after a crash by
+        running ``split`` again and skipping the payloads already enqueued.
+        """
+        raise NotImplementedError(f"{type(self).__name__}.split")
+
+    def process(self, chunk: Chunk) -> Any:
+        """Do one chunk's work, idempotently, resuming from ``chunk.state``.
+
+        Call ``chunk.checkpoint(state)`` as progress is made. The return value
+        (msgpack-able) is kept as the chunk's result and given to :meth:`finalize`.
+        """
+        raise NotImplementedError(f"{type(self).__name__}.process")
+
+    def finalize(self, params: Any, summary: JobSummary) -> None:
+        """Run once after every chunk is done (optional).
+
+        It runs under its own lease and is never run twice at once nor again once it
+        has completed; only a worker dying inside it causes a re-run, so make it
+        idempotent. Not run when chunks were poisoned (the job ends ``failed``) until
+        they are redriven and done.
+        """
+
+
+def check_job_class(cls: type[ChunkedJob]) -> None:
+    """Refuse a job class whose settings Azure or the runner cannot honour."""
+    name = cls.__qualname__
+    if not isinstance(cls.queue, str) or not _QUEUE.match(cls.queue):
+        raise JobDefinitionError(
+            f"{name}.queue = {cls.queue!r}: use 3-{_MAX_QUEUE_CHARS} lowercase letters, "
+            "digits and single hyphens, starting and ending with a letter or digit (room "
+            f"is left for {POISON_SUFFIX!r}); set `queue = ...` on the class"
+        )
+    lease = cls.lease_seconds
+    if isinstance(lease, bool) or not isinstance(lease, int) or not 1 <= lease <= 604_800:
+        raise JobDefinitionError(
+            f"{name}.lease_seconds must be whole seconds 1-604800, not {lease!r}"
+        )
+    attempts = cls.max_attempts
+    if isinstance(attempts, bool) or not isinstance(attempts, int) or attempts < 1:
+        raise JobDefinitionError(
+            f"{name}.max_attempts must be a whole number >= 1, not {attempts!r}"
+        )
+    interval = cls.checkpoint_interval_seconds
+    if isinstance(interval, bool) or not isinstance(interval, (int, float)) or interval < 0:
+        raise JobDefinitionError(
+            f"{name}.checkpoint_interval_seconds must be >= 0, not {interval!r}"
+        )
+    cap = cls.max_chunk_seconds
+    if cap is not None and (isinstance(cap, bool) or not isinstance(cap, (int, float)) or cap <= 0):
+        raise JobDefinitionError(f"{name}.max_chunk_seconds must be > 0 or None, not {cap!r}")
+    if not isinstance(cls.backoff, Backoff):
+        raise JobDefinitionError(f"{name}.backoff must be a jobs.Backoff")

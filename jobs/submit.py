@@ -1,0 +1,78 @@
+"""``jobs.submit``: record a job and enqueue its planning; returns at once."""
+
+from __future__ import annotations
+
+import secrets
+from typing import TYPE_CHECKING, Any
+
+from jobs.job import ChunkedJob
+from jobs.registry import load_job_class
+
+if TYPE_CHECKING:
+    from checkpoint.storage import Storage
+
+#: Longest submit delay: Azure's 7-day visibility limit.
+MAX_DELAY_SECONDS = 7 * 24 * 3600
+
+
+def new_job_id(job_class: type[ChunkedJob], now_text: str) -> str:
+    """``<queue>-<UTC yyyymmdd-HHMMSS>-<6 hex>``: sortable by time, unique."""
+    return f"{job_class.queue}-{now_text}-{secrets.token_hex(3)}"
+
+
+def submit(
+    job: type[ChunkedJob] | str,
+    params: Any,
+    *,
+    job_id: str | None = None,
+    delay_seconds: int = 0,
+    storage: Storage | str | None = None,
+) -> str:
+    """Submit a job: record it and enqueue its planning (``split`` runs on a worker).
+
+    Args:
+        job: the ChunkedJob subclass, or its ``module:Class`` name.
+        params: the job's parameters (msgpack-able); given to ``split``, ``process``
+            (as ``chunk.params``) and ``finalize``.
+        job_id: your id for the job; submitting an existing id again returns it
+            without creating a duplicate. Default: generated.
+        delay_seconds: planning starts after this long (0-604800).
+        storage: a Storage, a ``--storage`` value, or None for ``$RUNNER_STORAGE`` /
+            ``./.runner``.
+
+    Returns:
+        The job id.
+    """
+    from checkpoint import messages
+    from checkpoint.backends import open_storage
+    from checkpoint.storage import NEVER_EXPIRES, Storage
+    from checkpoint.store import CheckpointStore
+    from jobs.errors import ConfigurationError
+
+    job_class = load_job_class(job) if isinstance(job, str) else job
+    if (
+        isinstance(delay_seconds, bool)
+        or not isinstance(delay_seconds, int)
+        or not 0 <= delay_seconds <= MAX_DELAY_SECONDS
+    ):
+        raise ConfigurationError(
+            f"delay_seconds must be whole seconds 0-{MAX_DELAY_SECONDS}, not {delay_seconds!r}"
+        )
+    opened = storage if isinstance(storage, Storage) else open_storage(storage)
+    try:
+        store = CheckpointStore(opened)
+        job_id = job_id or new_job_id(job_class, store.clock.now().strftime("%Y%m%d-%H%M%S"))
+        record, _created = store.create_job(job_id, job_class.job_type(), job_class.queue, params)
+        if record.state == "planning":
+            # Also on a re-submit: if the first submit died before sending, this is the
+            # plan message; if not, the duplicate is dropped unrun when received.
+            opened.queues.create_queue(job_class.queue)
+            opened.queues.create_queue(job_class.poison_queue())
+            body = messages.encode(messages.TaskMessage("plan", record.job_type, job_id))
+            opened.queues.send(
+                job_class.queue, body, delay_seconds=delay_seconds, ttl_seconds=NEVER_EXPIRES
+            )
+        return job_id
+    finally:
+        if opened is not storage:
+            opened.close()

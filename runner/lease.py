@@ -1,0 +1,231 @@
+"""Leases on received messages, and the one keeper per worker process that renews them.
+
+A lease is renewed through UpdateMessage at :data:`RENEW_FRACTION` of its length; each
+renewal returns a new pop receipt and the lease always keeps the newest (the older one
+stops working at once). Renewal runs on the keeper's own thread, so a chunk busy in
+pure Python still has its lease renewed: the GIL is handed over every few
+milliseconds, far inside any lease.
+
+A lease is *lost* when a renewal is refused (someone else received the message, or it
+is gone), when renewals keep failing until the lease runs out, or when it is simply
+past its end (the process was paused): the chunk then stops at its next checkpoint.
+Past ``max_seconds`` a lease is no longer renewed, so a hung chunk frees its message.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from checkpoint.storage import QueueMessage, QueueStore
+from jobs.clock import Clock
+from jobs.errors import LeaseLost, StorageError
+
+log = logging.getLogger(__name__)
+
+#: Renew when this fraction of the lease has passed (the seeds' 70%).
+RENEW_FRACTION = 0.7
+#: After a failed renewal (service busy, unreachable), retry after this fraction.
+RETRY_FRACTION = 0.1
+
+
+@dataclass(eq=False)
+class Lease:
+    """A received message held invisible for ``lease_seconds`` at a time.
+
+    Times are on the monotonic clock. ``pop_receipt`` is always the newest; read it,
+    and act on the message, only through :meth:`LeaseKeeper.finish`.
+    """
+
+    queue: str
+    message_id: str
+    pop_receipt: str
+    lease_seconds: int
+    acquired_at: float
+    visible_at: float
+    max_seconds: float | None = None
+    on_renewed: Callable[[Lease], None] | None = None
+    next_renewal_at: float = 0.0
+    lost_reason: str | None = None
+    lost: threading.Event = field(default_factory=threading.Event)
+    active: bool = True
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def lose(self, reason: str) -> None:
+        if self.lost_reason is None:
+            self.lost_reason = reason
+        self.lost.set()
+
+    def expired(self, now: float) -> bool:
+        """True once the lease is lost or has run out (judged locally, no round trip)."""
+        return self.lost.is_set() or now >= self.visible_at
+
+    def why_lost(self, now: float) -> str:
+        if self.lost_reason:
+            return self.lost_reason
+        return f"lease of message {self.message_id} ran out before it was renewed"
+
+
+class LeaseKeeper:
+    """Renews every held lease of one worker process from one thread."""
+
+    def __init__(self, queues: QueueStore, clock: Clock):
+        self._queues = queues
+        self._clock = clock
+        self._leases: set[Lease] = set()
+        self._guard = threading.Lock()
+        self._wake = threading.Event()
+        self._stopped = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    # ----------------------------------------------------------------- holding
+
+    def hold(
+        self,
+        queue: str,
+        message: QueueMessage,
+        lease_seconds: int,
+        *,
+        received_at: float,
+        max_seconds: float | None = None,
+        on_renewed: Callable[[Lease], None] | None = None,
+    ) -> Lease:
+        """Start renewing a message received at ``received_at`` (monotonic)."""
+        assert message.pop_receipt is not None, "only a received message can be held"
+        lease = Lease(
+            queue,
+            message.id,
+            message.pop_receipt,
+            lease_seconds,
+            acquired_at=received_at,
+            visible_at=received_at + lease_seconds,
+            max_seconds=max_seconds,
+            on_renewed=on_renewed,
+            next_renewal_at=received_at + lease_seconds * RENEW_FRACTION,
+        )
+        with self._guard:
+            self._leases.add(lease)
+        self._wake.set()
+        return lease
+
+    def finish(self, lease: Lease, action: Callable[[str], None]) -> bool:
+        """Stop renewing ``lease`` and run ``action(newest pop receipt)`` on its message.
+
+        The lease's lock keeps a renewal from rotating the receipt meanwhile. Returns
+        False (and does nothing) if the lease was lost or the action found it gone.
+        """
+        with self._guard:
+            self._leases.discard(lease)
+        with lease.lock:
+            lease.active = False
+            if lease.lost.is_set():
+                return False
+            try:
+                action(lease.pop_receipt)
+            except LeaseLost as lost:
+                lease.lose(str(lost))
+                return False
+        return True
+
+    def delete(self, lease: Lease) -> bool:
+        """Delete the held message (the task is done or moved)."""
+        return self.finish(
+            lease, lambda receipt: self._queues.delete(lease.queue, lease.message_id, receipt)
+        )
+
+    def release(self, lease: Lease, visibility_seconds: int = 0) -> bool:
+        """Stop holding; the message becomes visible after ``visibility_seconds``."""
+
+        def update(receipt: str) -> None:
+            self._queues.update(
+                lease.queue, lease.message_id, receipt, visibility_seconds=visibility_seconds
+            )
+
+        return self.finish(lease, update)
+
+    def drop(self, lease: Lease) -> None:
+        """Stop renewing without touching the message (it is someone else's now)."""
+        with self._guard:
+            self._leases.discard(lease)
+        with lease.lock:
+            lease.active = False
+
+    def held(self) -> list[Lease]:
+        with self._guard:
+            return list(self._leases)
+
+    # ----------------------------------------------------------------- renewing
+
+    def renew_due(self) -> float:
+        """Renew every lease that is due; return seconds until the next one is due."""
+        now = self._clock.monotonic()
+        for lease in self.held():
+            if now >= lease.next_renewal_at:
+                self._renew(lease)
+        upcoming = [lease.next_renewal_at for lease in self.held() if not lease.lost.is_set()]
+        return max(0.0, min(upcoming) - self._clock.monotonic()) if upcoming else 3600.0
+
+    def _renew(self, lease: Lease) -> None:
+        with lease.lock:
+            if not lease.active or lease.lost.is_set():
+                return
+            started = self._clock.monotonic()
+            if lease.max_seconds is not None and started - lease.acquired_at >= lease.max_seconds:
+                lease.next_renewal_at = lease.visible_at  # no more renewals: let it lapse
+                lease.lose(
+                    f"ran past max_chunk_seconds ({lease.max_seconds:g} s); lease not renewed"
+                )
+                return
+            try:
+                receipt = self._queues.update(
+                    lease.queue,
+                    lease.message_id,
+                    lease.pop_receipt,
+                    visibility_seconds=lease.lease_seconds,
+                )
+            except LeaseLost as lost:
+                lease.lose(f"renewal refused: {lost}")
+                return
+            except StorageError as error:
+                self._renewal_failed(lease, started, error)
+                return
+            lease.pop_receipt = receipt.pop_receipt
+            # Counted from before the call: the service's clock started no earlier.
+            lease.visible_at = started + lease.lease_seconds
+            lease.next_renewal_at = started + lease.lease_seconds * RENEW_FRACTION
+        if lease.on_renewed is not None:
+            lease.on_renewed(lease)
+
+    def _renewal_failed(self, lease: Lease, started: float, error: StorageError) -> None:
+        if started >= lease.visible_at:
+            lease.lose(f"renewals failed until the lease ran out: {error}")
+            return
+        log.warning("renewing message %s failed, retrying: %s", lease.message_id, error)
+        retry_at = started + lease.lease_seconds * RETRY_FRACTION
+        lease.next_renewal_at = min(retry_at, lease.visible_at)
+
+    # ----------------------------------------------------------------- thread
+
+    def start(self) -> None:
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name="lease-keeper", daemon=True)
+            self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stopped.is_set():
+            try:
+                wait = self.renew_due()
+            except Exception:  # the keeper must outlive any one bad renewal
+                log.exception("lease keeper pass failed")
+                wait = 0.5
+            self._wake.clear()
+            self._wake.wait(min(wait, 1.0))
+
+    def stop(self) -> None:
+        """Stop the thread (idempotent). Held leases are left to lapse."""
+        self._stopped.set()
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join(timeout=10)

@@ -1,0 +1,50 @@
+"""Planning: running ``split`` under a lease, enqueueing chunks page by page.
+
+Progress is the number of chunks enqueued. A planning attempt that crashed is resumed
+by running ``split`` again and skipping that many payloads (so ``split`` must be
+deterministic); the page in flight at the crash is recorded again idempotently and its
+messages may be sent twice, which the claim step turns into one run. Memory holds one
+page of payloads, whatever the job's size.
+"""
+
+from __future__ import annotations
+
+import itertools
+from typing import TYPE_CHECKING, Any
+
+from checkpoint import messages
+from checkpoint.records import JobRecord
+from checkpoint.storage import NEVER_EXPIRES
+from jobs.job import ChunkedJob
+from runner.control import TaskControl
+
+if TYPE_CHECKING:
+    from runner.tasks import Context
+
+#: Chunks recorded and enqueued per step (16 shards x 25 rows per batch).
+PAGE_CHUNKS = 400
+
+
+def run_plan(
+    worker: Context, job_class: type[ChunkedJob], job: JobRecord, control: TaskControl
+) -> int:
+    """Enqueue every chunk ``split`` yields from where the last attempt stopped; return
+    the job's chunk count."""
+    params = worker.store.params(job)
+    enqueued = int(control.newest_state or 0)
+    payloads = itertools.islice(iter(job_class().split(params)), enqueued, None)
+    while True:
+        page = list(itertools.islice(payloads, PAGE_CHUNKS))
+        if not page:
+            return enqueued
+        _enqueue(worker, job, enqueued, page)
+        enqueued += len(page)
+        control.offer(enqueued)
+        control.raise_if_stopped()
+
+
+def _enqueue(worker: Context, job: JobRecord, first: int, page: list[Any]) -> None:
+    worker.store.add_chunks(job.job_id, first, page)
+    for index in range(first, first + len(page)):
+        body = messages.encode(messages.TaskMessage("chunk", job.job_type, job.job_id, index))
+        worker.queues.send(job.queue, body, ttl_seconds=NEVER_EXPIRES)

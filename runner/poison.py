@@ -1,0 +1,41 @@
+"""Moving a message to ``<queue>-poison``, with the reason beside the original body."""
+
+from __future__ import annotations
+
+import logging
+
+from checkpoint import messages
+from checkpoint.storage import NEVER_EXPIRES, QueueStore
+from jobs.clock import Clock
+from jobs.job import POISON_SUFFIX
+from runner.lease import Lease, LeaseKeeper
+
+log = logging.getLogger(__name__)
+
+
+class PoisonRouter:
+    """Copies a held message to its poison queue, then deletes the original.
+
+    Copy first: a crash in between leaves the message in both queues (the original is
+    then poisoned again, harmlessly), never in neither.
+    """
+
+    def __init__(self, queues: QueueStore, keeper: LeaseKeeper, clock: Clock):
+        self._queues = queues
+        self._keeper = keeper
+        self._clock = clock
+        self._created: set[str] = set()
+
+    def move(self, lease: Lease, body: bytes, reason: str) -> None:
+        poison_queue = lease.queue + POISON_SUFFIX
+        if poison_queue not in self._created:
+            self._queues.create_queue(poison_queue)
+            self._created.add(poison_queue)
+        record = messages.poisoned(body, lease.queue, reason, self._clock.now().isoformat())
+        self._queues.send(poison_queue, record, ttl_seconds=NEVER_EXPIRES)
+        if not self._keeper.delete(lease):
+            log.warning(
+                "message %s copied to %s but could not be deleted (lease lost)",
+                lease.message_id,
+                poison_queue,
+            )

@@ -1,0 +1,76 @@
+"""``runner status`` and ``runner poison list`` for people: text with progress bars."""
+
+from __future__ import annotations
+
+from typing import Any
+
+BAR_CHARS = 30
+_STATE_COLORS = {
+    "done": "32",
+    "failed": "31",
+    "running": "36",
+    "finalizing": "36",
+    "planning": "33",
+}
+
+
+def bar(done: int, total: int, width: int = BAR_CHARS) -> str:
+    """``[#########.....]  60%`` for done of total."""
+    share = done / total if total else 1.0
+    filled = round(share * width)
+    return f"[{'#' * filled}{'.' * (width - filled)}] {share:4.0%}"
+
+
+def render_status(report: list[dict[str, Any]], color: bool = False) -> str:
+    if not report:
+        return "no jobs"
+    return "\n\n".join(_job(job, color) for job in report)
+
+
+def _job(job: dict[str, Any], color: bool) -> str:
+    chunks = job["chunks"]
+    state = job["state"]
+    if color:
+        state = f"\x1b[{_STATE_COLORS.get(state, '0')}m{state}\x1b[0m"
+    total = f"{chunks['total']:,}" + ("" if job["planning_done"] else "+ (planning)")
+    shown_total = chunks["total"] if job["planning_done"] else chunks["total"] + 1
+    lines = [
+        f"{job['job_id']}  {job['job_type']}  {state}",
+        f"  {bar(chunks['done'], shown_total)}  {chunks['done']:,}/{total} done",
+        "  "
+        + "  ".join(
+            f"{name} {chunks[name]:,}" for name in ("running", "waiting", "failed", "poisoned")
+        ),
+    ]
+    if job["finalize"]:
+        lines.append(f"  finalize: {job['finalize']}")
+    if job["error"]:
+        lines.append(f"  error: {job['error']}")
+    for chunk in job["running"]:
+        expired = " (lease expired: worker gone?)" if chunk["lease_expired"] else ""
+        lines.append(
+            f"  running #{chunk['index']} on {chunk['worker']} attempt {chunk['attempt']}, "
+            f"lease until {chunk['lease_until']}{expired}, progress {chunk['progress']}"
+        )
+    for chunk in job["failed"]:
+        lines.append(
+            f"  failed  #{chunk['index']} attempt {chunk['attempt']}: "
+            f"{chunk['error_type']}: {chunk['error_message']}"
+        )
+    return "\n".join(lines)
+
+
+def render_poisoned(job_id: str, found: list[dict[str, Any]]) -> str:
+    if not found:
+        return f"{job_id}: no poisoned chunks"
+    lines = [f"{job_id}: {len(found)} poisoned"]
+    for task in found:
+        name = f"chunk #{task['index']}" if task["kind"] == "chunk" else task["kind"]
+        lines.append(
+            f"  {name} after {task['attempt']} attempt(s): "
+            f"{task['error_type']}: {task['error_message']}"
+        )
+        if task.get("traceback"):
+            last = task["traceback"].strip().splitlines()[-3:]
+            lines.extend(f"      {line}" for line in last)
+    return "\n".join(lines)

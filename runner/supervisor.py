@@ -1,0 +1,115 @@
+"""``runner start``: one or more worker processes, and what signals do to them.
+
+Signal handlers only set flags. First SIGTERM/SIGINT: each worker stops receiving,
+running chunks stop at their next checkpoint (flushed, message released with
+visibility 0 so another worker resumes at once), bounded by ``stop_timeout_seconds``.
+Second signal: exit at once (leases lapse on their own).
+
+With ``--workers N > 1`` the parent spawns N worker processes in their own sessions
+(so a terminal's Ctrl-C reaches only the parent, which forwards one SIGTERM) and exits
+with the worst of their exit codes.
+"""
+
+from __future__ import annotations
+
+import logging
+import multiprocessing
+import os
+import signal
+import sys
+from dataclasses import dataclass
+from types import FrameType
+
+from checkpoint.backends import open_storage
+from jobs.registry import load_job_class
+from runner.loop import EXIT_ERROR, EXIT_FORCED, WorkerLoop, WorkerSettings
+
+log = logging.getLogger(__name__)
+
+LOG_FORMAT = "%(asctime)s %(levelname)s [%(processName)s] %(name)s: %(message)s"
+
+
+@dataclass(frozen=True)
+class StartOptions:
+    """Everything a worker process needs to start (picklable for spawn)."""
+
+    job_paths: tuple[str, ...]
+    storage: str | None
+    settings: WorkerSettings
+    log_level: str = "INFO"
+
+
+def run_in_this_process(options: StartOptions) -> int:
+    """Run one worker here until it stops; install the signal handlers."""
+    classes = [load_job_class(path) for path in options.job_paths]
+    with open_storage(options.storage) as storage:
+        loop = WorkerLoop(storage, classes, options.settings)
+        signals = {"count": 0}
+
+        def on_signal(number: int, frame: FrameType | None) -> None:
+            signals["count"] += 1
+            if signals["count"] > 1:
+                os._exit(EXIT_FORCED)
+            loop.request_stop()
+
+        for number in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(number, on_signal)
+        log.info(
+            "worker %s serving %s on %s",
+            loop.worker_id,
+            ", ".join(cls.queue for cls in classes),
+            storage.description,
+        )
+        code = loop.run()
+        log.info("worker %s stopped (exit %d)", loop.worker_id, code)
+        return code
+
+
+def _child(options: StartOptions) -> None:
+    os.setsid()
+    logging.basicConfig(level=options.log_level, format=LOG_FORMAT)
+    try:
+        code = run_in_this_process(options)
+    except Exception:
+        log.exception("worker failed")
+        code = EXIT_ERROR
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
+def run_workers(options: StartOptions, workers: int) -> int:
+    """Run ``workers`` processes (this one if 1) until they stop; the worst exit code."""
+    for path in options.job_paths:
+        load_job_class(path)  # fail here, once, before any process starts
+    if workers == 1:
+        return run_in_this_process(options)
+    context = multiprocessing.get_context("spawn")
+    children = [
+        context.Process(target=_child, args=(options,), name=f"worker-{n + 1}")
+        for n in range(workers)
+    ]
+    for child in children:
+        child.start()
+    signals = {"count": 0}
+
+    def on_signal(number: int, frame: FrameType | None) -> None:
+        signals["count"] += 1
+        for child in children:
+            if child.pid is not None and child.exitcode is None:
+                os.kill(child.pid, signal.SIGKILL if signals["count"] > 1 else signal.SIGTERM)
+
+    for number in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(number, on_signal)
+    for child in children:
+        while child.exitcode is None:
+            child.join(timeout=0.5)
+    if signals["count"] > 1:
+        return EXIT_FORCED
+    return max(_exit_code(child.exitcode) for child in children)
+
+
+def _exit_code(code: int | None) -> int:
+    if code is None:
+        return EXIT_ERROR
+    return code if code >= 0 else 128 - code  # killed by signal N -> 128 + N

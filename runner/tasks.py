@@ -1,0 +1,391 @@
+"""One received message, start to end: decode, claim, run, checkpoint, complete.
+
+The order of the steps is the product's correctness, so it is spelled out here:
+
+1. Hold the message under a lease at once (the keeper renews it from now on).
+2. Decode it; anything not ours goes to ``<queue>-poison`` with the reason.
+3. Read the task record. Done, poisoned or a duplicate delivery: delete the message
+   unrun. Delivered more than ``max_attempts`` times: poison it.
+4. Claim: a conditional write marking the task running under this message. Losing that
+   race releases the message for later.
+5. Run the user's code; checkpoints are fenced writes (see :mod:`runner.control`).
+6. Success: mark done (with the shard's counter, atomically) *before* deleting the
+   message, then see whether the job is complete. Failure: record the error and make
+   the message visible again after a backoff, or poison it on the last attempt.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+import traceback
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any
+
+from checkpoint import layout, messages
+from checkpoint.records import JobRecord, TaskKind, TaskRecord, error_properties
+from checkpoint.storage import NEVER_EXPIRES, QueueMessage, QueueStore
+from checkpoint.store import CheckpointStore
+from jobs.backoff import compute_backoff
+from jobs.clock import Clock
+from jobs.errors import BadMessage, ChunkStopped, Conflict, JobNotFound, LeaseLost, NotFound
+from jobs.job import ChunkedJob
+from runner.control import TaskControl
+from runner.lease import Lease, LeaseKeeper
+from runner.plan import run_plan
+from runner.poison import PoisonRouter
+from runner.work import run_user_code
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Context:
+    """What every task of one worker process shares."""
+
+    store: CheckpointStore
+    queues: QueueStore
+    keeper: LeaseKeeper
+    clock: Clock
+    worker_id: str
+    job_classes: dict[str, type[ChunkedJob]]
+    stopping: threading.Event = field(default_factory=threading.Event)
+    rng: random.Random = field(default_factory=random.Random)
+
+    def __post_init__(self) -> None:
+        self.poison = PoisonRouter(self.queues, self.keeper, self.clock)
+        self.by_queue = {cls.queue: cls for cls in self.job_classes.values()}
+        self._jobs: dict[str, JobRecord] = {}
+
+
+def handle(worker: Context, queue: str, message: QueueMessage, received_at: float) -> None:
+    """Process one received message completely; never raises for a bad message."""
+    queue_class = worker.by_queue[queue]
+    lease = worker.keeper.hold(
+        queue,
+        message,
+        queue_class.lease_seconds,
+        received_at=received_at,
+        max_seconds=queue_class.max_chunk_seconds,
+    )
+    try:
+        _handle_held(worker, queue, message, lease)
+    finally:
+        # Whatever happened (a storage outage mid-way, say), never renew a message
+        # nobody works on: it lapses and is retried.
+        worker.keeper.drop(lease)
+
+
+def _handle_held(worker: Context, queue: str, message: QueueMessage, lease: Lease) -> None:
+    try:
+        task_message = messages.decode(message.body)
+        job_class = worker.job_classes.get(task_message.job_type)
+        if job_class is None or job_class.queue != queue:
+            raise BadMessage(f"unknown job type {task_message.job_type!r} on queue {queue!r}")
+        job = _job(worker, task_message.job_id)
+    except BadMessage as bad:
+        log.error("message %s on %s poisoned: %s", message.id, queue, bad)
+        worker.poison.move(lease, message.body, str(bad))
+        return
+    _run_task(worker, lease, message, job_class, job, task_message)
+
+
+def _job(worker: Context, job_id: str) -> JobRecord:
+    # Params never change, so a job record read once serves all its chunks here.
+    job = worker._jobs.get(job_id)
+    if job is None:
+        try:
+            job = worker.store.get_job(job_id)
+        except JobNotFound as missing:
+            raise BadMessage(f"no job {job_id!r} in the checkpoint store") from missing
+        if len(worker._jobs) > 256:
+            worker._jobs.clear()
+        worker._jobs[job_id] = job
+    return job
+
+
+def _run_task(
+    worker: Context,
+    lease: Lease,
+    message: QueueMessage,
+    job_class: type[ChunkedJob],
+    job: JobRecord,
+    task_message: messages.TaskMessage,
+) -> None:
+    kind, index = task_message.kind, task_message.index
+    try:
+        task = _task(worker.store, job.job_id, kind, index)
+    except NotFound:
+        worker.poison.move(
+            lease, message.body, f"no record of {kind} {index} of job {job.job_id!r}"
+        )
+        return
+    verdict = _verdict(worker, task, message)
+    if verdict is not None:
+        log.info("%s %s of %s: %s; message deleted unrun", kind, index, job.job_id, verdict)
+        if task.state == "done":
+            # The last holder may have died between marking done and what follows it.
+            _after_done(worker, job.job_id, task)
+        worker.keeper.delete(lease)
+        return
+    if message.dequeue_count > job_class.max_attempts:
+        reason = (
+            f"delivered {message.dequeue_count} times, over max_attempts={job_class.max_attempts}"
+        )
+        _poison_task(worker, lease, message, job, task, None, reason)
+        return
+    claimed = _claim(worker, task, message, lease)
+    if claimed is None:
+        worker.keeper.release(lease, job_class.lease_seconds)
+        return
+    control = TaskControl(
+        worker.store,
+        claimed,
+        lease,
+        worker.clock,
+        job_class.checkpoint_interval_seconds,
+        worker.stopping,
+    )
+    lease.on_renewed = control.on_renewed
+    _execute(worker, lease, message, job_class, job, control)
+
+
+def _task(store: CheckpointStore, job_id: str, kind: TaskKind, index: int) -> TaskRecord:
+    if kind == "chunk":
+        return store.get_task(job_id, kind, index)
+    return store.ensure_task(job_id, kind)
+
+
+def _verdict(worker: Context, task: TaskRecord, message: QueueMessage) -> str | None:
+    """Why this delivery must not run, or None if it may claim the task."""
+    if task.state == "done":
+        return "already done"
+    if task.state == "poisoned":
+        return "poisoned (redrive sends a new message)"
+    if (
+        task.state == "running"
+        and task.message_id
+        and task.message_id != message.id
+        and task.lease_until is not None
+        and task.lease_until > worker.clock.now()
+    ):
+        return f"duplicate delivery; running under message {task.message_id} by {task.owner}"
+    return None
+
+
+def _claim(
+    worker: Context, task: TaskRecord, message: QueueMessage, lease: Lease
+) -> TaskRecord | None:
+    changes = {
+        "state": "running",
+        "owner": worker.worker_id,
+        "message_id": message.id,
+        "attempt": task.attempt + 1,
+        "started_on": worker.clock.now(),
+        "lease_until": worker.clock.now() + timedelta(seconds=lease.lease_seconds),
+    }
+    try:
+        return worker.store.write_task(task, changes)
+    except Conflict:
+        log.info("%s %s of %s claimed by another worker first", task.kind, task.index, task.job_id)
+        return None
+
+
+def _execute(
+    worker: Context,
+    lease: Lease,
+    message: QueueMessage,
+    job_class: type[ChunkedJob],
+    job: JobRecord,
+    control: TaskControl,
+) -> None:
+    task = control.task
+    try:
+        if task.kind == "plan":
+            outcome: Any = run_plan(worker, job_class, job, control)
+        else:
+            outcome = run_user_code(worker, job_class, job, control)
+    except LeaseLost as lost:
+        log.warning("%s %s of %s stopped: lease lost (%s)", task.kind, task.index, job.job_id, lost)
+        worker.keeper.drop(lease)
+        return
+    except ChunkStopped:
+        _stopped(worker, lease, control)
+        return
+    except Exception as error:  # the user's code failed: record it, retry or poison
+        _failed(worker, lease, message, job_class, job, control, error, traceback.format_exc())
+        return
+    try:
+        _succeeded(worker, lease, job, control, outcome)
+    except LeaseLost as lost:
+        log.warning(
+            "%s %s of %s: finished but fenced (%s)", task.kind, task.index, job.job_id, lost
+        )
+        worker.keeper.drop(lease)
+
+
+def _stopped(worker: Context, lease: Lease, control: TaskControl) -> None:
+    try:
+        control.write({"state": "waiting", "owner": ""})
+    except LeaseLost:
+        worker.keeper.drop(lease)
+        return
+    worker.keeper.release(lease, 0)
+
+
+def _succeeded(
+    worker: Context, lease: Lease, job: JobRecord, control: TaskControl, outcome: Any
+) -> None:
+    task, done = control.task, {"state": "done", "owner": "", "done_on": worker.clock.now()}
+    if task.kind == "chunk":
+        try:
+            task, _ = worker.store.count_chunk(
+                task, done, {"result": outcome, "progress": control.newest_state}, "done"
+            )
+        except (Conflict, NotFound) as fenced:
+            lease.lose("chunk record changed before it was marked done")
+            raise LeaseLost("chunk record changed before it was marked done") from fenced
+    else:
+        task = control.write(done, {"progress": outcome} if task.kind == "plan" else {})
+    # Marked done before the message is deleted: a crash in between re-delivers a message
+    # that is deleted unrun, after _after_done has run again.
+    _after_done(worker, job.job_id, task)
+    worker.keeper.delete(lease)
+
+
+def _after_done(worker: Context, job_id: str, task: TaskRecord) -> None:
+    """What follows a task's completion (idempotent: it may run again after a crash)."""
+    if task.kind == "chunk":
+        check_complete(worker, job_id, layout.shard_of(task.index))
+    elif task.kind == "plan":
+        total = int(worker.store.value(task.properties, "progress") or 0)
+        set_job(worker.store, job_id, total=total, state="running", only_from=("planning",))
+        check_complete(worker, job_id)
+    else:
+        set_job(worker.store, job_id, state="done", only_from=("running", "finalizing"))
+
+
+def _failed(
+    worker: Context,
+    lease: Lease,
+    message: QueueMessage,
+    job_class: type[ChunkedJob],
+    job: JobRecord,
+    control: TaskControl,
+    error: BaseException,
+    trace: str,
+) -> None:
+    task = control.task
+    log.warning(
+        "%s %s of %s failed (attempt %d): %r",
+        task.kind,
+        task.index,
+        job.job_id,
+        task.attempt,
+        error,
+    )
+    if message.dequeue_count >= job_class.max_attempts:
+        reason = f"failed on attempt {message.dequeue_count} of {job_class.max_attempts}: {error!r}"
+        _poison_task(worker, lease, message, job, task, (error, trace), reason, control)
+        return
+    try:
+        control.write({"state": "retrying", "owner": "", **error_properties(error, trace)})
+    except LeaseLost:
+        worker.keeper.drop(lease)
+        return
+    wait = min(compute_backoff(job_class.backoff, task.attempt, worker.rng), 604_800)
+    worker.keeper.release(lease, wait)
+
+
+def _poison_task(
+    worker: Context,
+    lease: Lease,
+    message: QueueMessage,
+    job: JobRecord,
+    task: TaskRecord,
+    failure: tuple[BaseException, str] | None,
+    reason: str,
+    control: TaskControl | None = None,
+) -> None:
+    """Mark the task poisoned (the job fails) and move its message to the poison queue."""
+    error, trace = failure if failure else (RuntimeError(reason), "")
+    changes = {"state": "poisoned", "owner": "", **error_properties(error, trace)}
+    values = {"progress": control.newest_state} if control and control.has_unwritten_state else {}
+    current = control.task if control else task
+    try:
+        if task.kind == "chunk":
+            worker.store.count_chunk(current, changes, values, "poisoned")
+        else:
+            worker.store.write_task(current, changes, values)
+            set_job(
+                worker.store, job.job_id, state="failed", error=f"{task.kind} poisoned: {reason}"
+            )
+    except (Conflict, NotFound):
+        log.warning(
+            "%s %s of %s changed while poisoning; left to its owner",
+            task.kind,
+            task.index,
+            job.job_id,
+        )
+        worker.keeper.drop(lease)
+        return
+    log.error("%s %s of %s poisoned: %s", task.kind, task.index, job.job_id, reason)
+    worker.poison.move(lease, message.body, reason)
+    if task.kind == "chunk":
+        check_complete(worker, job.job_id, layout.shard_of(task.index))
+
+
+# --------------------------------------------------------------------------- the job
+
+
+def set_job(
+    store: CheckpointStore, job_id: str, only_from: tuple[str, ...] = (), **changes: Any
+) -> bool:
+    """Apply ``changes`` to the job (retrying lost races); with ``only_from``, only while
+    its state is one of those. Returns whether the change was made."""
+    while True:
+        job = store.get_job(job_id)
+        if only_from and job.state not in only_from:
+            return False
+        try:
+            store.update_job(job, **changes)
+            return True
+        except Conflict:
+            continue
+
+
+def check_complete(worker: Context, job_id: str, shard: int | None = None) -> None:
+    """If every chunk of the job has ended, enqueue finalize (or fail the job).
+
+    Called after each chunk ends; with ``shard``, the full count is read only when that
+    shard is complete, so a job costs 16 full counts at most, not one per chunk.
+    """
+    store = worker.store
+    job = store.get_job(job_id)
+    if job.total is None or job.state in ("finalizing", "done"):
+        return
+    if shard is not None:
+        counts = store.shard_counts(job_id, shard)
+        if counts.get("done", 0) + counts.get("poisoned", 0) < layout.chunks_in_shard(
+            job.total, shard
+        ):
+            return
+    counts = store.counts(job_id)
+    if counts["done"] + counts["poisoned"] < job.total:
+        return
+    if counts["poisoned"]:
+        set_job(
+            store,
+            job_id,
+            only_from=("running",),
+            state="failed",
+            error=f"{counts['poisoned']} chunk(s) poisoned; see `runner poison list {job_id}`",
+        )
+        return
+    # Send before recording "finalizing": a crash in between leaves a message that
+    # finishes the job; the other order could leave a job waiting for nothing.
+    body = messages.encode(messages.TaskMessage("final", job.job_type, job_id))
+    worker.queues.send(job.queue, body, ttl_seconds=NEVER_EXPIRES)
+    set_job(store, job_id, only_from=("running",), state="finalizing")
