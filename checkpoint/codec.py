@@ -29,5 +29,12 @@ def decode(data: bytes, what: str = "value") -> Any:
     """The value ``data`` holds. Raises CodecError if it is not exactly one msgpack value."""
     try:
         return msgpack.unpackb(data, raw=False, timestamp=3, strict_map_key=False)
-    except (ValueError, msgpack.ExtraData, msgpack.FormatError, msgpack.StackError) as error:
+    # TypeError: a map keyed by an array or a map is valid msgpack but unhashable here.
+    except (
+        ValueError,
+        TypeError,
+        msgpack.ExtraData,
+        msgpack.FormatError,
+        msgpack.StackError,
+    ) as error:
         raise CodecError(f"{what} is not valid msgpack: {error}") from error

@@ -9,6 +9,7 @@ Azure's published targets; sizes of strings are counted as Azure counts them, in
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from collections.abc import Mapping, Sequence
@@ -52,7 +53,8 @@ _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 
 def _utf16_bytes(text: str) -> int:
-    return len(text.encode("utf-16-le"))
+    # ASCII (the common case) is 2 bytes a character; encoding is only needed otherwise.
+    return 2 * len(text) if text.isascii() else len(text.encode("utf-16-le"))
 
 
 # --------------------------------------------------------------------------- names
@@ -186,39 +188,67 @@ def check_key(key: str, which: str) -> str:
 
 
 def _value_bytes(name: str, value: object) -> int:
-    """Azure's size of one property: 8 + name in UTF-16 + the value's own size."""
-    if isinstance(value, bool):
-        size = 1
-    elif isinstance(value, int):
-        if not INT64_MIN <= value <= INT64_MAX:
+    """Azure's size of one property value (its name not counted)."""
+    kind = type(value)
+    if kind is str:
+        return 4 + _string_bytes(name, value)  # type: ignore[arg-type]
+    if kind is bool:
+        return 1
+    if kind is int:
+        if not INT64_MIN <= value <= INT64_MAX:  # type: ignore[operator]
             raise InvalidRequest(f"property {name!r}: {value} does not fit in 64 bits")
-        size = 8
-    elif isinstance(value, (float, datetime)):
-        size = 8
-    elif isinstance(value, str):
-        size = 4 + _utf16_bytes(value)
-        if size - 4 > MAX_PROPERTY_BYTES:
-            raise TooLarge(
-                f"property {name!r} is {size - 4:,} bytes in UTF-16, over the "
-                f"{MAX_PROPERTY_BYTES:,}-byte limit",
-                code="PropertyValueTooLarge",
-            )
-    elif isinstance(value, (bytes, bytearray)):
-        size = 4 + len(value)
-        if len(value) > MAX_PROPERTY_BYTES:
-            raise TooLarge(
-                f"property {name!r} is {len(value):,} bytes, over the "
-                f"{MAX_PROPERTY_BYTES:,}-byte limit",
-                code="PropertyValueTooLarge",
-            )
-    else:
-        raise InvalidRequest(
-            f"property {name!r} has a {type(value).__name__}; records hold str, int, "
-            "float, bool, bytes, datetime or None"
+        return 8
+    if kind is float:
+        return 8
+    if kind is bytes or kind is bytearray:
+        return 4 + _binary_bytes(name, value)  # type: ignore[arg-type]
+    if isinstance(value, datetime):
+        if value.tzinfo is None:
+            raise InvalidRequest(f"property {name!r}: datetimes must be timezone-aware")
+        return 8
+    if isinstance(value, (str, int, float, bytes)):  # subclasses: check as their base
+        base = next(t for t in (bool, int, float, str, bytes) if isinstance(value, t))
+        return _value_bytes(name, base(value))  # type: ignore[call-overload, arg-type]
+    raise InvalidRequest(
+        f"property {name!r} has a {kind.__name__}; records hold str, int, float, bool, "
+        "bytes, datetime or None"
+    )
+
+
+def _string_bytes(name: str, value: str) -> int:
+    size = _utf16_bytes(value)
+    if size > MAX_PROPERTY_BYTES:
+        raise TooLarge(
+            f"property {name!r} is {size:,} bytes in UTF-16, over the "
+            f"{MAX_PROPERTY_BYTES:,}-byte limit",
+            code="PropertyValueTooLarge",
         )
-    if isinstance(value, datetime) and value.tzinfo is None:
-        raise InvalidRequest(f"property {name!r}: datetimes must be timezone-aware")
-    return 8 + _utf16_bytes(name) + size
+    return size
+
+
+def _binary_bytes(name: str, value: bytes) -> int:
+    if len(value) > MAX_PROPERTY_BYTES:
+        raise TooLarge(
+            f"property {name!r} is {len(value):,} bytes, over the "
+            f"{MAX_PROPERTY_BYTES:,}-byte limit",
+            code="PropertyValueTooLarge",
+        )
+    return len(value)
+
+
+@functools.lru_cache(maxsize=4096)
+def _name_bytes(name: str) -> int:
+    """8 bytes of overhead plus the name in UTF-16, once the name is known valid.
+
+    Cached: a store writes the same few property names over and over.
+    """
+    if not isinstance(name, str) or not _PROPERTY.match(name) or name in RESERVED_PROPERTIES:
+        raise InvalidRequest(
+            f"invalid property name {name!r}: 1-255 letters, digits and underscores, "
+            "not starting with a digit, and not PartitionKey, RowKey, Timestamp or etag",
+            code="PropertyNameInvalid",
+        )
+    return 8 + _utf16_bytes(name)
 
 
 def check_entity(partition_key: str, row_key: str, properties: Mapping[str, object]) -> int:
@@ -232,13 +262,9 @@ def check_entity(partition_key: str, row_key: str, properties: Mapping[str, obje
         )
     total = 4 + _utf16_bytes(partition_key) + _utf16_bytes(row_key)
     for name, value in present.items():
-        if not isinstance(name, str) or not _PROPERTY.match(name) or name in RESERVED_PROPERTIES:
-            raise InvalidRequest(
-                f"invalid property name {name!r}: 1-255 letters, digits and underscores, "
-                "not starting with a digit, and not PartitionKey, RowKey, Timestamp or etag",
-                code="PropertyNameInvalid",
-            )
-        total += _value_bytes(name, value)
+        if not isinstance(name, str):
+            _name_bytes.__wrapped__(name)  # raises the invalid-name error
+        total += _name_bytes(name) + _value_bytes(name, value)
     if total > MAX_ENTITY_BYTES:
         raise TooLarge(
             f"record {partition_key!r}/{row_key!r} is {total:,} bytes, over Azure's "
@@ -256,9 +282,7 @@ def check_batch(row_keys: Sequence[str], sizes: Sequence[int]) -> None:
             code="InvalidInput",
         )
     if len(set(row_keys)) != len(row_keys):
-        raise InvalidRequest(
-            "a batch may touch each row only once", code="InvalidDuplicateRow"
-        )
+        raise InvalidRequest("a batch may touch each row only once", code="InvalidDuplicateRow")
     if sum(sizes) > MAX_BATCH_BYTES:
         raise TooLarge(
             f"batch of {sum(sizes):,} bytes is over the {MAX_BATCH_BYTES:,}-byte limit",

@@ -95,8 +95,7 @@ def parse_location(text: str | None, environ: Mapping[str, str] | None = None) -
     if lowered.startswith(("https://", "http://")):
         if not _ACCOUNT_URL.match(text):
             raise ConfigurationError(
-                f"{redact(text)} is not an account URL like "
-                "https://<account>.blob.core.windows.net"
+                f"{redact(text)} is not an account URL like https://<account>.blob.core.windows.net"
             )
         return StorageLocation("azure", account_url=text)
     if "=" in text and ";" in text:

@@ -10,9 +10,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from checkpoint import codec
+from checkpoint import codec, layout
 from checkpoint.records import TaskKind
-from jobs.errors import BadMessage, CodecError
+from jobs.errors import BadMessage, CodecError, ConfigurationError
 
 #: Marks our messages; the value is the envelope version.
 MAGIC = "chunkrunner"
@@ -63,6 +63,12 @@ def decode(body: bytes) -> TaskMessage:
         raise BadMessage(f"malformed envelope: {_preview(envelope)}")
     if isinstance(index, bool) or not isinstance(index, int) or index < 0:
         raise BadMessage(f"malformed envelope (index {index!r})")
+    try:
+        # A job id no record can have would fail deeper down with a storage error, and
+        # the message would be retried forever instead of poisoned.
+        layout.check_job_id(job_id)
+    except ConfigurationError as error:
+        raise BadMessage(f"malformed envelope: {error}") from error
     return TaskMessage(kind, job_type, job_id, index)  # type: ignore[arg-type]
 
 
@@ -72,11 +78,13 @@ def poisoned(body: bytes, queue: str, reason: str, at: str) -> bytes:
     The original is truncated if the reason would not fit beside it in one message.
     """
     room = 40 * 1024
+    # Cut by UTF-8 bytes, not characters: 4,000 emoji would not fit beside the original.
+    reason = reason.encode("utf-8")[:4000].decode("utf-8", "ignore")
     return codec.encode(
         {
             MAGIC: VERSION,
             "poison": {
-                "reason": reason[:4000],
+                "reason": reason,
                 "queue": queue,
                 "at": at,
                 "original": body[:room],

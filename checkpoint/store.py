@@ -33,6 +33,7 @@ class CheckpointStore:
         self.clock = clock or SystemClock()
         self._records = storage.records
         self._ready = False
+        self._counters: dict[str, Record] = {}
 
     def ensure(self) -> None:
         """Create the tables and the blob container (idempotent; once per store)."""
@@ -92,11 +93,15 @@ class CheckpointStore:
             "updated_on": now,
             **self._put_value((job_id, "job", 0), "params", params),
         }
+        # Counters first: a job record never exists without them, even after a submit
+        # that died half-way (its re-submit would otherwise find the job and stop there).
+        self._create_counters(job_id)
         try:
             self._records.insert(layout.JOBS_TABLE, layout.JOBS_PARTITION, job_id, properties)
         except AlreadyExists:
+            for name in self._written_blobs(properties):
+                self._delete_blob(name)
             return self.get_job(job_id), False
-        self._create_counters(job_id)
         return self.get_job(job_id), True
 
     def _create_counters(self, job_id: str) -> None:
@@ -174,7 +179,8 @@ class CheckpointStore:
                 try:
                     self._records.insert(layout.TASKS_TABLE, partition, op.row_key, op.properties)
                 except AlreadyExists:
-                    pass
+                    for name in self._written_blobs(op.properties):
+                        self._delete_blob(name)  # the existing chunk keeps its own
 
     def ensure_task(self, job_id: str, kind: TaskKind) -> TaskRecord:
         """The planning or finalize record of a job, created waiting if absent."""
@@ -229,10 +235,10 @@ class CheckpointStore:
         for field, value in values.items():
             merged.update(self._put_value((task.job_id, "chunk", task.index), field, value))
         name, step = counter.lstrip("-"), -1 if counter.startswith("-") else 1
+        counts = self._counters.get(partition) or self._read_counts(partition)
         while True:
-            counts = self._records.get(layout.TASKS_TABLE, partition, layout.COUNTS_ROW)
-            new_counts = {k: int(v) for k, v in counts.properties.items()}  # type: ignore[arg-type]
-            new_counts[name] = new_counts.get(name, 0) + step
+            old = counts.properties.get(name, 0)
+            new_counts = {**counts.properties, name: int(old) + step}  # type: ignore[arg-type]
             ops = [
                 BatchOp("merge", row, merged, task.etag),
                 BatchOp("merge", layout.COUNTS_ROW, new_counts, counts.etag),
@@ -241,14 +247,26 @@ class CheckpointStore:
                 etags = self._records.batch(layout.TASKS_TABLE, partition, ops)
             except BatchFailed as failed:
                 if failed.index == 1 and isinstance(failed.reason, Conflict):
+                    counts = self._read_counts(partition)  # another chunk ended meanwhile
                     continue
                 for blob in self._written_blobs(merged):
                     self._delete_blob(blob)
                 raise failed.reason from failed
+            self._counters[partition] = _as_record(layout.COUNTS_ROW, new_counts, etags[1])
             self._drop_replaced_blobs(task.properties, merged)
             properties = {**task.properties, **merged}
             record = _as_record(row, properties, etags[0])
-            return TaskRecord.from_record(task.job_id, "chunk", task.index, record), new_counts
+            done = TaskRecord.from_record(task.job_id, "chunk", task.index, record)
+            return done, {k: int(v) for k, v in new_counts.items()}  # type: ignore[arg-type]
+
+    def _read_counts(self, partition: str) -> Record:
+        # The last counter row seen per partition is kept, so a worker that ends most of
+        # a shard's chunks updates the counter without reading it first.
+        record = self._records.get(layout.TASKS_TABLE, partition, layout.COUNTS_ROW)
+        if len(self._counters) > 4096:
+            self._counters.clear()
+        self._counters[partition] = record
+        return record
 
     # ----------------------------------------------------------------- reading a job
 

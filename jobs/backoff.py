@@ -41,6 +41,10 @@ def compute_backoff(policy: Backoff, failures: int, rng: random.Random | None = 
         raise ValueError(f"failures counts from 1, not {failures}")
     # Cap the exponent first so a chunk failing for the 10,000th time cannot overflow.
     exponent = min(failures - 1, 64)
-    wait = min(policy.max_seconds, policy.first_seconds * policy.multiplier**exponent)
+    try:
+        grown = policy.first_seconds * policy.multiplier**exponent
+    except OverflowError:  # a steep multiplier: far past any cap
+        grown = policy.max_seconds
+    wait = min(policy.max_seconds, grown)
     spread = (rng or random).uniform(1.0 - policy.jitter, 1.0)
     return max(0, round(wait * spread))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import secrets
 from typing import TYPE_CHECKING, Any
 
@@ -10,6 +11,8 @@ from jobs.registry import load_job_class
 
 if TYPE_CHECKING:
     from checkpoint.storage import Storage
+
+log = logging.getLogger(__name__)
 
 #: Longest submit delay: Azure's 7-day visibility limit.
 MAX_DELAY_SECONDS = 7 * 24 * 3600
@@ -62,7 +65,14 @@ def submit(
     try:
         store = CheckpointStore(opened)
         job_id = job_id or new_job_id(job_class, store.clock.now().strftime("%Y%m%d-%H%M%S"))
-        record, _created = store.create_job(job_id, job_class.job_type(), job_class.queue, params)
+        record, created = store.create_job(job_id, job_class.job_type(), job_class.queue, params)
+        if not created:
+            log.warning(
+                "job %s exists already (state %s); returning it, with the params of "
+                "its first submission",
+                job_id,
+                record.state,
+            )
         if record.state == "planning":
             # Also on a re-submit: if the first submit died before sending, this is the
             # plan message; if not, the duplicate is dropped unrun when received.

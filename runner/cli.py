@@ -10,7 +10,6 @@ failed, 2 bad usage, 3 ``start`` stopped but chunks outlived the stop timeout,
 from __future__ import annotations
 
 import json
-import logging
 import sys
 import uuid
 from pathlib import Path
@@ -150,6 +149,13 @@ def _json_params(text: str) -> object:
     help="Chunks run at once per worker process (threads).",
 )
 @click.option(
+    "--prefetch",
+    type=click.IntRange(0, 256),
+    default=None,
+    help="Messages received ahead of a free slot, leased while they wait "
+    "[default: same as --concurrency]. Raise it for very short chunks.",
+)
+@click.option(
     "--burst",
     is_flag=True,
     help="Exit 0 once every job of these types has ended and their queues are empty.",
@@ -181,6 +187,7 @@ def start(
     jobs: tuple[str, ...],
     workers: int,
     concurrency: int,
+    prefetch: int | None,
     burst: bool,
     stop_timeout_seconds: float,
     poll_max_seconds: float,
@@ -192,11 +199,12 @@ def start(
     First SIGTERM/SIGINT: stop taking work, let running chunks reach their next
     checkpoint, save it, release their messages. Second: exit at once.
     """
-    from runner.supervisor import LOG_FORMAT, StartOptions, run_workers
+    from runner.supervisor import StartOptions, configure_logging, run_workers
 
-    logging.basicConfig(level=log_level.upper(), format=LOG_FORMAT)
+    configure_logging(log_level.upper())
     settings = WorkerSettings(
         concurrency=concurrency,
+        prefetch=prefetch,
         poll_max_seconds=poll_max_seconds,
         burst=burst,
         stop_timeout_seconds=stop_timeout_seconds,

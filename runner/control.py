@@ -9,17 +9,20 @@ fails, the lease is marked lost and ``LeaseLost`` is raised.
 
 from __future__ import annotations
 
+import logging
 import threading
 from datetime import datetime, timedelta
 from typing import Any
 
+from checkpoint import codec
 from checkpoint.records import TaskRecord
 from checkpoint.store import CheckpointStore
 from jobs.clock import Clock
-from jobs.errors import ChunkStopped, Conflict, LeaseLost, NotFound
+from jobs.errors import ChunkStopped, Conflict, LeaseLost, NotFound, StorageError
 from runner.lease import Lease
 
 _NOTHING = object()
+log = logging.getLogger(__name__)
 
 
 class TaskControl:
@@ -51,15 +54,33 @@ class TaskControl:
         self.lease = lease
         self._newest: Any = _NOTHING
         self._written_at = clock.monotonic()
+        self._recorded_visible_at = lease.visible_at  # the claim wrote this deadline
         self.writes = 0
 
     # ----------------------------------------------------------------- ChunkControl
 
     def offer(self, state: Any) -> None:
+        # A snapshot, taken now: the caller may go on mutating its state object, and a
+        # value msgpack cannot hold fails here, at the checkpoint that gave it.
+        state = codec.decode(codec.encode(state, "checkpoint state"), "checkpoint state")
         with self._lock:
             self._newest = state
             if self._clock.monotonic() - self._written_at >= self._interval:
-                self._write_locked()
+                try:
+                    self._write_locked()
+                except LeaseLost:
+                    raise
+                except StorageError as error:
+                    # A transient fault must not fail the chunk: keep the state and try
+                    # again at the next checkpoint (the lease deadline still applies).
+                    self._newest = state
+                    self._written_at = self._clock.monotonic()
+                    log.warning(
+                        "checkpoint of %s %s not written, will retry: %s",
+                        self.task.kind,
+                        self.task.index,
+                        error,
+                    )
 
     def raise_if_stopped(self) -> None:
         now = self._clock.monotonic()
@@ -88,6 +109,11 @@ class TaskControl:
     def has_unwritten_state(self) -> bool:
         return self._newest is not _NOTHING
 
+    def forget_unwritten(self) -> None:
+        """Drop the state offered since the last write (it could not be stored)."""
+        with self._lock:
+            self._newest = _NOTHING
+
     def flush(self) -> None:
         """Write the newest state now if it was not written yet."""
         with self._lock:
@@ -105,9 +131,10 @@ class TaskControl:
             return self.task
 
     def on_renewed(self, lease: Lease) -> None:
-        """Keep the record's ``lease_until`` fresh for status and duplicate detection,
-        writing at most once per half lease."""
-        if self._clock.monotonic() - self._written_at < lease.lease_seconds / 2:
+        """Keep the record's ``lease_until`` fresh for status and duplicate detection.
+
+        Skipped only when a checkpoint already recorded this renewal's deadline."""
+        if self._recorded_visible_at >= lease.visible_at:
             return
         try:
             with self._lock:
@@ -118,12 +145,15 @@ class TaskControl:
             pass  # the lease is marked lost; the chunk learns at its next checkpoint
 
     def _write_locked(self) -> None:
-        state, self._newest = self._newest, _NOTHING
-        self._fenced({}, {"progress": state})
+        # Forget the state only once written: after a failed write (a busy service) the
+        # failure path must still flush it.
+        self._fenced({}, {"progress": self._newest})
+        self._newest = _NOTHING
 
     def _fenced(self, changes: dict[str, Any], values: dict[str, Any]) -> None:
         if self.lease.lost.is_set():
             raise LeaseLost(self.lease.why_lost(self._clock.monotonic()))
+        visible_at = self.lease.visible_at
         changes = {"lease_until": self._lease_until(), **changes}
         try:
             self.task = self._store.write_task(self.task, changes, values)
@@ -133,6 +163,7 @@ class TaskControl:
                 f"task record of {self.task.kind} {self.task.index} changed: fenced"
             ) from fenced
         self._written_at = self._clock.monotonic()
+        self._recorded_visible_at = visible_at
         self.writes += 1
 
     def _lease_until(self) -> datetime:

@@ -79,6 +79,7 @@ class LeaseKeeper:
         self._wake = threading.Event()
         self._stopped = threading.Event()
         self._thread: threading.Thread | None = None
+        self._next_pass_at = float("inf")  # until the first pass: wake on every hold
 
     # ----------------------------------------------------------------- holding
 
@@ -107,7 +108,10 @@ class LeaseKeeper:
         )
         with self._guard:
             self._leases.add(lease)
-        self._wake.set()
+            # Wake the keeper only if this lease is due before it would wake anyway.
+            wake = lease.next_renewal_at < self._next_pass_at
+        if wake:
+            self._wake.set()
         return lease
 
     def finish(self, lease: Lease, action: Callable[[str], None]) -> bool:
@@ -215,13 +219,20 @@ class LeaseKeeper:
 
     def _run(self) -> None:
         while not self._stopped.is_set():
+            # Cleared before the pass: a hold() during the pass sets it again, and since
+            # _next_pass_at is infinite meanwhile, every such hold() does.
+            self._wake.clear()
             try:
                 wait = self.renew_due()
             except Exception:  # the keeper must outlive any one bad renewal
                 log.exception("lease keeper pass failed")
                 wait = 0.5
-            self._wake.clear()
-            self._wake.wait(min(wait, 1.0))
+            wait = min(wait, 1.0)
+            with self._guard:
+                self._next_pass_at = self._clock.monotonic() + wait
+            self._wake.wait(wait)
+            with self._guard:
+                self._next_pass_at = float("inf")
 
     def stop(self) -> None:
         """Stop the thread (idempotent). Held leases are left to lapse."""

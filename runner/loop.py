@@ -10,19 +10,19 @@ from __future__ import annotations
 
 import logging
 import os
+import queue
 import secrets
 import socket
 import threading
-from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 
-from checkpoint.storage import Storage
+from checkpoint.storage import QueueMessage, Storage
 from checkpoint.store import CheckpointStore
 from jobs.clock import Clock, SystemClock
 from jobs.errors import StorageError
 from jobs.job import ChunkedJob
-from runner.lease import LeaseKeeper
-from runner.tasks import Context, handle
+from runner.lease import Lease, LeaseKeeper
+from runner.tasks import Context, handle, hold
 
 log = logging.getLogger(__name__)
 
@@ -44,6 +44,9 @@ class WorkerSettings:
 
     Attributes:
         concurrency: chunks run at once in this process (threads).
+        prefetch: messages received ahead of a free slot (leased and renewed while they
+            wait). None: as many as ``concurrency``. More helps very short chunks; less
+            leaves more work to other workers.
         poll_max_seconds: longest wait between receives while the queues are empty
             (waits start short and double up to this).
         burst: exit once no work is left for these job types.
@@ -52,6 +55,7 @@ class WorkerSettings:
     """
 
     concurrency: int = DEFAULT_CONCURRENCY
+    prefetch: int | None = None
     poll_max_seconds: float = DEFAULT_POLL_MAX_SECONDS
     burst: bool = False
     stop_timeout_seconds: float = DEFAULT_STOP_TIMEOUT_SECONDS
@@ -59,6 +63,8 @@ class WorkerSettings:
     def __post_init__(self) -> None:
         if self.concurrency < 1:
             raise ValueError("concurrency must be >= 1")
+        if self.prefetch is not None and self.prefetch < 0:
+            raise ValueError("prefetch must be >= 0")
         if self.poll_max_seconds <= 0 or self.stop_timeout_seconds < 0:
             raise ValueError("poll_max_seconds must be > 0 and stop_timeout_seconds >= 0")
 
@@ -95,6 +101,15 @@ class WorkerLoop:
         )
         self._classes = job_classes
         self._stop = threading.Event()
+        self._work: queue.SimpleQueue[tuple[str, QueueMessage, float, Lease] | None] = (
+            queue.SimpleQueue()
+        )
+        # Messages received and not yet finished (running or waiting for a slot).
+        self._outstanding = 0
+        prefetch = settings.concurrency if settings.prefetch is None else settings.prefetch
+        self._capacity = settings.concurrency + prefetch
+        self._refill_batch = max(1, min(32, self._capacity // 2))
+        self._outstanding_changed = threading.Condition()
 
     @property
     def worker_id(self) -> str:
@@ -111,15 +126,18 @@ class WorkerLoop:
         self._prepare()
         keeper = self.context.keeper
         keeper.start()
-        pool = ThreadPoolExecutor(self.settings.concurrency, thread_name_prefix="chunk")
-        inflight: set[Future[None]] = set()
+        slots = [
+            threading.Thread(target=self._slot, name=f"chunk-{n + 1}", daemon=True)
+            for n in range(self.settings.concurrency)
+        ]
+        for slot in slots:
+            slot.start()
         try:
-            self._serve(pool, inflight)
+            self._serve()
         finally:
             self.request_stop()
-            finished = self._drain(inflight)
+            finished = self._drain(slots)
             keeper.stop()
-            pool.shutdown(wait=False, cancel_futures=True)
         return EXIT_OK if finished else EXIT_STOP_TIMEOUT
 
     def _prepare(self) -> None:
@@ -128,25 +146,31 @@ class WorkerLoop:
             self.storage.queues.create_queue(cls.queue)
             self.storage.queues.create_queue(cls.poison_queue())
 
-    def _serve(self, pool: ThreadPoolExecutor, inflight: set[Future[None]]) -> None:
+    def _serve(self) -> None:
         idle_seconds = POLL_MIN_SECONDS
         while not self._stop.is_set():
-            inflight.difference_update([f for f in inflight if f.done()])
-            free = self.settings.concurrency - len(inflight)
-            if free <= 0:
-                wait(inflight, timeout=0.5, return_when=FIRST_COMPLETED)
-                continue
-            received = self._receive(pool, inflight, free)
-            if received:
+            with self._outstanding_changed:
+                if not self._should_receive():
+                    self._outstanding_changed.wait(0.5)
+                    continue
+                free = self._capacity - self._outstanding
+            if self._receive(free):
                 idle_seconds = POLL_MIN_SECONDS
                 continue
-            if self.settings.burst and not inflight and self._no_work_left():
+            if self.settings.burst and self._outstanding == 0 and self._no_work_left():
                 log.info("burst: no work left, exiting")
                 return
             self._stop.wait(idle_seconds)
             idle_seconds = min(idle_seconds * 2, self.settings.poll_max_seconds)
 
-    def _receive(self, pool: ThreadPoolExecutor, inflight: set[Future[None]], free: int) -> int:
+    def _should_receive(self) -> bool:
+        # Refill in batches while every slot still has work: one receive of many costs
+        # far less than many of one. Waking this thread for each finished chunk would
+        # also cost the chunk threads the GIL for a switch interval each time.
+        free = self._capacity - self._outstanding
+        return free >= self._refill_batch or self._outstanding < self.settings.concurrency
+
+    def _receive(self, free: int) -> int:
         received = 0
         for cls in self._classes:
             if free <= 0 or self._stop.is_set():
@@ -160,19 +184,36 @@ class WorkerLoop:
             except StorageError as error:
                 log.warning("receiving from %s failed: %s", cls.queue, error)
                 continue
+            with self._outstanding_changed:
+                self._outstanding += len(batch)
             for message in batch:
-                inflight.add(pool.submit(self._handle, cls.queue, message, received_at))
+                # Held at once, so a message waiting for a free slot is renewed too.
+                lease = hold(self.context, cls.queue, message, received_at)
+                self._work.put((cls.queue, message, received_at, lease))
             received += len(batch)
             free -= len(batch)
         return received
 
-    def _handle(self, queue: str, message, received_at: float) -> None:  # type: ignore[no-untyped-def]
-        try:
-            handle(self.context, queue, message, received_at)
-        except Exception:  # no message may kill the worker
-            log.exception(
-                "handling message %s from %s failed; it will be retried", message.id, queue
-            )
+    def _slot(self) -> None:
+        while True:
+            item = self._work.get()
+            if item is None:
+                return
+            queue, message, received_at, lease = item
+            try:
+                if self._stop.is_set():
+                    self.context.keeper.release(lease, 0)  # never started: hand it back
+                else:
+                    handle(self.context, queue, message, received_at, lease)
+            except Exception:  # no message may kill the worker
+                log.exception(
+                    "handling message %s from %s failed; it will be retried", message.id, queue
+                )
+            finally:
+                with self._outstanding_changed:
+                    self._outstanding -= 1
+                    if self._should_receive():
+                        self._outstanding_changed.notify()
 
     def _no_work_left(self) -> bool:
         """Every job of these types has ended and their queues hold nothing at all."""
@@ -188,18 +229,21 @@ class WorkerLoop:
             log.warning("checking for remaining work failed: %s", error)
             return False
 
-    def _drain(self, inflight: set[Future[None]]) -> bool:
-        pending = {f for f in inflight if not f.done()}
-        if not pending:
-            return True
-        log.info(
-            "stopping: waiting up to %.0f s for %d running chunk(s)",
-            self.settings.stop_timeout_seconds,
-            len(pending),
-        )
-        _, still = wait(pending, timeout=self.settings.stop_timeout_seconds)
+    def _drain(self, slots: list[threading.Thread]) -> bool:
+        for _ in slots:
+            self._work.put(None)  # after any buffered work, which is released unrun
+        deadline = self.clock.monotonic() + self.settings.stop_timeout_seconds
+        if self._outstanding:
+            log.info(
+                "stopping: waiting up to %.0f s for %d chunk(s)",
+                self.settings.stop_timeout_seconds,
+                self._outstanding,
+            )
+        for slot in slots:
+            slot.join(max(0.0, deadline - self.clock.monotonic()))
+        still = sum(slot.is_alive() for slot in slots)
         if still:
-            log.warning("%d chunk(s) did not stop in time; their leases will lapse", len(still))
+            log.warning("%d chunk(s) did not stop in time; their leases will lapse", still)
         return not still
 
 

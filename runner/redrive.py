@@ -1,50 +1,59 @@
-"""``runner poison redrive``: give a job's poisoned tasks new messages and new attempts.
+"""``runner poison redrive``: give a job's poisoned work new attempts.
 
-Each poisoned task goes back to waiting (its shard counter adjusted in the same batch)
-and gets a fresh message, so its delivery count starts again; the job leaves ``failed``
-and can complete and finalize. The job's old messages in ``<queue>-poison`` are then
-deleted; other jobs' poison messages are left where they are.
+1. Every poisoned task (chunk, planning, finalize) goes back to waiting with its attempt
+   count reset (a chunk's shard counter is adjusted in the same batch).
+2. The job's messages in ``<queue>-poison`` are moved back to the job queue, originals
+   unchanged; other jobs' poison messages stay where they are.
+3. A reset task whose poison message is gone (purged by hand, say) gets a new message.
+
+The job then leaves ``failed`` and can complete and finalize.
 """
 
 from __future__ import annotations
 
 from checkpoint import messages
+from checkpoint.records import TaskKind
 from checkpoint.storage import NEVER_EXPIRES, QueueStore
 from checkpoint.store import CheckpointStore
 from jobs.errors import BadMessage, Conflict, LeaseLost, NotFound
+from jobs.job import POISON_SUFFIX
 
 #: How long poison messages of other jobs stay hidden while we look past them.
 SCAN_VISIBILITY_SECONDS = 30
 
+_RESET = {"state": "waiting", "owner": "", "attempt": 0}
+
 
 def redrive(store: CheckpointStore, queues: QueueStore, job_id: str) -> int:
-    """Re-enqueue every poisoned task of the job; returns how many."""
+    """Re-run a job's poisoned work; returns how many tasks or messages were redriven."""
     job = store.get_job(job_id)
-    count = 0
+    reset = _reset_poisoned(store, job_id)
+    moved = move_back(queues, job.queue, job_id)
+    for kind, index in sorted(reset - moved):
+        message = messages.TaskMessage(kind, job.job_type, job_id, index)
+        queues.send(job.queue, messages.encode(message), ttl_seconds=NEVER_EXPIRES)
+    if reset or moved:
+        _reopen(store, job_id)
+    return len(reset | moved)
+
+
+def _reset_poisoned(store: CheckpointStore, job_id: str) -> set[tuple[TaskKind, int]]:
+    reset: set[tuple[TaskKind, int]] = set()
     for task in list(store.chunks(job_id, ("poisoned",))):
         try:
-            store.count_chunk(task, {"state": "waiting", "owner": ""}, {}, "-poisoned")
+            store.count_chunk(task, _RESET, {}, "-poisoned")
+            reset.add(("chunk", task.index))
         except Conflict:
             continue  # changed meanwhile: someone else redrove it
-        _send(queues, job.queue, messages.TaskMessage("chunk", job.job_type, job_id, task.index))
-        count += 1
     for kind in ("plan", "final"):
         try:
             task = store.get_task(job_id, kind, 0)  # type: ignore[arg-type]
         except NotFound:
             continue
         if task.state == "poisoned":
-            store.write_task(task, {"state": "waiting", "owner": ""})
-            _send(queues, job.queue, messages.TaskMessage(kind, job.job_type, job_id))  # type: ignore[arg-type]
-            count += 1
-    if count:
-        _reopen(store, job_id)
-        purge_poison_messages(queues, job.queue + "-poison", job_id)
-    return count
-
-
-def _send(queues: QueueStore, queue: str, message: messages.TaskMessage) -> None:
-    queues.send(queue, messages.encode(message), ttl_seconds=NEVER_EXPIRES)
+            store.write_task(task, _RESET)
+            reset.add((kind, 0))  # type: ignore[arg-type]
+    return reset
 
 
 def _reopen(store: CheckpointStore, job_id: str) -> None:
@@ -60,24 +69,39 @@ def _reopen(store: CheckpointStore, job_id: str) -> None:
             continue
 
 
-def purge_poison_messages(queues: QueueStore, poison_queue: str, job_id: str) -> int:
-    """Delete the poison-queue messages of ``job_id``; returns how many."""
-    deleted = 0
+def move_back(queues: QueueStore, queue: str, job_id: str) -> set[tuple[TaskKind, int]]:
+    """Move ``job_id``'s messages from ``<queue>-poison`` back to ``queue``; returns the
+    tasks they name. Sent before deleted: a crash in between leaves a duplicate, which
+    the claim step drops, never a loss."""
+    moved: set[tuple[TaskKind, int]] = set()
+    poison_queue = queue + POISON_SUFFIX
     while True:
         batch = queues.receive(
             poison_queue, max_messages=32, visibility_seconds=SCAN_VISIBILITY_SECONDS
         )
         if not batch:
-            return deleted
+            return moved
         for message in batch:
-            record = messages.read_poisoned(message.body)
+            original = _original(message.body)
+            if original is None:
+                continue
+            body, task = original
+            if task.job_id != job_id:
+                continue
+            queues.send(queue, body, ttl_seconds=NEVER_EXPIRES)
             try:
-                original = messages.decode(bytes(record["original"])) if record else None
-            except BadMessage:
-                original = None
-            if original is not None and original.job_id == job_id:
-                try:
-                    queues.delete(poison_queue, message.id, message.pop_receipt or "")
-                    deleted += 1
-                except LeaseLost:
-                    pass
+                queues.delete(poison_queue, message.id, message.pop_receipt or "")
+            except LeaseLost:
+                pass
+            moved.add((task.kind, task.index))
+
+
+def _original(body: bytes) -> tuple[bytes, messages.TaskMessage] | None:
+    record = messages.read_poisoned(body)
+    if not record or record.get("truncated"):
+        return None
+    original = bytes(record.get("original") or b"")
+    try:
+        return original, messages.decode(original)
+    except BadMessage:
+        return None

@@ -57,6 +57,11 @@ def _job(job: dict[str, Any], color: bool) -> str:
             f"  failed  #{chunk['index']} attempt {chunk['attempt']}: "
             f"{chunk['error_type']}: {chunk['error_message']}"
         )
+    for task in job.get("poisoned", []):
+        lines.append(
+            f"  poisoned {_task_name(task)} after {task['attempt']} attempt(s): "
+            f"{task['error_type']}: {task['error_message']}"
+        )
     return "\n".join(lines)
 
 
@@ -65,12 +70,15 @@ def render_poisoned(job_id: str, found: list[dict[str, Any]]) -> str:
         return f"{job_id}: no poisoned chunks"
     lines = [f"{job_id}: {len(found)} poisoned"]
     for task in found:
-        name = f"chunk #{task['index']}" if task["kind"] == "chunk" else task["kind"]
         lines.append(
-            f"  {name} after {task['attempt']} attempt(s): "
+            f"  {_task_name(task)} after {task['attempt']} attempt(s): "
             f"{task['error_type']}: {task['error_message']}"
         )
         if task.get("traceback"):
             last = task["traceback"].strip().splitlines()[-3:]
             lines.extend(f"      {line}" for line in last)
     return "\n".join(lines)
+
+
+def _task_name(task: dict[str, Any]) -> str:
+    return f"chunk #{task['index']}" if task["kind"] == "chunk" else task["kind"]

@@ -45,6 +45,9 @@ def job_status(store: CheckpointStore, job: JobRecord, now: datetime) -> dict[st
         },
         "running": [_running(store, task, now) for task in running],
         "failed": [_failed(task) for task in retrying],
+        "poisoned": poisoned_chunks(store, job.job_id)
+        if counts["poisoned"] or job.state == "failed"
+        else [],
         "finalize": _task_state(store, job.job_id, "final"),
     }
 

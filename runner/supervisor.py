@@ -29,6 +29,14 @@ log = logging.getLogger(__name__)
 LOG_FORMAT = "%(asctime)s %(levelname)s [%(processName)s] %(name)s: %(message)s"
 
 
+def configure_logging(level: str) -> None:
+    """Log at ``level``; the Azure SDK's per-request HTTP logs only at DEBUG (at INFO
+    they bury the runner's own lines under ~20 lines per storage call)."""
+    logging.basicConfig(level=level, format=LOG_FORMAT)
+    if logging.getLevelName(level) != logging.DEBUG:
+        logging.getLogger("azure").setLevel(logging.WARNING)
+
+
 @dataclass(frozen=True)
 class StartOptions:
     """Everything a worker process needs to start (picklable for spawn)."""
@@ -67,7 +75,7 @@ def run_in_this_process(options: StartOptions) -> int:
 
 def _child(options: StartOptions) -> None:
     os.setsid()
-    logging.basicConfig(level=options.log_level, format=LOG_FORMAT)
+    configure_logging(options.log_level)
     try:
         code = run_in_this_process(options)
     except Exception:

@@ -30,7 +30,15 @@ from checkpoint.storage import NEVER_EXPIRES, QueueMessage, QueueStore
 from checkpoint.store import CheckpointStore
 from jobs.backoff import compute_backoff
 from jobs.clock import Clock
-from jobs.errors import BadMessage, ChunkStopped, Conflict, JobNotFound, LeaseLost, NotFound
+from jobs.errors import (
+    BadMessage,
+    ChunkStopped,
+    CodecError,
+    Conflict,
+    JobNotFound,
+    LeaseLost,
+    NotFound,
+)
 from jobs.job import ChunkedJob
 from runner.control import TaskControl
 from runner.lease import Lease, LeaseKeeper
@@ -39,6 +47,13 @@ from runner.poison import PoisonRouter
 from runner.work import run_user_code
 
 log = logging.getLogger(__name__)
+
+#: Job states in which work is still expected.
+_OPEN_STATES = ("planning", "running", "finalizing")
+
+#: Deliveries allowed per attempt before a message is poisoned regardless (releases by
+#: graceful stops and prefetch hand-backs are deliveries but not attempts).
+DELIVERIES_PER_ATTEMPT = 4
 
 
 @dataclass
@@ -58,18 +73,36 @@ class Context:
         self.poison = PoisonRouter(self.queues, self.keeper, self.clock)
         self.by_queue = {cls.queue: cls for cls in self.job_classes.values()}
         self._jobs: dict[str, JobRecord] = {}
+        self.totals: dict[str, int] = {}
 
 
-def handle(worker: Context, queue: str, message: QueueMessage, received_at: float) -> None:
-    """Process one received message completely; never raises for a bad message."""
+def hold(worker: Context, queue: str, message: QueueMessage, received_at: float) -> Lease:
+    """Start renewing a just-received message (``received_at``: monotonic, before the
+    receive call) under its job type's lease."""
     queue_class = worker.by_queue[queue]
-    lease = worker.keeper.hold(
+    return worker.keeper.hold(
         queue,
         message,
         queue_class.lease_seconds,
         received_at=received_at,
         max_seconds=queue_class.max_chunk_seconds,
     )
+
+
+def handle(
+    worker: Context,
+    queue: str,
+    message: QueueMessage,
+    received_at: float,
+    lease: Lease | None = None,
+) -> None:
+    """Process one received message completely; never raises for a bad message.
+
+    ``lease`` is the message's lease if :func:`hold` was called already (the message
+    waited in a prefetch buffer); else it is held now.
+    """
+    if lease is None:
+        lease = hold(worker, queue, message, received_at)
     try:
         _handle_held(worker, queue, message, lease)
     finally:
@@ -79,15 +112,29 @@ def handle(worker: Context, queue: str, message: QueueMessage, received_at: floa
 
 
 def _handle_held(worker: Context, queue: str, message: QueueMessage, lease: Lease) -> None:
+    task_message, job_type = None, None
     try:
         task_message = messages.decode(message.body)
+        job = _job(worker, task_message.job_id)
+        job_type = job.job_type
         job_class = worker.job_classes.get(task_message.job_type)
         if job_class is None or job_class.queue != queue:
             raise BadMessage(f"unknown job type {task_message.job_type!r} on queue {queue!r}")
-        job = _job(worker, task_message.job_id)
     except BadMessage as bad:
         log.error("message %s on %s poisoned: %s", message.id, queue, bad)
         worker.poison.move(lease, message.body, str(bad))
+        if task_message is not None and task_message.job_type == job_type:
+            # The job exists but nobody here can run it: say so on the job, or it would
+            # wait for ever ("runner poison redrive" re-sends it once a worker can).
+            # Only for the job's own type: a stray message naming another type for an
+            # existing job is garbage and must not fail that job.
+            set_job(
+                worker.store,
+                task_message.job_id,
+                only_from=_OPEN_STATES,
+                state="failed",
+                error=f"{task_message.kind} message poisoned: {bad}",
+            )
         return
     _run_task(worker, lease, message, job_class, job, task_message)
 
@@ -115,12 +162,17 @@ def _run_task(
     task_message: messages.TaskMessage,
 ) -> None:
     kind, index = task_message.kind, task_message.index
+    if kind != "chunk":
+        # max_chunk_seconds caps chunks. Planning a huge job may take long, and finalize
+        # has no checkpoint to stop at: an unrenewed lease would only let a second
+        # worker start it while the first still runs.
+        lease.max_seconds = None
     try:
         task = _task(worker.store, job.job_id, kind, index)
     except NotFound:
-        worker.poison.move(
-            lease, message.body, f"no record of {kind} {index} of job {job.job_id!r}"
-        )
+        reason = f"no record of {kind} {index} of job {job.job_id!r}"
+        log.error("message %s on %s poisoned: %s", message.id, lease.queue, reason)
+        worker.poison.move(lease, message.body, reason)
         return
     verdict = _verdict(worker, task, message)
     if verdict is not None:
@@ -130,11 +182,9 @@ def _run_task(
             _after_done(worker, job.job_id, task)
         worker.keeper.delete(lease)
         return
-    if message.dequeue_count > job_class.max_attempts:
-        reason = (
-            f"delivered {message.dequeue_count} times, over max_attempts={job_class.max_attempts}"
-        )
-        _poison_task(worker, lease, message, job, task, None, reason)
+    exhausted = _exhausted(task, message, job_class)
+    if exhausted is not None:
+        _poison_task(worker, lease, message, job, task, None, exhausted)
         return
     claimed = _claim(worker, task, message, lease)
     if claimed is None:
@@ -150,6 +200,23 @@ def _run_task(
     )
     lease.on_renewed = control.on_renewed
     _execute(worker, lease, message, job_class, job, control)
+
+
+def _exhausted(task: TaskRecord, message: QueueMessage, job_class: type[ChunkedJob]) -> str | None:
+    """Why this task must not be tried again, or None.
+
+    Attempts are claims: a message released unrun by a graceful stop (or prefetched and
+    handed back) is not an attempt, although the queue counts it as a delivery. The
+    dequeue count is only a backstop, for messages that somehow never get claimed.
+    """
+    if task.attempt >= job_class.max_attempts:
+        return (
+            f"started {task.attempt} times without finishing (max_attempts="
+            f"{job_class.max_attempts}); the last attempt died or lost its lease"
+        )
+    if message.dequeue_count > job_class.max_attempts * DELIVERIES_PER_ATTEMPT:
+        return f"delivered {message.dequeue_count} times without finishing"
+    return None
 
 
 def _task(store: CheckpointStore, job_id: str, kind: TaskKind, index: int) -> TaskRecord:
@@ -214,11 +281,13 @@ def _execute(
     except ChunkStopped:
         _stopped(worker, lease, control)
         return
-    except Exception as error:  # the user's code failed: record it, retry or poison
+    except BaseException as error:  # noqa: BLE001 - user code failed (even sys.exit): record it
         _failed(worker, lease, message, job_class, job, control, error, traceback.format_exc())
         return
     try:
         _succeeded(worker, lease, job, control, outcome)
+    except CodecError as error:  # the result or the last state cannot be stored
+        _failed(worker, lease, message, job_class, job, control, error, traceback.format_exc())
     except LeaseLost as lost:
         log.warning(
             "%s %s of %s: finished but fenced (%s)", task.kind, task.index, job.job_id, lost
@@ -239,9 +308,10 @@ def _succeeded(
     worker: Context, lease: Lease, job: JobRecord, control: TaskControl, outcome: Any
 ) -> None:
     task, done = control.task, {"state": "done", "owner": "", "done_on": worker.clock.now()}
+    shard_counts = None
     if task.kind == "chunk":
         try:
-            task, _ = worker.store.count_chunk(
+            task, shard_counts = worker.store.count_chunk(
                 task, done, {"result": outcome, "progress": control.newest_state}, "done"
             )
         except (Conflict, NotFound) as fenced:
@@ -251,14 +321,16 @@ def _succeeded(
         task = control.write(done, {"progress": outcome} if task.kind == "plan" else {})
     # Marked done before the message is deleted: a crash in between re-delivers a message
     # that is deleted unrun, after _after_done has run again.
-    _after_done(worker, job.job_id, task)
+    _after_done(worker, job.job_id, task, shard_counts)
     worker.keeper.delete(lease)
 
 
-def _after_done(worker: Context, job_id: str, task: TaskRecord) -> None:
+def _after_done(
+    worker: Context, job_id: str, task: TaskRecord, shard_counts: dict[str, int] | None = None
+) -> None:
     """What follows a task's completion (idempotent: it may run again after a crash)."""
     if task.kind == "chunk":
-        check_complete(worker, job_id, layout.shard_of(task.index))
+        check_complete(worker, job_id, layout.shard_of(task.index), shard_counts)
     elif task.kind == "plan":
         total = int(worker.store.value(task.properties, "progress") or 0)
         set_job(worker.store, job_id, total=total, state="running", only_from=("planning",))
@@ -286,11 +358,14 @@ def _failed(
         task.attempt,
         error,
     )
-    if message.dequeue_count >= job_class.max_attempts:
-        reason = f"failed on attempt {message.dequeue_count} of {job_class.max_attempts}: {error!r}"
+    if task.attempt >= job_class.max_attempts:
+        reason = f"failed on attempt {task.attempt} of {job_class.max_attempts}: {error!r}"
         _poison_task(worker, lease, message, job, task, (error, trace), reason, control)
         return
     try:
+        control.write({"state": "retrying", "owner": "", **error_properties(error, trace)})
+    except CodecError:
+        control.forget_unwritten()  # the failure may be the state itself: keep the last good
         control.write({"state": "retrying", "owner": "", **error_properties(error, trace)})
     except LeaseLost:
         worker.keeper.drop(lease)
@@ -315,13 +390,10 @@ def _poison_task(
     values = {"progress": control.newest_state} if control and control.has_unwritten_state else {}
     current = control.task if control else task
     try:
-        if task.kind == "chunk":
-            worker.store.count_chunk(current, changes, values, "poisoned")
-        else:
-            worker.store.write_task(current, changes, values)
-            set_job(
-                worker.store, job.job_id, state="failed", error=f"{task.kind} poisoned: {reason}"
-            )
+        try:
+            _write_poisoned(worker, job, current, changes, values, reason)
+        except CodecError:  # the unwritten state itself cannot be stored: keep the last good
+            _write_poisoned(worker, job, current, changes, {}, reason)
     except (Conflict, NotFound):
         log.warning(
             "%s %s of %s changed while poisoning; left to its owner",
@@ -335,6 +407,21 @@ def _poison_task(
     worker.poison.move(lease, message.body, reason)
     if task.kind == "chunk":
         check_complete(worker, job.job_id, layout.shard_of(task.index))
+
+
+def _write_poisoned(
+    worker: Context,
+    job: JobRecord,
+    task: TaskRecord,
+    changes: dict[str, Any],
+    values: dict[str, Any],
+    reason: str,
+) -> None:
+    if task.kind == "chunk":
+        worker.store.count_chunk(task, changes, values, "poisoned")
+    else:
+        worker.store.write_task(task, changes, values)
+        set_job(worker.store, job.job_id, state="failed", error=f"{task.kind} poisoned: {reason}")
 
 
 # --------------------------------------------------------------------------- the job
@@ -356,24 +443,35 @@ def set_job(
             continue
 
 
-def check_complete(worker: Context, job_id: str, shard: int | None = None) -> None:
+def check_complete(
+    worker: Context,
+    job_id: str,
+    shard: int | None = None,
+    shard_counts: dict[str, int] | None = None,
+) -> None:
     """If every chunk of the job has ended, enqueue finalize (or fail the job).
 
-    Called after each chunk ends; with ``shard``, the full count is read only when that
-    shard is complete, so a job costs 16 full counts at most, not one per chunk.
+    Called after each chunk ends, with its shard's counts as just written: the job is
+    read, and all shards counted, only when that shard is complete, so a job costs 16
+    full counts at most, not one per chunk.
     """
     store = worker.store
-    job = store.get_job(job_id)
-    if job.total is None or job.state in ("finalizing", "done"):
-        return
+    total = worker.totals.get(job_id)
+    if total is None:
+        total = store.get_job(job_id).total
+        if total is None:
+            return  # still planning: planning checks when it ends
+        worker.totals[job_id] = total  # a job's total never changes once set
     if shard is not None:
-        counts = store.shard_counts(job_id, shard)
-        if counts.get("done", 0) + counts.get("poisoned", 0) < layout.chunks_in_shard(
-            job.total, shard
-        ):
+        counts = shard_counts or store.shard_counts(job_id, shard)
+        ended = counts.get("done", 0) + counts.get("poisoned", 0)
+        if ended < layout.chunks_in_shard(total, shard):
             return
+    job = store.get_job(job_id)
+    if job.state in ("finalizing", "done"):
+        return
     counts = store.counts(job_id)
-    if counts["done"] + counts["poisoned"] < job.total:
+    if counts["done"] + counts["poisoned"] < total:
         return
     if counts["poisoned"]:
         set_job(

@@ -144,4 +144,3 @@ def _bytes(data: bytes) -> bytes:
 
 def _quoted(etag: str) -> str:
     return etag if etag.startswith('"') else f'"{etag}"'
-

@@ -169,8 +169,10 @@ def _batch_failed(err: TableTransactionError, operation: str) -> BatchFailed:
     code = error_code(err)
     reason = from_status(status, code, f"{operation}, operation {err.index}")
     return BatchFailed(
-        redact(f"{operation}: operation {err.index} failed with {code} (HTTP {status}); "
-               "nothing was applied"),
+        redact(
+            f"{operation}: operation {err.index} failed with {code} (HTTP {status}); "
+            "nothing was applied"
+        ),
         index=err.index,
         reason=reason,
     )

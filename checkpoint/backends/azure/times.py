@@ -16,6 +16,12 @@ def as_utc(moment: datetime) -> datetime:
         moment = moment.replace(tzinfo=UTC)
     moment = moment.astimezone(UTC)
     return datetime(
-        moment.year, moment.month, moment.day, moment.hour, moment.minute, moment.second,
-        moment.microsecond, tzinfo=UTC,
+        moment.year,
+        moment.month,
+        moment.day,
+        moment.hour,
+        moment.minute,
+        moment.second,
+        moment.microsecond,
+        tzinfo=UTC,
     )

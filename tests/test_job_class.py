@@ -1,0 +1,300 @@
+"""``ChunkedJob`` as users write it: defaults, the queue name, checks made at class
+definition, and ``Chunk``'s checkpoint / stop protocol against a recording control."""
+
+from __future__ import annotations
+
+import sys
+import textwrap
+from typing import Any
+
+import pytest
+
+from jobs.backoff import Backoff
+from jobs.chunk import Chunk
+from jobs.errors import ChunkStopped, JobDefinitionError, JobNotFound, LeaseLost
+from jobs.job import POISON_SUFFIX, ChunkedJob, kebab_case
+from jobs.registry import load_job_class
+
+
+class MigrateOrders(ChunkedJob):
+    pass
+
+
+class Tuned(ChunkedJob):
+    queue = "tuned-queue"
+    lease_seconds = 2
+    max_attempts = 1
+    checkpoint_interval_seconds = 0
+    max_chunk_seconds = 0.5
+    backoff = Backoff(first_seconds=1, max_seconds=2)
+
+
+# --------------------------------------------------------------------------- names
+
+
+@pytest.mark.parametrize(
+    ("name", "queue"),
+    [
+        ("MigrateOrders", "migrate-orders"),
+        ("HTTPImport2", "http-import2"),
+        ("ABCJob", "abc-job"),
+        ("lower", "lower"),
+        ("My_Job", "my-job"),
+        ("Job2Go", "job2-go"),
+        ("S3Export", "s3-export"),
+    ],
+)
+def test_kebab_case(name, queue):
+    assert kebab_case(name) == queue
+
+
+def test_defaults():
+    assert MigrateOrders.queue == "migrate-orders"
+    assert MigrateOrders.poison_queue() == "migrate-orders" + POISON_SUFFIX
+    assert MigrateOrders.lease_seconds == 30
+    assert MigrateOrders.max_attempts == 5
+    assert MigrateOrders.checkpoint_interval_seconds == 5
+    assert MigrateOrders.max_chunk_seconds is None
+    assert isinstance(MigrateOrders.backoff, Backoff)
+
+
+def test_overrides_are_kept():
+    assert Tuned.queue == "tuned-queue"
+    assert Tuned.poison_queue() == "tuned-queue-poison"
+    assert (Tuned.lease_seconds, Tuned.max_attempts) == (2, 1)
+    assert Tuned.max_chunk_seconds == 0.5
+
+
+def test_job_type_is_module_and_qualified_name():
+    assert MigrateOrders.job_type() == f"{__name__}:MigrateOrders"
+
+    class Inner(ChunkedJob):
+        pass
+
+    assert Inner.job_type().endswith(":test_job_type_is_module_and_qualified_name.<locals>.Inner")
+
+
+def test_a_subclass_gets_its_own_queue_unless_it_names_one():
+    class Base(ChunkedJob):
+        queue = "shared-base"
+
+    class Child(Base):
+        pass
+
+    class Sibling(Base):
+        queue = "shared-base"
+
+    assert Child.queue == "child"
+    assert Sibling.queue == "shared-base"
+
+
+def test_longest_queue_name_leaves_room_for_the_poison_suffix():
+    class Long(ChunkedJob):
+        queue = "q" * (63 - len(POISON_SUFFIX))
+
+    assert len(Long.poison_queue()) == 63
+    with pytest.raises(JobDefinitionError, match="queue"):
+
+        class TooLong(ChunkedJob):
+            queue = "q" * (64 - len(POISON_SUFFIX))
+
+
+@pytest.mark.parametrize(
+    "queue", ["ab", "Upper-Case", "under_score", "double--hyphen", "-lead", "trail-", 7]
+)
+def test_bad_queue_names_are_refused_at_class_definition(queue):
+    with pytest.raises(JobDefinitionError, match=r"queue = .*set `queue = \.\.\.`"):
+        type("Bad", (ChunkedJob,), {"queue": queue})
+
+
+def test_a_class_name_too_short_for_a_queue_asks_for_one():
+    with pytest.raises(JobDefinitionError, match="queue"):
+
+        class Ab(ChunkedJob):
+            pass
+
+
+# --------------------------------------------------------------------------- settings
+
+
+@pytest.mark.parametrize(
+    ("setting", "value", "says"),
+    [
+        ("lease_seconds", 0, "lease_seconds"),
+        ("lease_seconds", 604_801, "lease_seconds"),
+        ("lease_seconds", 2.5, "lease_seconds"),
+        ("lease_seconds", True, "lease_seconds"),
+        ("lease_seconds", "30", "lease_seconds"),
+        ("max_attempts", 0, "max_attempts"),
+        ("max_attempts", False, "max_attempts"),
+        ("max_attempts", 2.0, "max_attempts"),
+        ("checkpoint_interval_seconds", -1, "checkpoint_interval_seconds"),
+        ("checkpoint_interval_seconds", "5", "checkpoint_interval_seconds"),
+        ("checkpoint_interval_seconds", True, "checkpoint_interval_seconds"),
+        ("max_chunk_seconds", 0, "max_chunk_seconds"),
+        ("max_chunk_seconds", -5, "max_chunk_seconds"),
+        ("max_chunk_seconds", True, "max_chunk_seconds"),
+        ("backoff", {"first_seconds": 1}, "backoff"),
+    ],
+)
+def test_bad_settings_are_refused_at_class_definition(setting, value, says):
+    with pytest.raises(JobDefinitionError, match=says):
+        type("BadSettings", (ChunkedJob,), {setting: value})
+
+
+@pytest.mark.parametrize(
+    ("setting", "value"),
+    [
+        ("lease_seconds", 1),
+        ("lease_seconds", 604_800),
+        ("checkpoint_interval_seconds", 0),
+        ("checkpoint_interval_seconds", 0.25),
+        ("max_chunk_seconds", 0.1),
+        ("max_chunk_seconds", 3600),
+    ],
+)
+def test_edge_settings_are_accepted(setting, value):
+    cls = type("EdgeSettings", (ChunkedJob,), {setting: value})
+    assert getattr(cls, setting) == value
+
+
+def test_definition_errors_are_type_errors_too():
+    assert issubclass(JobDefinitionError, TypeError)
+
+
+# --------------------------------------------------------------------------- methods
+
+
+def test_split_and_process_must_be_written():
+    job = MigrateOrders()
+    with pytest.raises(NotImplementedError, match="MigrateOrders.split"):
+        job.split({})
+    with pytest.raises(NotImplementedError, match="MigrateOrders.process"):
+        job.process(
+            Chunk(
+                job_id="j",
+                index=0,
+                payload=None,
+                params=None,
+                state=None,
+                attempt=1,
+                control=RecordingControl(),
+            )
+        )
+
+
+def test_finalize_is_optional():
+    assert MigrateOrders().finalize({}, None) is None  # type: ignore[arg-type]
+
+
+# --------------------------------------------------------------------------- Chunk
+
+
+class RecordingControl:
+    """A ChunkControl that records calls and raises what it is told to."""
+
+    def __init__(self, raise_on_check: BaseException | None = None, stopping: bool = False):
+        self.calls: list[tuple[str, Any]] = []
+        self.raise_on_check = raise_on_check
+        self._stopping = stopping
+
+    def offer(self, state: Any) -> None:
+        self.calls.append(("offer", state))
+
+    def raise_if_stopped(self) -> None:
+        self.calls.append(("check", None))
+        if self.raise_on_check is not None:
+            raise self.raise_on_check
+
+    @property
+    def stopping(self) -> bool:
+        return self._stopping
+
+
+def _chunk(control: RecordingControl, state: Any = None) -> Chunk:
+    return Chunk(
+        job_id="job-1",
+        index=4,
+        payload={"first": 0},
+        params={"rows": 10},
+        state=state,
+        attempt=2,
+        control=control,
+    )
+
+
+def test_chunk_exposes_what_process_needs():
+    chunk = _chunk(RecordingControl(), state=7)
+    assert (chunk.job_id, chunk.index, chunk.attempt) == ("job-1", 4, 2)
+    assert chunk.payload == {"first": 0} and chunk.params == {"rows": 10}
+    assert chunk.state == 7
+    assert repr(chunk) == "Chunk(job_id='job-1', index=4, attempt=2)"
+
+
+def test_checkpoint_offers_then_checks_and_keeps_the_newest_state():
+    control = RecordingControl()
+    chunk = _chunk(control)
+    chunk.checkpoint(1)
+    chunk.checkpoint({"row": 2})
+    assert control.calls == [("offer", 1), ("check", None), ("offer", {"row": 2}), ("check", None)]
+    assert chunk.state == {"row": 2}
+
+
+@pytest.mark.parametrize("error", [LeaseLost("gone"), ChunkStopped("stopping")])
+def test_checkpoint_is_the_cancellation_point(error):
+    control = RecordingControl(raise_on_check=error)
+    chunk = _chunk(control)
+    with pytest.raises(type(error)):
+        chunk.checkpoint(3)
+    # The state was offered (so it can be flushed) before the stop was raised
+    assert control.calls == [("offer", 3), ("check", None)]
+    assert chunk.state == 3
+
+
+def test_stopping_flag_comes_from_the_control():
+    assert _chunk(RecordingControl(stopping=True)).stopping is True
+    assert _chunk(RecordingControl()).stopping is False
+
+
+# --------------------------------------------------------------------------- registry
+
+
+def test_load_job_class_by_module_and_name():
+    assert load_job_class(f"{__name__}:MigrateOrders") is MigrateOrders
+
+
+def test_load_job_class_from_the_working_directory(tmp_path, monkeypatch):
+    (tmp_path / "userjobs_for_registry_test.py").write_text(
+        textwrap.dedent(
+            """
+            from jobs import job
+
+            class Local(job.ChunkedJob):
+                queue = "local-jobs"
+            """
+        )
+    )
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", str(tmp_path))])
+    try:
+        cls = load_job_class("userjobs_for_registry_test:Local")
+    finally:
+        sys.modules.pop("userjobs_for_registry_test", None)
+    assert cls.queue == "local-jobs"
+
+
+@pytest.mark.parametrize(
+    ("path", "says"),
+    [
+        ("no_colon", "module:Class"),
+        (":Cls", "module:Class"),
+        ("mod:", "module:Class"),
+        ("no_such_module_xyz:Job", "cannot import"),
+        (f"{__name__}:Missing", "has no"),
+        (f"{__name__}:RecordingControl", "not a ChunkedJob subclass"),
+        (f"{__name__}:_chunk", "not a ChunkedJob subclass"),
+    ],
+)
+def test_load_job_class_says_what_is_wrong(path, says):
+    with pytest.raises(JobNotFound, match=says):
+        load_job_class(path)

@@ -1,0 +1,497 @@
+"""The lease keeper against the embedded backend's real queues, on a shared FakeClock.
+
+The keeper's thread is never started on a fake clock: tests call ``renew_due`` as the
+thread would, advancing the clock by what it returns, and a second consumer on the same
+queue shows whether the message really stayed hidden. One test runs on the real clock:
+a CPU-bound chunk must not starve the keeper's thread.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from checkpoint.backends import open_storage
+from checkpoint.storage import QueueMessage, QueueStore, Receipt, Storage
+from jobs.clock import FakeClock, SystemClock
+from jobs.errors import LeaseLost, NotFound, Throttled, Unavailable
+from runner.lease import RENEW_FRACTION, RETRY_FRACTION, Lease, LeaseKeeper
+
+QUEUE = "work"
+
+
+class RecordingQueues:
+    """The real queues, recording each update and delete (with the clock's time) and
+    raising or blocking on demand to stand in for a flaky or slow service."""
+
+    def __init__(self, queues: QueueStore, clock: Any):
+        self._queues = queues
+        self._clock = clock
+        # (time, message id, receipt given, new receipt) of each update that succeeded
+        self.updates: list[tuple[float, str, str, str]] = []
+        self.deletes: list[tuple[float, str]] = []
+        self.update_failures: list[Exception] = []
+        self.update_entered = threading.Event()
+        self.update_gate: threading.Event | None = None
+
+    def update(self, queue: str, message_id: str, pop_receipt: str, **kwargs: Any) -> Receipt:
+        self.update_entered.set()
+        if self.update_gate is not None:
+            assert self.update_gate.wait(10), "test never opened the update gate"
+        if self.update_failures:
+            raise self.update_failures.pop(0)
+        receipt = self._queues.update(queue, message_id, pop_receipt, **kwargs)
+        self.updates.append((self._clock.monotonic(), message_id, pop_receipt, receipt.pop_receipt))
+        return receipt
+
+    def delete(self, queue: str, message_id: str, pop_receipt: str) -> None:
+        self._queues.delete(queue, message_id, pop_receipt)
+        self.deletes.append((self._clock.monotonic(), pop_receipt))
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._queues, name)
+
+
+class Harness:
+    """One worker's keeper and a second consumer on one embedded store."""
+
+    def __init__(self, storage: Storage, other: Storage, clock: FakeClock):
+        self.clock = clock
+        self.storage = storage
+        self.other = other
+        self.queues = RecordingQueues(storage.queues, clock)
+        self.keeper = LeaseKeeper(self.queues, clock)  # type: ignore[arg-type]
+        storage.queues.create_queue(QUEUE)
+
+    def receive(self, lease_seconds: int, **hold: Any) -> tuple[QueueMessage, Lease]:
+        """Send one message and take it under a lease, as the worker loop does."""
+        self.storage.queues.send(QUEUE, b"chunk")
+        received_at = self.clock.monotonic()
+        (message,) = self.storage.queues.receive(QUEUE, visibility_seconds=lease_seconds)
+        return message, self.keeper.hold(
+            QUEUE, message, lease_seconds, received_at=received_at, **hold
+        )
+
+    def run_keeper(self, seconds: float) -> None:
+        """Let ``seconds`` pass as the keeper's thread would: renew whatever is due, then
+        sleep until the next renewal is due."""
+        end = self.clock.monotonic() + seconds
+        while True:
+            wait = self.keeper.renew_due()
+            left = end - self.clock.monotonic()
+            if left <= 1e-9:
+                return
+            self.clock.advance(min(wait, left) if wait > 0 else min(0.001, left))
+
+    def others_see(self) -> list[QueueMessage]:
+        """What a second worker would receive now (it takes it, as a real worker would)."""
+        return self.other.queues.receive(QUEUE, visibility_seconds=600)
+
+    def update_times(self, since: float, message_id: str | None = None) -> list[float]:
+        return [
+            when - since
+            for when, updated, _, _ in self.queues.updates
+            if message_id in (None, updated)
+        ]
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock()
+
+
+@pytest.fixture
+def harness(tmp_path: Path, clock: FakeClock) -> Iterator[Harness]:
+    storage = open_storage(str(tmp_path / "store"), clock=clock)
+    other = open_storage(str(tmp_path / "store"), clock=clock)
+    try:
+        yield Harness(storage, other, clock)
+    finally:
+        other.close()
+        storage.close()
+
+
+# --------------------------------------------------------------------------- renewing
+
+
+def test_renews_at_seventy_percent_of_the_lease(harness: Harness):
+    # Given a message held under a 10 s lease
+    start = harness.clock.monotonic()
+    _, lease = harness.receive(10)
+    assert harness.keeper.renew_due() == pytest.approx(10 * RENEW_FRACTION)
+
+    # When 6.9 s pass nothing is renewed; at 7 s it is, and every 7 s after
+    harness.clock.advance(6.9)
+    assert harness.keeper.renew_due() == pytest.approx(0.1)
+    assert harness.queues.updates == []
+    harness.clock.advance(0.1)
+    harness.run_keeper(15)
+
+    # Then renewals happened at 7, 14 and 21 s and the lease now runs to 31 s
+    assert harness.update_times(start) == pytest.approx([7, 14, 21])
+    assert lease.visible_at - start == pytest.approx(31)
+    assert lease.next_renewal_at - start == pytest.approx(28)
+    assert not lease.lost.is_set()
+
+
+def test_a_renewed_message_stays_hidden_from_other_workers(harness: Harness):
+    # Given a message held under a 4 s lease, renewed for 20 s
+    _, lease = harness.receive(4)
+    harness.run_keeper(20)
+    # Then no other worker could take it meanwhile, nor now
+    assert harness.others_see() == []
+    assert not lease.expired(harness.clock.monotonic())
+
+    # When the keeper stops renewing it, it reappears once its last renewal runs out
+    harness.keeper.drop(lease)
+    harness.clock.advance(lease.visible_at - harness.clock.monotonic() - 0.01)
+    assert harness.others_see() == []
+    harness.clock.advance(0.02)
+    assert len(harness.others_see()) == 1
+
+
+def test_always_keeps_the_newest_pop_receipt(harness: Harness):
+    # Given a held message renewed twice
+    message, lease = harness.receive(10)
+    renewed: list[str] = []
+    lease.on_renewed = lambda held: renewed.append(held.pop_receipt)
+    harness.run_keeper(15)
+    (_, _, first, second), (_, _, given, third) = harness.queues.updates
+
+    # Then each renewal used the receipt the previous one returned, the lease holds the
+    # newest, and on_renewed saw each new one
+    assert first == message.pop_receipt
+    assert given == second
+    assert lease.pop_receipt == third
+    assert renewed == [second, third]
+
+    # and the older receipts no longer work on the real queue, the newest does
+    for stale in (first, second):
+        with pytest.raises(LeaseLost, match="stale"):
+            harness.storage.queues.update(QUEUE, message.id, stale, visibility_seconds=10)
+    assert harness.keeper.delete(lease) is True
+    assert harness.storage.queues.approximate_length(QUEUE) == 0
+
+
+def test_renews_several_leases_each_on_its_own_schedule(harness: Harness):
+    start = harness.clock.monotonic()
+    _, short = harness.receive(2)
+    harness.clock.advance(1)
+    _, long = harness.receive(10)
+
+    harness.run_keeper(8)
+
+    # Then the 2 s lease was renewed every 1.4 s and the 10 s one at 7 s after it began
+    assert harness.update_times(start, short.message_id) == pytest.approx(
+        [1.4, 2.8, 4.2, 5.6, 7.0, 8.4]
+    )
+    assert harness.update_times(start, long.message_id) == pytest.approx([8.0])
+    assert not short.lost.is_set() and not long.lost.is_set()
+
+
+def test_nothing_held_means_a_long_wait(harness: Harness):
+    assert harness.keeper.renew_due() == 3600.0
+
+
+# --------------------------------------------------------------------------- max_seconds
+
+
+def test_stops_renewing_past_max_seconds_and_marks_lost(harness: Harness):
+    # Given a 2 s lease on a chunk allowed 5 s in all
+    start = harness.clock.monotonic()
+    _, lease = harness.receive(2, max_seconds=5)
+
+    # When the keeper runs for 6 s
+    harness.run_keeper(6)
+
+    # Then it renewed at 1.4, 2.8 and 4.2 s, and at 5.6 s gave up: lost, not renewed
+    assert harness.update_times(start) == pytest.approx([1.4, 2.8, 4.2])
+    assert lease.lost.is_set()
+    assert "max_chunk_seconds" in (lease.lost_reason or "")
+    assert lease.expired(harness.clock.monotonic())
+    # and the message comes back to other workers when the last renewal runs out (6.2 s)
+    assert harness.others_see() == []
+    harness.clock.advance(start + 6.2 + 0.001 - harness.clock.monotonic())
+    assert len(harness.others_see()) == 1
+    # Further passes leave the lost lease alone
+    harness.run_keeper(10)
+    assert len(harness.queues.updates) == 3
+
+
+# --------------------------------------------------------------------------- losing
+
+
+def test_a_refused_renewal_marks_the_lease_lost(harness: Harness):
+    # Given a held message whose lease ran out before the keeper got to it (a pause)
+    message, lease = harness.receive(5)
+    harness.clock.advance(6)
+    assert lease.expired(harness.clock.monotonic())
+    # and that another worker has taken meanwhile
+    (taken,) = harness.others_see()
+    assert taken.id == message.id
+
+    # When the keeper tries to renew it
+    harness.keeper.renew_due()
+
+    # Then the renewal is refused, the lease is lost, and it is never tried again
+    assert lease.lost.is_set()
+    assert "renewal refused" in (lease.lost_reason or "")
+    assert harness.queues.updates == []
+    assert harness.keeper.renew_due() == 3600.0
+    # and the other worker's receipt still works: the keeper did not disturb it
+    assert taken.pop_receipt is not None
+    harness.other.queues.delete(QUEUE, taken.id, taken.pop_receipt)
+
+
+def test_a_renewal_of_a_deleted_message_marks_the_lease_lost(harness: Harness):
+    message, lease = harness.receive(5)
+    harness.storage.queues.delete(QUEUE, message.id, lease.pop_receipt)
+    harness.run_keeper(4)
+    assert lease.lost.is_set()
+    assert "no longer in queue" in (lease.lost_reason or "")
+
+
+@pytest.mark.parametrize("error", [Throttled("busy"), Unavailable("unreachable")])
+def test_a_transient_failure_is_retried_at_ten_percent(harness: Harness, error: Exception):
+    # Given a 10 s lease whose first renewal (at 7 s) fails once
+    start = harness.clock.monotonic()
+    _, lease = harness.receive(10)
+    harness.queues.update_failures.append(error)
+
+    # When the keeper runs on
+    harness.run_keeper(7)
+    assert lease.next_renewal_at - start == pytest.approx(7 + 10 * RETRY_FRACTION)
+    harness.run_keeper(2)
+
+    # Then it retried 1 s later, succeeded, and the lease goes on
+    assert harness.update_times(start) == pytest.approx([8])
+    assert not lease.lost.is_set()
+    assert lease.visible_at - start == pytest.approx(18)
+
+
+def test_renewals_failing_until_the_lease_runs_out_lose_it(harness: Harness):
+    # Given a 10 s lease and a service that fails every renewal
+    start = harness.clock.monotonic()
+    _, lease = harness.receive(10)
+    attempts: list[float] = []
+
+    def failing(*_args: Any, **_kwargs: Any) -> Receipt:
+        attempts.append(harness.clock.monotonic() - start)
+        raise Throttled("server busy")
+
+    harness.queues.update = failing  # type: ignore[method-assign]
+
+    # When the keeper keeps trying
+    harness.run_keeper(9.5)
+    assert not lease.lost.is_set()  # still within the lease: keep trying
+    harness.run_keeper(5)
+
+    # Then it tried at 7, 8, 9 and, last, at the lease's end (10 s), then gave up
+    assert attempts == pytest.approx([7, 8, 9, 10])
+    assert lease.lost.is_set()
+    assert "ran out" in (lease.lost_reason or "")
+
+
+def test_a_lease_past_its_end_is_expired_even_before_the_keeper_notices(harness: Harness):
+    _, lease = harness.receive(3)
+    harness.clock.advance(2.99)
+    assert not lease.expired(harness.clock.monotonic())
+    harness.clock.advance(0.01)
+    assert lease.expired(harness.clock.monotonic())
+    assert not lease.lost.is_set()
+    assert "ran out" in lease.why_lost(harness.clock.monotonic())
+
+
+# --------------------------------------------------------------------------- finishing
+
+
+def test_delete_uses_the_newest_receipt_and_ends_renewals(harness: Harness):
+    _, lease = harness.receive(4)
+    harness.run_keeper(9)  # renewed at 2.8, 5.6, 8.4
+    assert len(harness.queues.updates) == 3
+
+    assert harness.keeper.delete(lease) is True
+
+    assert harness.queues.deletes == [(harness.clock.monotonic(), harness.queues.updates[-1][3])]
+    assert harness.storage.queues.approximate_length(QUEUE) == 0
+    assert harness.keeper.held() == []
+    harness.run_keeper(20)
+    assert len(harness.queues.updates) == 3
+
+
+def test_release_makes_the_message_visible_at_once_with_the_newest_receipt(harness: Harness):
+    message, lease = harness.receive(4)
+    harness.run_keeper(6)
+
+    assert harness.keeper.release(lease) is True
+
+    (again,) = harness.others_see()
+    assert again.id == message.id and again.dequeue_count == 2
+    harness.run_keeper(20)
+    assert len(harness.queues.updates) == 3  # two renewals, one release; then nothing
+
+
+def test_release_with_a_delay_keeps_it_hidden_that_long(harness: Harness):
+    _, lease = harness.receive(4)
+    assert harness.keeper.release(lease, 30) is True
+    harness.clock.advance(29.9)
+    assert harness.others_see() == []
+    harness.clock.advance(0.1)
+    assert len(harness.others_see()) == 1
+
+
+def test_finish_does_nothing_for_a_lost_lease(harness: Harness):
+    _, lease = harness.receive(4)
+    lease.lose("someone else has it")
+    called: list[str] = []
+    assert harness.keeper.finish(lease, called.append) is False
+    assert called == []
+    assert harness.keeper.held() == []
+
+
+def test_finish_on_a_message_taken_by_another_worker_marks_lost(harness: Harness):
+    _, lease = harness.receive(2)
+    harness.clock.advance(3)  # no renewal: it lapses
+    assert len(harness.others_see()) == 1
+
+    assert harness.keeper.delete(lease) is False
+    assert lease.lost.is_set()
+    assert harness.queues.deletes == []
+
+
+def test_drop_stops_renewing_without_touching_the_message(harness: Harness):
+    _, lease = harness.receive(4)
+    harness.keeper.drop(lease)
+    harness.run_keeper(10)
+    assert harness.queues.updates == [] and harness.queues.deletes == []
+    assert len(harness.others_see()) == 1  # it lapsed and came back
+
+
+def test_finish_waits_for_a_renewal_in_flight_and_uses_its_receipt(harness: Harness):
+    # Given a renewal that is inside its UpdateMessage call (on the keeper's thread)
+    _, lease = harness.receive(10)
+    harness.clock.advance(7)
+    harness.queues.update_gate = threading.Event()
+    renewing = threading.Thread(target=harness.keeper.renew_due)
+    renewing.start()
+    assert harness.queues.update_entered.wait(10)
+
+    # When the chunk's thread deletes the message meanwhile
+    result: list[bool] = []
+    deleting = threading.Thread(target=lambda: result.append(harness.keeper.delete(lease)))
+    deleting.start()
+
+    # Then the delete waits for the renewal (it would use a receipt about to go stale) ...
+    deleting.join(0.3)
+    assert deleting.is_alive() and harness.queues.deletes == []
+    harness.queues.update_gate.set()
+    renewing.join(10)
+    deleting.join(10)
+
+    # ... and then deletes with the receipt the renewal returned
+    assert result == [True]
+    ((_, _, _, newest),) = harness.queues.updates
+    assert harness.queues.deletes[0][1] == newest
+    assert harness.storage.queues.approximate_length(QUEUE) == 0
+
+
+def test_no_renewal_runs_once_finish_has_begun(harness: Harness):
+    # Given a release whose UpdateMessage is slow (the lease is due for renewal meanwhile)
+    _, lease = harness.receive(10)
+    harness.clock.advance(8)
+    harness.queues.update_gate = threading.Event()
+    releasing = threading.Thread(target=harness.keeper.release, args=(lease,))
+    releasing.start()
+    assert harness.queues.update_entered.wait(10)
+
+    # When the keeper makes a pass meanwhile, it leaves the lease alone
+    harness.keeper.renew_due()
+    harness.queues.update_gate.set()
+    releasing.join(10)
+
+    # Then the only update was the release (visibility 0): the message is back
+    assert len(harness.queues.updates) == 1
+    assert len(harness.others_see()) == 1
+
+
+# --------------------------------------------------------------------------- thread
+
+
+def test_keeper_thread_starts_and_stops_idempotently(tmp_path: Path):
+    storage = open_storage(str(tmp_path / "store"))
+    try:
+        keeper = LeaseKeeper(storage.queues, SystemClock())
+        keeper.start()
+        keeper.start()
+        keeper.stop()
+        keeper.stop()
+    finally:
+        storage.close()
+
+
+def _busy(seconds: float) -> int:
+    """Pure-Python work holding the GIL as much as Python lets it: no I/O, no sleeps."""
+    end = time.monotonic() + seconds
+    spins = 0
+    while True:
+        for _ in range(10_000):
+            spins += 1
+        if time.monotonic() >= end:
+            return spins
+
+
+def test_a_cpu_bound_chunk_does_not_starve_renewals(tmp_path: Path):
+    # Given a real-time worker holding a message under a 2 s lease, its keeper running
+    clock = SystemClock()
+    storage = open_storage(str(tmp_path / "store"), clock=clock)
+    other = open_storage(str(tmp_path / "store"), clock=clock)
+    queues = RecordingQueues(storage.queues, clock)
+    keeper = LeaseKeeper(queues, clock)  # type: ignore[arg-type]
+    try:
+        storage.queues.create_queue(QUEUE)
+        storage.queues.send(QUEUE, b"cpu-bound chunk")
+        received_at = clock.monotonic()
+        (message,) = storage.queues.receive(QUEUE, visibility_seconds=2)
+        lease = keeper.hold(QUEUE, message, 2, received_at=received_at)
+        keeper.start()
+
+        # When a chunk spins in pure Python for ~6 s (three leases) on its own thread
+        chunk = threading.Thread(target=_busy, args=(6.0,), name="chunk")
+        chunk.start()
+        seen_by_other: list[QueueMessage] = []
+        while chunk.is_alive():
+            seen_by_other += other.queues.peek(QUEUE, max_messages=32)
+            chunk.join(0.25)
+
+        # Then a second worker never saw the message, not even now
+        assert seen_by_other == []
+        assert other.queues.receive(QUEUE, visibility_seconds=60) == []
+        # because the keeper kept renewing it (about every 1.4 s; loose bounds)
+        assert len(queues.updates) >= 2
+        assert not lease.lost.is_set()
+        assert keeper.delete(lease) is True
+    finally:
+        keeper.stop()
+        other.close()
+        storage.close()
+
+
+def test_drop_is_safe_for_a_lease_never_held(harness: Harness):
+    # A lease the keeper no longer has (dropped twice, or finished first) is ignored
+    _, lease = harness.receive(4)
+    assert harness.keeper.delete(lease) is True
+    harness.keeper.drop(lease)
+    harness.keeper.drop(lease)
+    assert harness.keeper.held() == []
+
+
+def test_deleting_an_unknown_message_is_lease_lost(harness: Harness):
+    with pytest.raises(LeaseLost):
+        harness.storage.queues.delete(QUEUE, "no-such-id", "receipt")
+    with pytest.raises(NotFound):
+        harness.storage.queues.delete("no-such-queue", "no-such-id", "receipt")
