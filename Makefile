@@ -18,7 +18,7 @@ export SPARK_LOCAL_IP := 127.0.0.1
 help:
 	@echo "make demo       run the main job on the embedded default"
 	@echo "make test       install everything, then run the full test suite (both backends)"
-	@echo "make bench      measure storage operations on both backends -> BENCHMARKS.md"
+	@echo "make bench      storage operations and the chunk engine, both backends -> BENCHMARKS.md"
 	@echo "make lint       ruff; make typecheck: mypy"
 	@echo "make clean      remove .venv, .tools and the default embedded store"
 
@@ -27,7 +27,7 @@ venv: $(VENV)/.installed
 $(VENV)/.installed: pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[dev,identity]'
+	$(BIN)/python -m pip install --quiet -e '.[dev,identity,spark]'
 	touch $@
 
 azurite: $(AZURITE_BIN)
@@ -49,6 +49,7 @@ typecheck: venv
 
 bench: venv azurite
 	$(BIN)/python -m tests.bench.storage --output BENCHMARKS.md
+	$(BIN)/python -m tests.bench.chunks --output BENCHMARKS.md
 
 demo:
 	@echo "make demo: not yet - the batch-migration demo lands with the Spark issue."

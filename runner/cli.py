@@ -10,6 +10,7 @@ failed, 2 bad usage, 3 ``start`` stopped but chunks outlived the stop timeout,
 from __future__ import annotations
 
 import json
+import os
 import sys
 import uuid
 from pathlib import Path
@@ -177,6 +178,20 @@ def _json_params(text: str) -> object:
     help="Longest wait between polls of empty queues.",
 )
 @click.option(
+    "--spark-master",
+    default=None,
+    metavar="URL",
+    help="Spark master for SparkChunkedJob workers (default: the job's spark_master, "
+    "else local[*]); sets RUNNER_SPARK_MASTER.",
+)
+@click.option(
+    "--spark-conf",
+    default=None,
+    metavar="JSON",
+    help='Extra Spark conf as a JSON object, e.g. \'{"spark.executor.memory": "4g"}\'; '
+    "sets RUNNER_SPARK_CONF.",
+)
+@click.option(
     "--log-level",
     default="INFO",
     show_default=True,
@@ -191,6 +206,8 @@ def start(
     burst: bool,
     stop_timeout_seconds: float,
     poll_max_seconds: float,
+    spark_master: str | None,
+    spark_conf: str | None,
     log_level: str,
     storage: str | None,
 ) -> None:
@@ -199,7 +216,22 @@ def start(
     First SIGTERM/SIGINT: stop taking work, let running chunks reach their next
     checkpoint, save it, release their messages. Second: exit at once.
     """
+    from jobs.spark_settings import CONF_ENV, MASTER_ENV
     from runner.supervisor import StartOptions, configure_logging, run_workers
+
+    # Through the environment: spawned worker processes inherit it, and jobs.spark
+    # reads its settings from there, in one place.
+    if spark_master:
+        os.environ[MASTER_ENV] = spark_master
+    if spark_conf:
+        try:
+            if not isinstance(json.loads(spark_conf), dict):
+                raise ValueError("not an object")
+        except ValueError as error:
+            raise click.BadParameter(
+                f"not a JSON object: {error}", param_hint="--spark-conf"
+            ) from error
+        os.environ[CONF_ENV] = spark_conf
 
     configure_logging(log_level.upper())
     settings = WorkerSettings(

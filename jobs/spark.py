@@ -1,0 +1,324 @@
+"""Spark inside chunks: one SparkSession per worker process, one job group per chunk.
+
+PySpark is the ``spark`` extra (``pip install 'chunkrunner[spark]'``): it is imported
+only when a session is first wanted, so ``import jobs.spark`` and the rest of the
+project never need it. ::
+
+    from jobs.spark import SparkChunkedJob, chunk_output_path, write_chunk_output
+
+    class MigrateOrders(SparkChunkedJob):
+        spark_conf = {"spark.sql.shuffle.partitions": "8"}
+
+        def process(self, chunk):
+            with self.job_group(chunk):          # cancelled if the chunk must stop
+                df = self.spark.read.json(chunk.payload["files"])
+                out = chunk_output_path(chunk.params["out"], chunk.job_id, chunk.index)
+                commit = write_chunk_output(migrate(df), out)
+            return {"rows": commit.rows}
+
+The session is built on first use with the master and conf of :class:`SparkSettings`
+(the job class's ``spark_master`` / ``spark_conf``, overridden by
+``RUNNER_SPARK_MASTER`` / ``RUNNER_SPARK_CONF``) and then shared by every chunk the
+process runs, so the JVM starts once per worker, not once per chunk.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import uuid
+from collections.abc import Mapping
+from types import MappingProxyType, TracebackType
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from jobs.chunk import Chunk
+from jobs.chunk_output import (
+    COMMIT_MARKER,
+    ChunkCommit,
+    chunk_output_path,
+    content_checksum,
+    is_committed,
+    read_commit,
+    write_chunk_output,
+)
+from jobs.errors import ChunkStopped, ConfigurationError, JobDefinitionError, LeaseLost
+from jobs.job import ChunkedJob
+from jobs.planning import split_files, split_key_range
+from jobs.spark_settings import CONF_ENV, MASTER_ENV, SparkSettings, conf_strings
+
+if TYPE_CHECKING:
+    from pyspark import SparkContext
+    from pyspark.sql import SparkSession
+
+__all__ = [
+    "COMMIT_MARKER",
+    "CONF_ENV",
+    "ChunkCommit",
+    "ChunkJobGroup",
+    "MASTER_ENV",
+    "SparkChunkedJob",
+    "SparkSettings",
+    "chunk_output_path",
+    "content_checksum",
+    "is_committed",
+    "job_group",
+    "read_commit",
+    "spark_session",
+    "split_files",
+    "split_key_range",
+    "stop_spark",
+    "write_chunk_output",
+]
+
+log = logging.getLogger(__name__)
+
+#: How often a chunk's job-group watcher asks ``chunk.stopping``.
+STOP_POLL_SECONDS = 0.2
+
+_MISSING_PYSPARK = "Spark jobs need PySpark: pip install 'chunkrunner[spark]'"
+#: The local properties a job group sets on the calling thread.
+_GROUP_PROPERTIES = ("spark.jobGroup.id", "spark.job.description", "spark.job.interruptOnCancel")
+
+
+# --------------------------------------------------------------------------- the session
+
+_session_lock = threading.Lock()
+_session: SparkSession | None = None
+_session_settings: SparkSettings | None = None
+_warned_settings: set[str] = set()
+
+
+def spark_session(settings: SparkSettings | None = None) -> SparkSession:
+    """This worker process's SparkSession, built on first use and reused after.
+
+    Chunk threads asking at once wait for one build rather than starting two JVMs. A
+    later caller asking for other settings gets the existing session (a process has
+    one SparkContext) and a warning.
+
+    Args:
+        settings: how to build it; :meth:`SparkSettings.for_job` with no job class if
+            None (the environment over the defaults).
+
+    Raises:
+        ImportError: PySpark is not installed.
+        ConfigurationError: bad settings in the environment.
+    """
+    global _session, _session_settings
+    settings = SparkSettings.for_job() if settings is None else settings
+    with _session_lock:
+        if _session is not None and _is_alive(_session):
+            if settings != _session_settings:
+                _warn_other_settings(settings)
+            return _session
+        _session = _build_session(settings)
+        _session_settings = settings
+        return _session
+
+
+def stop_spark() -> None:
+    """Stop this process's SparkSession, if any; the next :func:`spark_session` builds
+    a new one. For tests and orderly shutdown; workers need not call it."""
+    global _session, _session_settings
+    with _session_lock:
+        if _session is not None:
+            _session.stop()
+        _session = _session_settings = None
+
+
+def _is_alive(session: SparkSession) -> bool:
+    # SparkContext.stop() drops its Java context; a session stopped elsewhere (user
+    # code, a test) must be rebuilt, not handed out dead.
+    return session.sparkContext._jsc is not None
+
+
+def _build_session(settings: SparkSettings) -> SparkSession:
+    try:
+        from pyspark.sql import SparkSession
+    except ImportError as missing:
+        raise ImportError(_MISSING_PYSPARK) from missing
+    if settings.master.startswith("local"):
+        # The JVM picks its bind address from the host name (and warns) unless told;
+        # only for local masters: a cluster's executors must reach the driver.
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    builder = SparkSession.builder.master(settings.master).appName(settings.app_name)
+    for key, value in settings.conf.items():
+        builder = builder.config(key, value)
+    py4j_log = logging.getLogger("py4j")
+    if py4j_log.level == logging.NOTSET:
+        # py4j logs every gateway connection at INFO; a worker logging at INFO would
+        # drown in it. Left alone if the user configured it.
+        py4j_log.setLevel(logging.WARNING)
+    log.info("starting SparkSession (master %s)", settings.master)
+    return builder.getOrCreate()
+
+
+def _warn_other_settings(settings: SparkSettings) -> None:
+    key = repr(settings)
+    if key not in _warned_settings:
+        _warned_settings.add(key)
+        log.warning(
+            "SparkSession already running with %r; not rebuilt for %r "
+            "(one session per worker process)",
+            _session_settings,
+            settings,
+        )
+
+
+# --------------------------------------------------------------------------- job groups
+
+
+class ChunkJobGroup:
+    """A chunk's Spark job group, cancelled as soon as the chunk must stop.
+
+    Use as a context manager on the chunk's own thread (Spark keeps the group in the
+    thread's local properties). Inside it every Spark action belongs to the group; a
+    daemon thread polls ``chunk.stopping`` every ``poll_seconds`` and, once it is true
+    (lease lost, worker stopping), cancels the group so a running action fails within
+    moments instead of running to the end. On leaving, a cancelled group (or an error
+    raised while the chunk must stop) becomes the chunk's proper stop exception:
+    :class:`~jobs.errors.LeaseLost` or :class:`~jobs.errors.ChunkStopped` (the Spark
+    error kept as its cause), raised by ``chunk.checkpoint(chunk.state)``, so the newest
+    state is flushed exactly as at any checkpoint.
+
+    Attributes:
+        id: the group id: unique per entry, so cancelling one attempt of a chunk never
+            touches another attempt running in the same process.
+        description: what Spark's UI shows for the group's jobs.
+        cancelled: True once the watcher cancelled the group.
+    """
+
+    def __init__(
+        self,
+        spark: SparkSession,
+        chunk: Chunk,
+        description: str | None = None,
+        *,
+        poll_seconds: float = STOP_POLL_SECONDS,
+    ):
+        self._context: SparkContext = spark.sparkContext
+        self._chunk = chunk
+        self._poll_seconds = poll_seconds
+        self.id = f"chunkrunner-{chunk.job_id}-{chunk.index}-{chunk.attempt}-{uuid.uuid4().hex[:8]}"
+        self.description = description or (
+            f"chunk {chunk.index} of job {chunk.job_id} (attempt {chunk.attempt})"
+        )
+        self.cancelled = False
+        self._left = threading.Event()
+        self._watcher: threading.Thread | None = None
+        self._previous: dict[str, str | None] = {}
+
+    def __enter__(self) -> ChunkJobGroup:
+        if self._chunk.stopping:
+            _raise_stop(self._chunk, None)  # start no Spark work for a chunk that must stop
+        # Restored on exit, so a group nested in another does not leave the outer one
+        # without its id.
+        self._previous = {key: self._context.getLocalProperty(key) for key in _GROUP_PROPERTIES}
+        self._context.setJobGroup(self.id, self.description, interruptOnCancel=True)
+        self._watcher = threading.Thread(target=self._watch, name=f"{self.id}-watch", daemon=True)
+        self._watcher.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self._left.set()
+        if self._watcher is not None:
+            self._watcher.join()
+        for key, value in self._previous.items():
+            self._context.setLocalProperty(key, value)  # type: ignore[arg-type]  # None clears
+        if isinstance(exc, (LeaseLost, ChunkStopped)):
+            return  # already the right exception (from a checkpoint inside)
+        # A cancelled group means work inside was cut short, even if the code inside
+        # swallowed Spark's error: never let the chunk carry on as if it completed.
+        if self.cancelled or (exc is not None and self._chunk.stopping):
+            _raise_stop(self._chunk, exc)
+
+    def cancel(self) -> None:
+        """Cancel the group's running and future jobs now (also called by the watcher)."""
+        self.cancelled = True
+        self._context.cancelJobGroup(self.id)
+
+    def _watch(self) -> None:
+        while not self._left.wait(self._poll_seconds):
+            if self._chunk.stopping:
+                log.info(
+                    "chunk %s of %s must stop: cancelling %s",
+                    self._chunk.index,
+                    self._chunk.job_id,
+                    self.id,
+                )
+                self.cancel()
+                return
+
+
+def _raise_stop(chunk: Chunk, cause: BaseException | None) -> None:
+    """Raise the chunk's stop exception (flushing the newest state as a checkpoint does)."""
+    try:
+        chunk.checkpoint(chunk.state)
+    except (LeaseLost, ChunkStopped) as stop:
+        raise stop from cause
+    # Unreachable while stopping stays true (it never turns false); if a control
+    # misbehaves, still do not report cut-short work as a success.
+    if cause is not None:
+        raise cause
+    raise ChunkStopped("chunk's Spark job group was cancelled")
+
+
+def job_group(
+    chunk: Chunk, description: str | None = None, *, spark: SparkSession | None = None
+) -> ChunkJobGroup:
+    """A :class:`ChunkJobGroup` for ``chunk`` on ``spark`` (this process's session if None).
+
+    For jobs that do not derive from :class:`SparkChunkedJob`.
+    """
+    return ChunkJobGroup(spark_session() if spark is None else spark, chunk, description)
+
+
+# --------------------------------------------------------------------------- the base class
+
+
+class SparkChunkedJob(ChunkedJob):
+    """A :class:`~jobs.job.ChunkedJob` whose chunks do their work on Spark.
+
+    ``self.spark`` is the worker process's SparkSession (built on first use, shared by
+    every chunk and every task of the process); wrap a chunk's Spark work in
+    ``with self.job_group(chunk):`` so a lost lease or a stopping worker cancels it.
+    ``split`` and ``finalize`` may use ``self.spark`` too.
+
+    Class attributes (besides ChunkedJob's):
+        spark_master: the master URL; None for ``local[*]``. ``RUNNER_SPARK_MASTER``
+            (``runner start --spark-master``) overrides it.
+        spark_conf: extra Spark conf, e.g. ``{"spark.sql.shuffle.partitions": 8}``;
+            ``RUNNER_SPARK_CONF`` (JSON) entries override it key by key.
+
+    The first job class to build the session decides its settings: a worker serving
+    several Spark job types should give them the same ones.
+    """
+
+    spark_master: ClassVar[str | None] = None
+    spark_conf: ClassVar[Mapping[str, Any]] = MappingProxyType({})
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        master = cls.spark_master
+        if master is not None and (not isinstance(master, str) or not master.strip()):
+            raise JobDefinitionError(
+                f"{cls.__qualname__}.spark_master must be a master URL or None, not {master!r}"
+            )
+        try:
+            conf_strings(cls.spark_conf, f"{cls.__qualname__}.spark_conf")
+        except ConfigurationError as error:
+            raise JobDefinitionError(str(error)) from error
+
+    @property
+    def spark(self) -> SparkSession:
+        """The worker process's SparkSession (built on first use)."""
+        return spark_session(SparkSettings.for_job(type(self)))
+
+    def job_group(self, chunk: Chunk, description: str | None = None) -> ChunkJobGroup:
+        """The chunk's Spark job group; use as ``with self.job_group(chunk):``."""
+        return ChunkJobGroup(self.spark, chunk, description)

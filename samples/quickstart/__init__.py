@@ -1,0 +1,1 @@
+"""Quickstart sample: count the words of a folder of text files, one chunk per file."""

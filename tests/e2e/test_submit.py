@@ -1,0 +1,82 @@
+"""Submitting: ``--delay`` holds planning back; the same ``--job-id`` makes one job."""
+
+from __future__ import annotations
+
+import signal
+import time
+from collections import Counter
+
+import pytest
+
+from jobs.errors import NotFound
+from tests.e2e.harness import Cluster
+
+pytestmark = pytest.mark.timeout(120)
+
+DELAY_SECONDS = 4
+#: Azure and Azurite count visibility to about 10 ms; allow for that and clock reads.
+CLOCK_SLACK_SECONDS = 0.25
+
+
+def test_delay_holds_planning_back(cluster: Cluster) -> None:
+    # Given a worker already serving the queue
+    worker = cluster.start("Delayed", burst=False, ready=True)
+
+    # When a job is submitted with --delay 4
+    before = time.time()
+    job_id = cluster.submit("Delayed", cluster.params(chunks=2, items=2), delay=DELAY_SECONDS)
+    submitted = time.time()
+
+    # Then planning has not started half way through the delay ...
+    time.sleep(max(0.0, before + DELAY_SECONDS / 2 - time.time()))
+    job = cluster.store.get_job(job_id)
+    assert (job.state, job.total) == ("planning", None)
+    try:
+        plan = cluster.store.get_task(job_id, "plan", 0)
+    except NotFound:
+        pass  # not even received yet
+    else:
+        assert (plan.state, plan.attempt) == ("waiting", 0)
+    assert not cluster.events("split")
+    assert time.time() < before + DELAY_SECONDS - 0.5, "too slow to check inside the delay"
+    # ... starts once the delay is over, not before, and the job completes
+    (split,) = cluster.wait_event("split")
+    assert split["at"] >= before + DELAY_SECONDS - CLOCK_SLACK_SECONDS
+    assert split["at"] <= submitted + DELAY_SECONDS + 10
+    cluster.wait_job(job_id)
+    assert cluster.sink() == {item: str(item) for item in range(4)}
+    worker.send(signal.SIGTERM)
+    assert worker.wait_exit() == 0
+
+
+def test_submitting_one_job_id_twice_makes_one_job(cluster: Cluster) -> None:
+    # Given a job submitted twice under one --job-id (the second with other params)
+    job_id = f"once-{cluster.tag}"
+    assert cluster.submit("Delayed", cluster.params(chunks=3, items=2), job_id=job_id) == job_id
+    assert cluster.submit("Delayed", cluster.params(chunks=5, items=2), job_id=job_id) == job_id
+
+    # Then there is one job, with the first submit's params
+    assert [job["job_id"] for job in cluster.status()].count(job_id) == 1
+
+    # When a worker runs it
+    assert cluster.start("Delayed").wait_exit() == 0, cluster.diagnostics()
+
+    # Then it was planned once and each of its 3 chunks processed once
+    status = cluster.status(job_id)
+    assert (status["state"], status["chunks"]["total"], status["chunks"]["done"]) == (
+        "done",
+        3,
+        3,
+    )
+    assert len(cluster.events("split")) == 1
+    assert sorted(Counter(e["chunk"] for e in cluster.events("start")).items()) == [
+        (0, 1),
+        (1, 1),
+        (2, 1),
+    ]
+    assert cluster.sink() == {item: str(item) for item in range(6)}
+
+    # When it is submitted again once done, nothing new is queued
+    assert cluster.submit("Delayed", cluster.params(chunks=3, items=2), job_id=job_id) == job_id
+    assert cluster.queues.approximate_length(cluster.queue("delayed")) == 0
+    assert cluster.job_state(job_id) == "done"
