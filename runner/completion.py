@@ -1,0 +1,79 @@
+"""When a job is complete: counting its ended chunks, then finalize or fail it.
+
+Each chunk's end is counted in its shard's counter row (written in the same atomic batch
+as the chunk), so completion is found without reading a million chunk records.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from checkpoint import layout, messages
+from checkpoint.storage import NEVER_EXPIRES
+from checkpoint.store import CheckpointStore
+from jobs.errors import Conflict
+
+if TYPE_CHECKING:
+    from runner.tasks import Context
+
+
+def set_job(
+    store: CheckpointStore, job_id: str, only_from: tuple[str, ...] = (), **changes: Any
+) -> bool:
+    """Apply ``changes`` to the job (retrying lost races); with ``only_from``, only while
+    its state is one of those. Returns whether the change was made."""
+    while True:
+        job = store.get_job(job_id)
+        if only_from and job.state not in only_from:
+            return False
+        try:
+            store.update_job(job, **changes)
+            return True
+        except Conflict:
+            continue
+
+
+def check_complete(
+    worker: Context,
+    job_id: str,
+    shard: int | None = None,
+    shard_counts: dict[str, int] | None = None,
+) -> None:
+    """If every chunk of the job has ended, enqueue finalize (or fail the job).
+
+    Called after each chunk ends, with its shard's counts as just written: the job is
+    read, and all shards counted, only when that shard is complete, so a job costs 16
+    full counts at most, not one per chunk.
+    """
+    store = worker.store
+    total = worker.totals.get(job_id)
+    if total is None:
+        total = store.get_job(job_id).total
+        if total is None:
+            return  # still planning: planning checks when it ends
+        worker.totals[job_id] = total  # a job's total never changes once set
+    if shard is not None:
+        counts = shard_counts or store.shard_counts(job_id, shard)
+        ended = counts.get("done", 0) + counts.get("poisoned", 0)
+        if ended < layout.chunks_in_shard(total, shard):
+            return
+    job = store.get_job(job_id)
+    if job.state in ("finalizing", "done"):
+        return
+    counts = store.counts(job_id)
+    if counts["done"] + counts["poisoned"] < total:
+        return
+    if counts["poisoned"]:
+        set_job(
+            store,
+            job_id,
+            only_from=("running",),
+            state="failed",
+            error=f"{counts['poisoned']} chunk(s) poisoned; see `runner poison list {job_id}`",
+        )
+        return
+    # Send before recording "finalizing": a crash in between leaves a message that
+    # finishes the job; the other order could leave a job waiting for nothing.
+    body = messages.encode(messages.TaskMessage("final", job.job_type, job_id))
+    worker.queues.send(job.queue, body, ttl_seconds=NEVER_EXPIRES)
+    set_job(store, job_id, only_from=("running",), state="finalizing")
