@@ -41,9 +41,9 @@ def check_complete(
 ) -> None:
     """If every chunk of the job has ended, enqueue finalize (or fail the job).
 
-    Called after each chunk ends, with its shard's counts as just written: the job is
-    read, and all shards counted, only when that shard is complete, so a job costs 16
-    full counts at most, not one per chunk.
+    Called after each chunk ends, with its shard's counts as just written: the other
+    shards are read only when that shard is complete, and only until one is found
+    incomplete, so a job's completion costs a few dozen reads, not one per chunk.
     """
     store = worker.store
     total = worker.totals.get(job_id)
@@ -54,22 +54,21 @@ def check_complete(
         worker.totals[job_id] = total  # a job's total never changes once set
     if shard is not None:
         counts = shard_counts or store.shard_counts(job_id, shard)
-        ended = counts.get("done", 0) + counts.get("poisoned", 0)
-        if ended < layout.chunks_in_shard(total, shard):
+        if counts.get("done", 0) + counts.get("poisoned", 0) < layout.chunks_in_shard(total, shard):
             return
+    ended = _ended_counts(store, job_id, total, first=shard or 0)
+    if ended is None:
+        return
     job = store.get_job(job_id)
     if job.state in ("finalizing", "done"):
         return
-    counts = store.counts(job_id)
-    if counts["done"] + counts["poisoned"] < total:
-        return
-    if counts["poisoned"]:
+    if ended["poisoned"]:
         set_job(
             store,
             job_id,
             only_from=("running",),
             state="failed",
-            error=f"{counts['poisoned']} chunk(s) poisoned; see `runner poison list {job_id}`",
+            error=f"{ended['poisoned']} chunk(s) poisoned; see `runner poison list {job_id}`",
         )
         return
     # Send before recording "finalizing": a crash in between leaves a message that
@@ -77,3 +76,24 @@ def check_complete(
     body = messages.encode(messages.TaskMessage("final", job.job_type, job_id))
     worker.queues.send(job.queue, body, ttl_seconds=NEVER_EXPIRES)
     set_job(store, job_id, only_from=("running",), state="finalizing")
+
+
+def _ended_counts(
+    store: CheckpointStore, job_id: str, total: int, first: int
+) -> dict[str, int] | None:
+    """Done and poisoned chunks summed over the shards if every shard has ended, else None.
+
+    Reads fresh counters (a cached one may be behind other workers' progress), starting
+    after ``first`` so the shards finishing last are looked at first, and stops at the
+    first shard still running.
+    """
+    summed = {"done": 0, "poisoned": 0}
+    for step in range(layout.SHARDS):
+        shard = (first + 1 + step) % layout.SHARDS
+        counts = store.shard_counts(job_id, shard)
+        ended = counts.get("done", 0) + counts.get("poisoned", 0)
+        if ended < layout.chunks_in_shard(total, shard):
+            return None
+        for name in summed:
+            summed[name] += counts.get(name, 0)
+    return summed
