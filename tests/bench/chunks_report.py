@@ -1,0 +1,165 @@
+"""The chunk-engine benchmark's figures, and their Markdown tables (medians, min-max)."""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass, field
+
+from runner.loop import DEFAULT_POLL_MAX_SECONDS
+from tests.bench.chunk_jobs import Checkpointing
+from tests.bench.raw_loop import RawTimes
+from tests.bench.resume import ResumeTimes
+from tests.bench.throughput import Measured
+
+#: The engine's settings compared with the raw loop: what ``runner start --concurrency 8``
+#: gives (prefetch defaults to the concurrency).
+RATIO_LABEL = "concurrency 8"
+#: Operations in the order the calls table lists them.
+OPERATIONS = (
+    "queues.receive",
+    "queues.send",
+    "queues.update",
+    "queues.delete",
+    "records.get",
+    "records.insert",
+    "records.merge",
+    "records.batch",
+    "records.query",
+)
+RESUME_BOUND_SECONDS = Checkpointing.lease_seconds + DEFAULT_POLL_MAX_SECONDS
+EMBEDDED_TARGET_PER_SECOND = 3_000
+
+
+@dataclass
+class Results:
+    """Every run's figures; throughput keyed by (backend, setting label)."""
+
+    end_to_end: dict[tuple[str, str], list[Measured]] = field(default_factory=dict)
+    planning: dict[tuple[str, str], list[Measured]] = field(default_factory=dict)
+    processing: dict[tuple[str, str], list[Measured]] = field(default_factory=dict)
+    raw: list[RawTimes] = field(default_factory=list)
+    resume: dict[str, list[ResumeTimes]] = field(default_factory=dict)
+
+
+def spread(values: list[float], digits: int = 0) -> str:
+    """``median (min-max)``."""
+    low, mid, high = min(values), statistics.median(values), max(values)
+    return f"{mid:,.{digits}f} ({low:,.{digits}f}-{high:,.{digits}f})"
+
+
+def _rates(runs: list[Measured]) -> str:
+    return spread([m.rate for m in runs], 0 if min(m.rate for m in runs) >= 100 else 1)
+
+
+def _median_rate(runs: list[Measured] | list[RawTimes]) -> float:
+    return statistics.median(m.rate for m in runs)
+
+
+def throughput_rows(results: Results) -> list[str]:
+    rows = [
+        "| backend | worker processes x settings | end to end chunks/s | planning alone "
+        "chunks/s | processing alone chunks/s |",
+        "|---|---|---|---|---|",
+    ]
+    for key, whole in results.end_to_end.items():
+        cells = [_rates(whole), _rates(results.planning[key]), _rates(results.processing[key])]
+        rows.append(f"| {key[0]} | {key[1]} | " + " | ".join(cells) + " |")
+    return rows
+
+
+def _per_chunk(runs: list[Measured], operation: str) -> float:
+    return statistics.median(m.per_chunk().get(operation, 0.0) for m in runs)
+
+
+def calls_rows(results: Results, columns: list[tuple[str, str]]) -> list[str]:
+    """Calls per chunk by operation, end to end and processing alone, for each
+    (backend, setting label) in ``columns`` that was measured."""
+    header, chosen = ["operation"], []
+    for key in columns:
+        for kind, table in (("end to end", results.end_to_end), ("processing", results.processing)):
+            if key in table:
+                header.append(f"{key[0]} {kind}<br>({key[1]})")
+                chosen.append(table[key])
+    seen = {operation for runs in chosen for m in runs for operation in m.calls}
+    ordered = [op for op in OPERATIONS if op in seen] + sorted(seen - set(OPERATIONS))
+    rows = ["| " + " | ".join(header) + " |", "|---" * len(header) + "|"]
+    for operation in ordered:
+        values = [_per_chunk(runs, operation) for runs in chosen]
+        rows.append(f"| {operation} | " + " | ".join(f"{v:.3f}" for v in values) + " |")
+    totals = [statistics.median(sum(m.per_chunk().values()) for m in runs) for runs in chosen]
+    rows.append("| **all calls** | " + " | ".join(f"**{t:.3f}**" for t in totals) + " |")
+    return rows
+
+
+def ratio_rows(results: Results) -> list[str]:
+    key = ("azurite", RATIO_LABEL)
+    if not results.raw or key not in results.end_to_end:
+        return []
+    raw = results.raw
+    engine, alone = results.end_to_end[key], results.processing[key]
+    work_ratio = _median_rate(alone) / statistics.median(r.work_rate for r in raw)
+    return [
+        "| loop on the same Azurite | whole run msg/s | send / planning phase msg/s "
+        "| receive-and-work / processing phase msg/s |",
+        "|---|---|---|---|",
+        f"| raw SDK loop, 1 thread | {spread([r.rate for r in raw], 1)} "
+        f"| {spread([r.messages / r.send_seconds for r in raw], 1)} "
+        f"| {spread([r.work_rate for r in raw], 1)} |",
+        f"| engine, 1 process, {RATIO_LABEL} | {_rates(engine)} "
+        f"| {_rates(results.planning[key])} | {_rates(alone)} |",
+        f"| **engine / raw** | **{_median_rate(engine) / _median_rate(raw):.2f}x** | "
+        f"| {work_ratio:.2f}x |",
+    ]
+
+
+def resume_rows(results: Results) -> list[str]:
+    rows = [
+        "| backend | SIGKILL to resume, s | lease left at the kill, s | lease run out to "
+        "resume, s | lease + poll max, s |",
+        "|---|---|---|---|---|",
+    ]
+    for backend, times in results.resume.items():
+        cells = [
+            spread([t.kill_to_resume for t in times], 2),
+            spread([t.lease_left_at_kill for t in times], 2),
+            spread([t.after_lease for t in times], 2),
+            f"{RESUME_BOUND_SECONDS:g}",
+        ]
+        rows.append(f"| {backend} | " + " | ".join(cells) + " |")
+    return rows
+
+
+def _met(ok: bool) -> str:
+    return "met" if ok else "**not met**"
+
+
+def target_lines(results: Results) -> list[str]:
+    """Each target of the issue next to the figure that answers it (reported, not
+    enforced)."""
+    lines = []
+    embedded = [
+        (_median_rate(runs), key[1])
+        for key, runs in results.end_to_end.items()
+        if key[0] == "embedded"
+    ]
+    if embedded:
+        rate, label = max(embedded)
+        lines.append(
+            f"- >= {EMBEDDED_TARGET_PER_SECOND:,} trivial chunks/s on embedded (end to end): "
+            f"best median {rate:,.0f}/s, with {label}: {_met(rate >= EMBEDDED_TARGET_PER_SECOND)}."
+        )
+    key = ("azurite", RATIO_LABEL)
+    if results.raw and key in results.end_to_end:
+        ratio = _median_rate(results.end_to_end[key]) / _median_rate(results.raw)
+        lines.append(
+            f"- >= 1.0x the raw loop on Azurite (one worker process, {RATIO_LABEL}, end to "
+            f"end): {ratio:.2f}x: {_met(ratio >= 1.0)}."
+        )
+    for backend, times in results.resume.items():
+        slowest = max(t.kill_to_resume for t in times)
+        lines.append(
+            f"- resume after SIGKILL within lease + one poll interval "
+            f"({RESUME_BOUND_SECONDS:g} s) on {backend}: slowest of {len(times)} "
+            f"{slowest:.2f} s: {_met(slowest <= RESUME_BOUND_SECONDS)}."
+        )
+    return lines

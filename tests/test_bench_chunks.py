@@ -1,0 +1,76 @@
+"""The chunk-engine benchmark still runs: its quick mode's pieces on the embedded store.
+
+Tiny jobs, embedded only. Nothing here asserts a time: only that every run reached its
+end and that the counted storage calls add up.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from checkpoint.backends import open_storage
+from runner.loop import WorkerSettings
+from tests.bench import chunks, throughput
+
+CHUNKS = 24
+
+
+def test_in_process_run_counts_the_calls_of_every_chunk(tmp_path: Path) -> None:
+    # Given a trivial job of 24 chunks, submitted
+    with open_storage(str(tmp_path / "store")) as storage:
+        throughput.submit_trivial(storage, CHUNKS)
+
+        # When one worker loop plans and processes it
+        measured = throughput.run_in_process(storage, CHUNKS, WorkerSettings(burst=True))
+
+    # Then, counted up to the job being done: every chunk message (and finalize's) sent,
+    # every one (and planning's) deleted, each chunk claimed and marked done
+    calls = measured.calls
+    assert measured.seconds > 0 and measured.chunks == CHUNKS
+    assert calls["queues.send"] == CHUNKS + 1  # + the finalize message
+    assert calls["queues.delete"] == CHUNKS + 1  # + planning (finalize's is after "done")
+    assert calls["records.merge"] >= CHUNKS
+    assert calls["records.batch"] >= CHUNKS
+    assert 1 <= calls["queues.receive"] <= 2 * CHUNKS
+
+
+def test_planning_alone_then_processing_alone(tmp_path: Path) -> None:
+    with open_storage(str(tmp_path / "store")) as storage:
+        throughput.submit_trivial(storage, CHUNKS)
+        planning = throughput.plan_only(storage, CHUNKS)
+        processing = throughput.run_in_process(
+            storage, CHUNKS, WorkerSettings(concurrency=2, prefetch=4, burst=True)
+        )
+    # Planning sent the chunk messages and nothing else ran; processing sent none
+    assert planning.calls["queues.send"] == CHUNKS
+    assert "queues.delete" in planning.calls  # the plan message, once planning ended
+    assert planning.calls["queues.delete"] == 1
+    assert processing.calls["queues.send"] == 1  # the finalize message only
+    assert processing.calls["queues.delete"] == CHUNKS  # finalize's comes after "done"
+
+
+def test_quick_mode_writes_the_section(tmp_path: Path) -> None:
+    # Given the quick mode on the embedded store only, with tiny jobs
+    output = tmp_path / "BENCHMARKS.md"
+
+    # When it runs (1 and 2 worker processes, then a SIGKILL and resume)
+    results = chunks.main(
+        ["--quick", "--backend", "embedded", "--embedded-chunks", "16", "--output", str(output)]
+    )
+
+    # Then each figure came from a finished run, and the section says how it was made
+    assert len(results.end_to_end) == len(chunks.QUICK_SETTINGS["embedded"])
+    for runs in results.end_to_end.values():
+        assert all(run.calls["queues.delete"] >= 16 for run in runs)
+    (resumed,) = results.resume["embedded"]
+    assert resumed.kill_to_resume > 0
+    text = output.read_text()
+    assert text.count("## Chunk engine") == 1
+    for heading in (
+        "Targets",
+        "Trivial-chunk throughput",
+        "Storage calls per chunk",
+        "SIGKILL to resume",
+    ):
+        assert f"### {heading}" in text
+    assert "start-up cost is left out" in text and "Machine:" in text
