@@ -1,0 +1,316 @@
+"""``python -m samples.migration.demo``: the migration end to end, a worker killed mid-way.
+
+    python -m samples.migration.demo                     # embedded store in a fresh temp folder
+    python -m samples.migration.demo --rows 200000       # smaller / larger
+    python -m samples.migration.demo --azurite           # a private Azurite (make demo-azure)
+    python -m samples.migration.demo --storage "$CONN"   # your Azure Storage account
+
+1. generate the legacy v1 orders into the blob store (container ``orders-v1``);
+2. ``runner submit`` the migration, ``runner start`` two worker processes;
+3. show progress from ``runner status --json``; as soon as a worker holds a chunk that
+   has checkpointed a batch, SIGKILL it (with its Spark JVM) and start a replacement;
+4. show the chunk resumed from its checkpoint by another worker (attempt 2);
+5. once the job is done, run the same transform once over all the input with plain
+   Spark and compare row counts and content checksums. Exit 0 only if they are equal.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from checkpoint.backends import open_storage
+from checkpoint.storage import Storage
+from jobs.spark import SparkSettings, spark_session
+from samples.migration.generate import Generated, generate
+from samples.migration.job import MigrateOrders
+from samples.migration.layout import MigrationParams, get_json
+from samples.migration.processes import Runner, worker_pid
+from samples.migration.verify import Verdict, verify
+
+DEFAULT_ROWS = 2_000_000
+DEFAULT_FILES = 24
+DEFAULT_FILES_PER_CHUNK = 4
+#: How often the demo asks ``runner status``.
+POLL_SECONDS = 1.0
+#: A progress line at least this often, even when nothing changed.
+QUIET_SECONDS = 10.0
+_BATCH = re.compile(r"'batch': (\d+), 'of': (\d+)")
+
+Say = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class DemoOptions:
+    """What the demo runs; see ``--help``."""
+
+    storage: str | None = None
+    rows: int = DEFAULT_ROWS
+    files: int = DEFAULT_FILES
+    files_per_chunk: int = DEFAULT_FILES_PER_CHUNK
+    kill: bool = True
+    timeout_seconds: float = 1800.0
+
+
+@dataclass
+class Crash:
+    """The worker the demo killed, and what became of its chunk."""
+
+    worker: str
+    chunk: int
+    batch: int
+    of: int
+    resumed_by: str | None = None
+    resumed_attempt: int | None = None
+
+
+@dataclass(frozen=True)
+class DemoResult:
+    """What a demo run did and found."""
+
+    job_id: str
+    generated: Generated
+    summary: dict[str, Any]
+    manifest: dict[str, Any]
+    crash: Crash | None
+    verdict: Verdict
+    exit_codes: dict[str, int | None]
+
+
+def run_demo(options: DemoOptions, workdir: Path, say: Say = print) -> DemoResult:
+    """Run the whole demo with its files under ``workdir``; raises if the job fails."""
+    storage = options.storage or str(workdir / "store")
+    with open_storage(storage) as opened:
+        say(f"storage: {opened.description}")
+        started = time.monotonic()
+        generated = generate(opened, options.rows, options.files)
+        say(f"1. generated {generated.rows:,} legacy v1 rows ({generated.bytes / 1e6:.0f} MB) in "
+            f"{len(generated.names)} blobs of container {generated.container!r} "
+            f"({time.monotonic() - started:.0f} s)")
+        params = _params(opened, generated, options, workdir)
+    runner = Runner(storage, workdir)
+    try:
+        job_id = runner.submit(params)
+        say(f"2. runner submit {MigrateOrders.job_type()} -> job {job_id}")
+        for _ in range(2):
+            worker = runner.start_worker()
+            say(f"   runner start --workers 1 --burst -> {worker.name} (pid {worker.pid})")
+        crash = _watch(runner, job_id, options, say)
+        exit_codes = _wait_for_exit(runner, say)
+    except BaseException:
+        for worker in runner.workers:
+            say(f"--- {worker.name} log, last lines ---\n{worker.tail()}")
+        raise
+    finally:
+        runner.kill_all()
+    return _conclude(storage, workdir, job_id, generated, crash, exit_codes, say)
+
+
+def _params(
+    opened: Storage, generated: Generated, options: DemoOptions, workdir: Path
+) -> dict[str, Any]:
+    # Files are of nearly equal size: room for `files_per_chunk` of the largest packs
+    # exactly that many into each chunk.
+    largest = max(opened.blobs.info(generated.container, n).size for n in generated.names)
+    return {
+        "output": str(workdir / "output"),
+        "scratch": str(workdir / "scratch"),
+        "input_container": generated.container,
+        "chunk_bytes": largest * options.files_per_chunk,
+        "files_per_batch": 1,
+    }
+
+
+# --------------------------------------------------------------------------- watching
+
+
+def _watch(runner: Runner, job_id: str, options: DemoOptions, say: Say) -> Crash | None:
+    """Show progress until the job is done; kill one worker mid-chunk on the way."""
+    crash: Crash | None = None
+    started = time.monotonic()
+    last_line, last_said = "", 0.0
+    while True:
+        status = runner.status(job_id)
+        elapsed = time.monotonic() - started
+        if status["state"] == "failed":
+            raise RuntimeError(f"job {job_id} failed: {status.get('error') or status['poisoned']}")
+        if status["state"] == "done":
+            say(f"   [{elapsed:5.0f} s] {_progress(runner, status)}")
+            return crash
+        line = _progress(runner, status)
+        if line != last_line or elapsed - last_said >= QUIET_SECONDS:
+            say(f"   [{elapsed:5.0f} s] {line}")
+            last_line, last_said = line, elapsed
+        if options.kill and crash is None:
+            crash = _maybe_kill(runner, status, say)
+        elif crash is not None and crash.resumed_by is None:
+            _notice_resume(runner, status, crash, say)
+        if not any(worker.alive() for worker in runner.workers):
+            if runner.status(job_id)["state"] != "done":  # they may have just finished it
+                raise RuntimeError(f"every worker exited, job {job_id} is not done")
+        if elapsed > options.timeout_seconds:
+            raise TimeoutError(f"job {job_id} not done after {elapsed:.0f} s")
+        time.sleep(POLL_SECONDS)
+
+
+def _progress(runner: Runner, status: dict[str, Any]) -> str:
+    chunks = status["chunks"]
+    running = []
+    for entry in status["running"]:
+        batch, of = _batch(entry["progress"])
+        worker = runner.worker_with_pid(worker_pid(entry["worker"]) or -1)
+        who = worker.name if worker else entry["worker"]
+        running.append(f"#{entry['index']} on {who} batch {batch}/{of or '?'} "
+                       f"(attempt {entry['attempt']})")
+    total = chunks["total"] if status["planning_done"] else "?"
+    text = f"{status['state']}: chunks {chunks['done']}/{total} done"
+    if running:
+        text += "; running " + ", ".join(running)
+    if chunks["failed"]:
+        text += f"; {chunks['failed']} retrying"
+    return text
+
+
+def _batch(progress: str | None) -> tuple[int, int]:
+    """(batch, of) from a running chunk's checkpoint as ``runner status`` shows it."""
+    found = _BATCH.search(progress or "")
+    return (int(found[1]), int(found[2])) if found else (0, 0)
+
+
+def _maybe_kill(runner: Runner, status: dict[str, Any], say: Say) -> Crash | None:
+    """SIGKILL a worker that holds a chunk with a checkpoint and batches still to do."""
+    for entry in status["running"]:
+        batch, of = _batch(entry["progress"])
+        worker = runner.worker_with_pid(worker_pid(entry["worker"]) or -1)
+        if worker is None or not worker.alive() or entry["lease_expired"] or not 0 < batch < of:
+            continue
+        worker.kill()
+        say(f"3. SIGKILL {worker.name} (pid {worker.pid}, with its Spark JVM) while it runs "
+            f"chunk #{entry['index']}: checkpoint says batch {batch} of {of} is next")
+        replacement = runner.start_worker()
+        say(f"   runner start --workers 1 --burst -> {replacement.name} (pid "
+            f"{replacement.pid}) replaces it; the chunk waits out its lease (at most "
+            f"{MigrateOrders.lease_seconds} s)")
+        return Crash(worker.name, entry["index"], batch, of)
+    return None
+
+
+def _notice_resume(runner: Runner, status: dict[str, Any], crash: Crash, say: Say) -> None:
+    for entry in status["running"]:
+        if entry["index"] != crash.chunk or entry["attempt"] < 2:
+            continue
+        worker = runner.worker_with_pid(worker_pid(entry["worker"]) or -1)
+        crash.resumed_by = worker.name if worker else entry["worker"]
+        crash.resumed_attempt = entry["attempt"]
+        kept = "batch 0 is" if crash.batch == 1 else f"batches 0-{crash.batch - 1} are"
+        say(f"4. chunk #{crash.chunk} taken over by {crash.resumed_by}: attempt "
+            f"{entry['attempt']}, resuming from its checkpoint (batch {crash.batch} of "
+            f"{crash.of}); {kept} not redone")
+        if worker is not None:
+            for line in worker.log_lines("resumes from its checkpoint"):
+                say(f"   {worker.name} log: {line.split(': ', 1)[-1]}")
+
+
+def _wait_for_exit(runner: Runner, say: Say) -> dict[str, int | None]:
+    """Burst workers exit by themselves once the job is done; their exit codes."""
+    codes: dict[str, int | None] = {}
+    for worker in runner.workers:
+        try:
+            codes[worker.name] = worker.process.wait(60)
+        except subprocess.TimeoutExpired:
+            codes[worker.name] = None  # reported; killed by run_demo
+    say("   workers exited: " + ", ".join(f"{name} {code}" for name, code in codes.items()))
+    return codes
+
+
+# --------------------------------------------------------------------------- the verdict
+
+
+def _conclude(
+    storage: str,
+    workdir: Path,
+    job_id: str,
+    generated: Generated,
+    crash: Crash | None,
+    exit_codes: dict[str, int | None],
+    say: Say,
+) -> DemoResult:
+    settings = MigrationParams.of({"output": str(workdir / "output")})
+    with open_storage(storage) as opened:
+        manifest = get_json(opened, settings.results_container, f"{job_id}/manifest.json")
+        summary = get_json(opened, settings.results_container, f"{job_id}/summary.json")
+        _report(summary, manifest, crash, say)
+        say("5. one-shot plain Spark run of the same transform over all the input ...")
+        started = time.monotonic()
+        spark = spark_session(SparkSettings.for_job(MigrateOrders))
+        verdict = verify(spark, opened, settings, list(generated.names), (manifest, summary),
+                         workdir / "one-shot")
+    say(f"   ({time.monotonic() - started:.0f} s)")
+    for line in verdict.lines():
+        say("   " + line)
+    say("VERDICT: " + ("the chunked, crash-resumed migration equals the one-shot run"
+                       if verdict.ok else "MISMATCH between the chunked and the one-shot run"))
+    return DemoResult(job_id, generated, summary, manifest, crash, verdict, exit_codes)
+
+
+def _report(
+    summary: dict[str, Any], manifest: dict[str, Any], crash: Crash | None, say: Say
+) -> None:
+    say(f"   job done: {summary['chunks']} chunks, {len(manifest['outputs'])} committed outputs; "
+        f"rows in {summary['rows_in']:,} -> out {summary['rows_out']:,}, rejected "
+        f"{summary['rows_rejected']:,}, duplicates dropped {summary['duplicates_dropped']:,}")
+    say("   rejected by reason: " + ", ".join(
+        f"{reason} {count}" for reason, count in summary["rejected_by_reason"].items()))
+    for chunk in summary["per_chunk"]:
+        if chunk["attempt"] > 1:
+            say(f"   chunk #{chunk['index']}: attempt {chunk['attempt']} resumed at batch "
+                f"{chunk['resumed_at_batch']} of {chunk['of']}")
+    if crash is not None and crash.resumed_by is None:
+        say(f"   (chunk #{crash.chunk} was resumed between two status polls)")
+
+
+# --------------------------------------------------------------------------- command line
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    where = parser.add_mutually_exclusive_group()
+    where.add_argument("--storage", help="as runner --storage (default: a fresh embedded store)")
+    where.add_argument("--azurite", action="store_true", help="start a private Azurite for it")
+    parser.add_argument("--rows", type=int, default=DEFAULT_ROWS)
+    parser.add_argument("--files", type=int, default=DEFAULT_FILES)
+    parser.add_argument("--files-per-chunk", type=int, default=DEFAULT_FILES_PER_CHUNK)
+    parser.add_argument("--no-kill", dest="kill", action="store_false", help="no crash")
+    parser.add_argument("--workdir", type=Path, help="keep everything here (default: temp)")
+    args = parser.parse_args(argv)
+    options = DemoOptions(args.storage, args.rows, args.files, args.files_per_chunk, args.kill)
+    workdir = args.workdir or Path(tempfile.mkdtemp(prefix="migration-demo-"))
+    workdir.mkdir(parents=True, exist_ok=True)
+    started = time.monotonic()
+    try:
+        if args.azurite:
+            from tests import azurite  # the test suite's helper: free ports, disk mode
+
+            with azurite.start(workdir / "azurite") as server:
+                options = replace(options, storage=server.connection_string)
+                result = run_demo(options, workdir)
+        else:
+            result = run_demo(options, workdir)
+    finally:
+        if args.workdir is None:
+            shutil.rmtree(workdir, ignore_errors=True)
+    print(f"demo took {time.monotonic() - started:.0f} s")
+    return 0 if result.verdict.ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,195 @@
+"""``MigrateOrders``: legacy orders v1 -> typed v2 Parquet, chunk by chunk, resumable.
+
+    runner submit samples.migration.job:MigrateOrders --params '{"output": "/data/orders-v2"}'
+    runner start samples.migration.job:MigrateOrders --workers 2 --burst
+
+- ``split`` lists the input blobs and packs them into chunks of ``chunk_bytes``
+  (:func:`jobs.spark.split_files`; a file is never split).
+- ``process`` runs a chunk's files in batches of ``files_per_batch``: stage the batch's
+  blobs to local scratch, run the transform (:mod:`.transform`) in the chunk's Spark job
+  group, write orders and rejects with overwrite + commit marker, then checkpoint
+  ``{"batch": next batch, ...running totals}``. A chunk taken over after a crash starts
+  at its checkpointed batch; the interrupted batch is rewritten, never duplicated.
+- ``finalize`` checks every batch's commit marker and writes a manifest (every
+  committed output with its rows and checksum) and a summary (rows in / out / rejected).
+
+Deduplication is per batch. That equals a global deduplication because the legacy export
+is partitioned by key: every version of an order is in the same file (see
+:mod:`.generate` and the README for what to do when your input is not).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from typing import Any
+
+from jobs import Chunk, JobSummary
+from jobs.spark import SparkChunkedJob, read_commit, split_files, write_chunk_output
+from samples.migration.layout import (
+    KINDS,
+    MigrationParams,
+    batch_path,
+    is_uri,
+    put_json,
+    staged_inputs,
+)
+from samples.migration.transform import judge, outputs, read_orders_v1
+
+log = logging.getLogger(__name__)
+
+#: The Spark settings of the workers and of the one-shot verification alike.
+SPARK_CONF = {
+    "spark.sql.session.timeZone": "UTC",  # how timestamps print; parsing never relies on it
+    "spark.sql.shuffle.partitions": 4,  # a batch is ~100k rows: 200 tiny tasks cost more
+    "spark.ui.enabled": False,  # workers side by side would fight over port 4040
+}
+#: The running totals a chunk checkpoints after each batch (besides ``batch`` and ``of``).
+TOTALS = ("rows_in", "rows_out", "rows_rejected")
+CHECKSUMS = ("checksum", "rejects_checksum")
+
+
+class MigrateOrders(SparkChunkedJob):
+    """Params: see :class:`~samples.migration.layout.MigrationParams` (``output`` required)."""
+
+    lease_seconds = 10  # short: a crashed worker's chunk resumes elsewhere within 10 s
+    max_attempts = 5
+    # A checkpoint per batch, seconds apart: write each one, so a crash redoes at most the
+    # batch it interrupted.
+    checkpoint_interval_seconds = 0
+    spark_conf = SPARK_CONF
+
+    def split(self, params: dict[str, Any]) -> Any:
+        settings = MigrationParams.of(params)
+        with settings.open_storage() as storage:
+            blobs = storage.blobs.list(settings.input_container, settings.input_prefix)
+            sizes = {blob.name: blob.size for blob in blobs}
+        yield from split_files(sizes, target_bytes=settings.chunk_bytes)
+
+    def process(self, chunk: Chunk) -> dict[str, Any]:
+        settings = MigrationParams.of(chunk.params)
+        files = chunk.payload["files"]
+        batches = [files[i : i + settings.files_per_batch]
+                   for i in range(0, len(files), settings.files_per_batch)]
+        state = chunk.state or new_state(len(batches))
+        first = state["batch"]
+        if first:
+            log.info(
+                "chunk %d attempt %d resumes from its checkpoint at batch %d of %d "
+                "(%d rows in so far)",
+                chunk.index, chunk.attempt, first, len(batches), state["rows_in"],
+            )
+        with settings.open_storage() as storage:
+            for number in range(first, len(batches)):
+                with staged_inputs(storage, settings, batches[number]) as paths:
+                    counts = self._migrate_batch(chunk, settings, paths, number)
+                state = add_batch(state, counts)
+                chunk.checkpoint(state)
+        return {**state, "attempt": chunk.attempt, "resumed_at_batch": first}
+
+    def _migrate_batch(
+        self, chunk: Chunk, settings: MigrationParams, paths: list[str], number: int
+    ) -> dict[str, Any]:
+        """Migrate one batch's staged files; its outputs committed when this returns."""
+        out = {kind: batch_path(settings, chunk.job_id, chunk.index, number, kind)
+               for kind in KINDS}
+        with self.job_group(chunk, f"chunk {chunk.index} batch {number}"):
+            # Kept while both outputs are written, so each value is parsed once.
+            judged = judge(read_orders_v1(self.spark, paths)).persist()
+            try:
+                rows_in = judged.count()
+                migrated = outputs(judged)
+                orders = write_chunk_output(migrated.orders, out["orders"])
+                rejects = write_chunk_output(migrated.rejects, out["rejects"])
+            finally:
+                judged.unpersist()
+            reasons = self.spark.read.parquet(out["rejects"]).groupBy("reason").count().collect()
+        return {
+            "rows_in": rows_in,
+            "rows_out": orders.rows,
+            "rows_rejected": rejects.rows,
+            "checksum": orders.checksum,
+            "rejects_checksum": rejects.checksum,
+            "reasons": {row["reason"]: row["count"] for row in reasons},
+        }
+
+    def finalize(self, params: dict[str, Any], summary: JobSummary) -> None:
+        # Idempotent: recomputed from the chunks' results and the commit markers, and
+        # written whole (manifest first: a summary is only there with its manifest).
+        settings = MigrationParams.of(params)
+        manifest: list[dict[str, Any]] = []
+        chunks: list[dict[str, Any]] = []
+        reasons: Counter[str] = Counter()
+        for index, result in summary.results():
+            manifest.extend(self._committed(settings, summary.job_id, index, result["of"]))
+            chunks.append(chunk_line(index, result))
+            reasons.update(result["reasons"])
+        report = totals(summary.job_id, chunks, manifest)
+        report["rejected_by_reason"] = dict(sorted(reasons.items()))
+        with settings.open_storage() as storage:
+            container = settings.results_container
+            put_json(storage, container, f"{summary.job_id}/manifest.json",
+                     {"job_id": summary.job_id, "format": "parquet", "outputs": manifest})
+            put_json(storage, container, f"{summary.job_id}/summary.json", report)
+        log.info("job %s: %s", summary.job_id, {key: report[key] for key in TOTALS})
+
+    def _committed(
+        self, settings: MigrationParams, job_id: str, index: int, batches: int
+    ) -> list[dict[str, Any]]:
+        """Every output of chunk ``index``, as its commit marker describes it."""
+        found = []
+        for number in range(batches):
+            for kind in KINDS:
+                path = batch_path(settings, job_id, index, number, kind)
+                commit = read_commit(path, spark=self.spark if is_uri(path) else None)
+                if commit is None:
+                    raise RuntimeError(f"chunk {index} batch {number}: {path} is not committed")
+                found.append({"chunk": index, "batch": number, "kind": kind, "path": path,
+                              "rows": commit.rows, "checksum": commit.checksum})
+        return found
+
+
+# --------------------------------------------------------------------------- state
+
+
+def new_state(batches: int) -> dict[str, Any]:
+    """A chunk's checkpoint before its first batch (``batch`` first: status shows it)."""
+    return {"batch": 0, "of": batches, **dict.fromkeys(TOTALS, 0),
+            **dict.fromkeys(CHECKSUMS, "0"), "reasons": {}}
+
+
+def add_batch(state: dict[str, Any], counts: dict[str, Any]) -> dict[str, Any]:
+    """The checkpoint after one more batch: next batch, totals with its counts added."""
+    added = dict(state, batch=state["batch"] + 1)
+    for key in TOTALS:
+        added[key] = state[key] + counts[key]
+    for key in CHECKSUMS:
+        # Decimal strings: the checksums are sums of 64-bit hashes and outgrow msgpack ints.
+        added[key] = str(int(state[key]) + int(counts[key]))
+    added["reasons"] = dict(Counter(state["reasons"]) + Counter(counts["reasons"]))
+    return added
+
+
+def chunk_line(index: int, result: dict[str, Any]) -> dict[str, Any]:
+    """One chunk's line in the summary."""
+    keys = ("attempt", "resumed_at_batch", "of", *TOTALS)
+    return {"index": index, **{key: result[key] for key in keys}}
+
+
+def totals(job_id: str, chunks: list[dict[str, Any]], manifest: list[dict[str, Any]]) -> dict:
+    """The job's summary: rows in from the chunks, rows out / rejected from the markers."""
+    by_kind = {kind: [entry for entry in manifest if entry["kind"] == kind] for kind in KINDS}
+    rows_in = sum(chunk["rows_in"] for chunk in chunks)
+    rows_out = sum(entry["rows"] for entry in by_kind["orders"])
+    rows_rejected = sum(entry["rows"] for entry in by_kind["rejects"])
+    return {
+        "job_id": job_id,
+        "chunks": len(chunks),
+        "rows_in": rows_in,
+        "rows_out": rows_out,
+        "rows_rejected": rows_rejected,
+        "duplicates_dropped": rows_in - rows_out - rows_rejected,
+        "checksum": str(sum(int(entry["checksum"]) for entry in by_kind["orders"])),
+        "rejects_checksum": str(sum(int(entry["checksum"]) for entry in by_kind["rejects"])),
+        "per_chunk": chunks,
+    }

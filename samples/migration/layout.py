@@ -1,0 +1,142 @@
+"""Where the migration's data lives: its parameters, the blob store, staging, output paths.
+
+The input is a blob container (the embedded store's blob folder, or an Azure / Azurite
+container). Spark cannot read Azurite (no hadoop-azure jar here, and Azurite has no Data
+Lake endpoint), so a batch's input blobs are first **staged**: copied through the blob
+SDK, in bounded ranged reads, to a local scratch folder that Spark then reads, and which
+is removed after the batch. On a cluster, set ``spark_input`` to the container's
+``abfss://`` URI instead: Spark then reads the blobs itself and nothing is staged.
+
+The output is a Spark path (``output``): a local folder here, ``abfss://...`` on a
+cluster. Each batch of each chunk writes its own deterministic directories (see
+:func:`batch_path`), so any attempt of a chunk rewrites exactly its own files.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import tempfile
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any
+
+from checkpoint.backends import open_storage
+from checkpoint.storage import Storage
+from jobs.errors import ConfigurationError
+from jobs.spark import chunk_output_path
+
+#: Bytes per ranged read while staging: bounded memory whatever the blob's size.
+STAGE_READ_BYTES = 8 << 20
+#: The two outputs of every batch.
+KINDS = ("orders", "rejects")
+
+
+@dataclass(frozen=True)
+class MigrationParams:
+    """The job's parameters (``runner submit --params``), with their defaults.
+
+    Attributes:
+        output: where Spark writes the v2 Parquet (a local folder, or a URI Spark can
+            write such as ``abfss://orders-v2@<account>.dfs.core.windows.net/out``).
+        input_container: the blob container of the v1 export.
+        input_prefix: only blobs whose names start with this.
+        results_container: where ``finalize`` writes ``<job_id>/manifest.json`` and
+            ``<job_id>/summary.json``.
+        chunk_bytes: input bytes per chunk (files are never split).
+        files_per_batch: input files per checkpoint inside a chunk.
+        scratch: local folder for staged inputs (default: the system's temp folder).
+        storage: where the blobs are, as ``runner --storage``; default None: the
+            workers' ``$RUNNER_STORAGE`` (then ``./.runner``). Never put an account key
+            here: params are stored in the checkpoint records; use the environment.
+        spark_input: a URI Spark reads the input container at (``abfss://...``); when
+            set, inputs are read in place instead of staged.
+    """
+
+    output: str
+    input_container: str = "orders-v1"
+    input_prefix: str = "export/"
+    results_container: str = "orders-v2"
+    chunk_bytes: int = 64 << 20
+    files_per_batch: int = 1
+    scratch: str | None = None
+    storage: str | None = None
+    spark_input: str | None = None
+
+    @classmethod
+    def of(cls, params: Mapping[str, Any]) -> MigrationParams:
+        """Parse and check the submitted params."""
+        known = {field.name for field in fields(cls)}
+        unknown = set(params) - known
+        if unknown or "output" not in params:
+            raise ConfigurationError(
+                f"migration params need 'output' and take only {sorted(known)}; "
+                f"got {sorted(params)}"
+            )
+        made = cls(**params)
+        if made.chunk_bytes < 1 or made.files_per_batch < 1:
+            raise ConfigurationError("chunk_bytes and files_per_batch must be >= 1")
+        return made
+
+    def open_storage(self) -> Storage:
+        """The storage holding the input and results containers."""
+        return open_storage(self.storage)
+
+
+def batch_path(params: MigrationParams, job_id: str, index: int, batch: int, kind: str) -> str:
+    """``<output>/<job_id>/chunk-000003/orders/batch-0001``: one batch's output directory."""
+    chunk = chunk_output_path(params.output, job_id, index)
+    return f"{chunk}/{kind}/batch-{batch:04d}"
+
+
+def is_uri(path: str) -> bool:
+    """True for ``abfss://...``-style paths (read through Spark's file system)."""
+    return "://" in path
+
+
+@contextmanager
+def staged_inputs(
+    storage: Storage, params: MigrationParams, names: list[str], scratch: str | None = None
+) -> Iterator[list[str]]:
+    """Paths Spark can read for the blobs ``names``: staged copies, removed on exit.
+
+    With ``params.spark_input`` set, the blobs' own URIs, nothing copied.
+    """
+    if params.spark_input:
+        yield [f"{params.spark_input.rstrip('/')}/{name}" for name in names]
+        return
+    root = scratch or params.scratch
+    if root:
+        Path(root).mkdir(parents=True, exist_ok=True)
+    folder = Path(tempfile.mkdtemp(prefix="migration-", dir=root))
+    try:
+        paths = []
+        for number, name in enumerate(names):
+            # Numbered: blob names may repeat their last segment in other folders.
+            target = folder / f"{number:05d}-{Path(name).name}"
+            copy_blob(storage, params.input_container, name, target)
+            paths.append(str(target))
+        yield paths
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def copy_blob(storage: Storage, container: str, name: str, target: Path) -> None:
+    """Copy one blob to a local file, one bounded ranged read at a time."""
+    size = storage.blobs.info(container, name).size
+    with open(target, "wb") as out:
+        for offset in range(0, size, STAGE_READ_BYTES):
+            out.write(storage.blobs.get(container, name, offset=offset, length=STAGE_READ_BYTES))
+
+
+def put_json(storage: Storage, container: str, name: str, value: Any) -> None:
+    """Write ``value`` as an indented JSON blob (overwriting)."""
+    storage.blobs.create_container(container)
+    storage.blobs.put(container, name, (json.dumps(value, indent=2) + "\n").encode("utf-8"))
+
+
+def get_json(storage: Storage, container: str, name: str) -> Any:
+    """Read a JSON blob written by :func:`put_json`."""
+    return json.loads(storage.blobs.get(container, name))
