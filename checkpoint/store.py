@@ -300,6 +300,18 @@ class CheckpointStore:
             if not states or task.state in states:
                 yield task
 
+    def poisoned_tasks(self, job_id: str) -> Iterator[TaskRecord]:
+        """The job's poisoned chunks in index order, then its planning or finalize if
+        poisoned."""
+        yield from self.chunks(job_id, ("poisoned",))
+        for kind in ("plan", "final"):
+            try:
+                task = self.get_task(job_id, kind, 0)  # type: ignore[arg-type]
+            except NotFound:
+                continue
+            if task.state == "poisoned":
+                yield task
+
     def results(self, job_id: str) -> Iterator[tuple[int, Any]]:
         """``(index, result)`` of every done chunk, in index order."""
         for task in self.chunks(job_id, ("done",)):

@@ -15,7 +15,7 @@ from checkpoint import messages
 from checkpoint.records import TaskKind
 from checkpoint.storage import NEVER_EXPIRES, QueueStore
 from checkpoint.store import CheckpointStore
-from jobs.errors import BadMessage, Conflict, LeaseLost, NotFound
+from jobs.errors import BadMessage, Conflict, LeaseLost
 from jobs.job import POISON_SUFFIX
 
 #: How long poison messages of other jobs stay hidden while we look past them.
@@ -39,20 +39,15 @@ def redrive(store: CheckpointStore, queues: QueueStore, job_id: str) -> int:
 
 def _reset_poisoned(store: CheckpointStore, job_id: str) -> set[tuple[TaskKind, int]]:
     reset: set[tuple[TaskKind, int]] = set()
-    for task in list(store.chunks(job_id, ("poisoned",))):
+    for task in list(store.poisoned_tasks(job_id)):
         try:
-            store.count_chunk(task, _RESET, {}, "-poisoned")
-            reset.add(("chunk", task.index))
+            if task.kind == "chunk":
+                store.count_chunk(task, _RESET, {}, "-poisoned")
+            else:
+                store.write_task(task, _RESET)
         except Conflict:
             continue  # changed meanwhile: someone else redrove it
-    for kind in ("plan", "final"):
-        try:
-            task = store.get_task(job_id, kind, 0)  # type: ignore[arg-type]
-        except NotFound:
-            continue
-        if task.state == "poisoned":
-            store.write_task(task, _RESET)
-            reset.add((kind, 0))  # type: ignore[arg-type]
+        reset.add((task.kind, task.index))
     return reset
 
 

@@ -54,15 +54,7 @@ def job_status(store: CheckpointStore, job: JobRecord, now: datetime) -> dict[st
 
 def poisoned_chunks(store: CheckpointStore, job_id: str) -> list[dict[str, Any]]:
     """Poisoned chunks of a job with their last error (planning / finalize included)."""
-    found = [_failed(task) for task in store.chunks(job_id, ("poisoned",))]
-    for kind in ("plan", "final"):
-        try:
-            task = store.get_task(job_id, kind, 0)  # type: ignore[arg-type]
-        except NotFound:
-            continue
-        if task.state == "poisoned":
-            found.append(_failed(task))
-    return found
+    return [_failed(task) for task in store.poisoned_tasks(job_id)]
 
 
 def _planned(store: CheckpointStore, job: JobRecord) -> int:

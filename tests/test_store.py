@@ -381,6 +381,22 @@ def test_count_chunk_can_take_a_poisoned_count_back(store: CheckpointStore):
     assert store.get_task(job_id, "chunk", 0).state == "waiting"
 
 
+def test_poisoned_tasks_lists_chunks_in_order_then_planning_and_finalize(
+    store: CheckpointStore,
+):
+    # Given chunks 3 and 1 poisoned (in that order), chunk 0 done, and finalize poisoned
+    job_id = _new_job(store, chunks=4)
+    for index in (3, 1):
+        store.count_chunk(_claim(store, job_id, index), {"state": "poisoned"}, {}, "poisoned")
+    store.count_chunk(_claim(store, job_id, 0), {"state": "done"}, {}, "done")
+    final = store.ensure_task(job_id, "final")
+    store.write_task(final, {"state": "poisoned"})
+
+    found = [(task.kind, task.index) for task in store.poisoned_tasks(job_id)]
+
+    assert found == [("chunk", 1), ("chunk", 3), ("final", 0)]
+
+
 def _interleaving(storage: Storage) -> tuple[CheckpointStore, list[Any]]:
     """A store whose next batch first runs the callables queued in the returned list,
     to put another worker's write between a read and the batch that depends on it."""
