@@ -474,8 +474,7 @@ def test_a_database_locked_past_the_busy_timeout_is_throttled(tmp_path, monkeypa
 
 
 def test_a_forked_child_opens_its_own_connection(store: Storage):
-    if not hasattr(os, "fork"):
-        pytest.skip("no fork on this platform")
+    assert hasattr(os, "fork"), "the project runs on Linux, where fork exists"
     store.queues.create_queue("fork")
     store.queues.send("fork", b"parent")  # the parent's connection exists now
     context = multiprocessing.get_context("fork")
