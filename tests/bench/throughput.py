@@ -145,18 +145,19 @@ def run_processes(
         context.Process(target=_child, args=(location, settings, done, ready, go, results))
         for _ in range(processes)
     ]
+    # Opened (so created) before the children start: two processes creating one fresh
+    # embedded store at once can fail with "database is locked" (PRAGMA journal_mode).
+    storage = open_storage(location)
     for child in children:
         child.start()
     try:
         _collect(ready, children)
-        planning = None
-        with open_storage(location) as storage:
-            submit_trivial(storage, chunks)
-            if planned:
-                planning = plan_only(storage, chunks)
+        submit_trivial(storage, chunks)
+        planning = plan_only(storage, chunks) if planned else None
         go.set()
         reports = _collect(results, children)
     finally:
+        storage.close()
         for child in children:
             child.join(10)
             if child.is_alive():
