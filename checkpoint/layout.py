@@ -1,8 +1,11 @@
 """Where the checkpoint store keeps things: table, partition and row names.
 
 Azure serves about 2,000 entities/s per table partition, so one job's chunk records are
-spread over :data:`SHARDS` partitions by ``index % SHARDS``; each shard partition also
-holds a counter row updated in the same atomic batch as the chunk it counts. A job's
+spread over :data:`SHARDS` partitions, in blocks of :data:`SHARD_BLOCK` consecutive
+chunks dealt round-robin; each shard partition also holds a counter row updated in the
+same atomic batch as the chunks it counts. Blocks, not single chunks, because a worker
+receives consecutive messages 32 at a time: their done marks then fall into one or two
+partitions and are written in one or two batches, not sixteen. A job's
 planning and finalize records sit in a small partition of their own.
 """
 
@@ -20,6 +23,9 @@ DATA_CONTAINER = "runner-data"
 JOBS_PARTITION = "jobs"
 #: Chunk-record partitions per job.
 SHARDS = 16
+#: Consecutive chunks per block of a shard (a job of over SHARDS x SHARD_BLOCK = 512
+#: chunks uses every shard).
+SHARD_BLOCK = 32
 #: Row of each shard partition holding its done / poisoned counts (sorts after chunks).
 COUNTS_ROW = "zcounts"
 PLAN_ROW = "plan"
@@ -39,7 +45,7 @@ def check_job_id(job_id: str) -> str:
 
 
 def shard_of(index: int) -> int:
-    return index % SHARDS
+    return (index // SHARD_BLOCK) % SHARDS
 
 
 def shard_partition(job_id: str, shard: int) -> str:
@@ -61,7 +67,8 @@ def index_of_row(row_key: str) -> int:
 
 def chunks_in_shard(total: int, shard: int) -> int:
     """How many of ``total`` chunks fall into ``shard``."""
-    return len(range(shard, total, SHARDS))
+    rounds, rest = divmod(total, SHARDS * SHARD_BLOCK)
+    return rounds * SHARD_BLOCK + min(max(rest - shard * SHARD_BLOCK, 0), SHARD_BLOCK)
 
 
 def blob_name(job_id: str, kind: str, index: int, field: str, version: str) -> str:

@@ -1,8 +1,14 @@
 """What travels on a job queue: a small msgpack envelope pointing at a task record.
 
 Payloads and params live in the checkpoint store (spilled to blob when large), so a
-message is a claim check of a few dozen bytes whatever the payload's size. Anything
-that is not exactly our envelope is a :class:`~jobs.errors.BadMessage`.
+message is a claim check whatever the payload's size. Anything that is not exactly our
+envelope is a :class:`~jobs.errors.BadMessage`.
+
+A chunk message sent at planning also carries the chunk record *as planned*: its ETag
+and, when small, its encoded payload (:data:`INLINE_PAYLOAD_BYTES`). A worker can then
+claim the chunk with a write conditional on that ETag without reading the record first:
+if the write succeeds, the record was exactly as planned. If anything changed it (an
+earlier delivery ran it), the write fails and the worker reads the record as usual.
 """
 
 from __future__ import annotations
@@ -17,6 +23,8 @@ from jobs.errors import BadMessage, CodecError, ConfigurationError
 #: Marks our messages; the value is the envelope version.
 MAGIC = "chunkrunner"
 VERSION = 1
+#: Largest encoded payload carried in a chunk message beside the record (48 KiB fit).
+INLINE_PAYLOAD_BYTES = 16 * 1024
 _KINDS = {"p": "plan", "c": "chunk", "f": "final"}
 _CODES = {kind: code for code, kind in _KINDS.items()}
 
@@ -29,19 +37,24 @@ class TaskMessage:
     job_type: str
     job_id: str
     index: int = 0
+    #: ETag of the chunk record as planned (None: unknown, read the record).
+    planned_etag: str | None = None
+    #: The planned record's encoded ``payload`` property, if small and inline.
+    planned_payload: bytes | None = None
 
 
 def encode(message: TaskMessage) -> bytes:
-    return codec.encode(
-        {
-            MAGIC: VERSION,
-            "k": _CODES[message.kind],
-            "t": message.job_type,
-            "j": message.job_id,
-            "i": message.index,
-        },
-        "message",
-    )
+    envelope: dict[str, Any] = {
+        MAGIC: VERSION,
+        "k": _CODES[message.kind],
+        "t": message.job_type,
+        "j": message.job_id,
+        "i": message.index,
+    }
+    if message.planned_etag is not None and message.planned_payload is not None:
+        envelope["e"] = message.planned_etag
+        envelope["p"] = message.planned_payload
+    return codec.encode(envelope, "message")
 
 
 def decode(body: bytes) -> TaskMessage:
@@ -69,7 +82,12 @@ def decode(body: bytes) -> TaskMessage:
         layout.check_job_id(job_id)
     except ConfigurationError as error:
         raise BadMessage(f"malformed envelope: {error}") from error
-    return TaskMessage(kind, job_type, job_id, index)  # type: ignore[arg-type]
+    etag, payload = envelope.get("e"), envelope.get("p")
+    if (etag, payload) != (None, None) and (
+        kind != "chunk" or not isinstance(etag, str) or not etag or not isinstance(payload, bytes)
+    ):
+        raise BadMessage(f"malformed envelope (planned record): {_preview(envelope)}")
+    return TaskMessage(kind, job_type, job_id, index, etag, payload)  # type: ignore[arg-type]
 
 
 def poisoned(body: bytes, queue: str, reason: str, at: str) -> bytes:

@@ -15,7 +15,10 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol
+
+if TYPE_CHECKING:
+    from jobs.errors import StorageError
 
 #: A property value a record can hold. ``None`` means "no such property": Azure does not
 #: store nulls, so a property set to None is simply absent when read back.
@@ -84,6 +87,15 @@ class QueueStore(Protocol):
         """
         ...
 
+    def send_many(
+        self, queue: str, bodies: Sequence[bytes], *, ttl_seconds: int | None = None
+    ) -> None:
+        """Add several messages, as :meth:`send` each (visible at once), in as few round
+        trips as the service allows. Not atomic on Azure: after an error, some may have
+        been sent, so the caller must be able to send them again (ours can). Raises as
+        :meth:`send`, before sending anything if any body is invalid."""
+        ...
+
     def receive(
         self, queue: str, *, max_messages: int = 1, visibility_seconds: int = 30
     ) -> list[QueueMessage]:
@@ -110,6 +122,17 @@ class QueueStore(Protocol):
     def delete(self, queue: str, message_id: str, pop_receipt: str) -> None:
         """Delete the message. Raises LeaseLost if the receipt is stale or the message is
         gone."""
+        ...
+
+    def delete_many(
+        self, queue: str, messages: Sequence[tuple[str, str]]
+    ) -> list[StorageError | None]:
+        """Delete several messages, each given as ``(message id, pop receipt)``.
+
+        Returns, in order, None for each deleted message or the error :meth:`delete`
+        would have raised for it (LeaseLost for a stale receipt or a message gone).
+        Raises only if the call as a whole failed (the queue is missing, the store
+        cannot be reached); then none or some may have been deleted."""
         ...
 
     def peek(self, queue: str, *, max_messages: int = 1) -> list[QueueMessage]:

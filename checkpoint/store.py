@@ -13,16 +13,36 @@ from __future__ import annotations
 import heapq
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from checkpoint import codec, layout
 from checkpoint.records import SPILL_BYTES, JobRecord, TaskKind, TaskRecord
 from checkpoint.storage import BatchOp, Record, Storage, Where
 from jobs.clock import Clock, SystemClock
-from jobs.errors import AlreadyExists, BatchFailed, Conflict, JobNotFound, NotFound
+from jobs.errors import (
+    AlreadyExists,
+    BatchFailed,
+    Conflict,
+    JobNotFound,
+    NotFound,
+    StorageError,
+)
 
-#: Chunk records written per batch at planning (Azure allows 100 per partition batch).
+#: Records written per batch (Azure allows 100 per partition batch).
 BATCH_ROWS = 100
+#: Bytes of records per batch, under Azure's 4 MiB per batch with room for the counter.
+BATCH_BYTES = 3 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class PlannedChunk:
+    """A chunk as planning recorded it: its ETag and encoded payload, or None for both
+    if unknown (the record existed already, or its payload was spilled to a blob)."""
+
+    index: int
+    etag: str | None = None
+    payload: bytes | None = None
 
 
 class CheckpointStore:
@@ -150,10 +170,14 @@ class CheckpointStore:
             job_id
         ), layout.PLAN_ROW if kind == "plan" else layout.FINAL_ROW
 
-    def add_chunks(self, job_id: str, first_index: int, payloads: Sequence[Any]) -> None:
+    def add_chunks(
+        self, job_id: str, first_index: int, payloads: Sequence[Any]
+    ) -> list[PlannedChunk]:
         """Record chunks ``first_index...`` as waiting. Idempotent: a chunk recorded by an
-        earlier, crashed planning attempt is left as it is (it may have run already)."""
-        by_shard: dict[int, list[BatchOp]] = {}
+        earlier, crashed planning attempt is left as it is (it may have run already).
+
+        Returns each chunk's record as planned (see :class:`PlannedChunk`)."""
+        by_shard: dict[int, list[tuple[int, BatchOp]]] = {}
         for offset, payload in enumerate(payloads):
             index = first_index + offset
             properties = {
@@ -162,25 +186,45 @@ class CheckpointStore:
                 **self._put_value((job_id, "chunk", index), "payload", payload),
             }
             op = BatchOp("insert", layout.chunk_row(index), properties)
-            by_shard.setdefault(layout.shard_of(index), []).append(op)
-        for shard, ops in by_shard.items():
+            by_shard.setdefault(layout.shard_of(index), []).append((index, op))
+        planned = [PlannedChunk(first_index + offset) for offset in range(len(payloads))]
+        for shard, indexed in by_shard.items():
             partition = layout.shard_partition(job_id, shard)
-            for start in range(0, len(ops), BATCH_ROWS):
-                self._insert_missing(partition, ops[start : start + BATCH_ROWS])
+            for start in range(0, len(indexed), BATCH_ROWS):
+                page = indexed[start : start + BATCH_ROWS]
+                etags = self._insert_missing(partition, [op for _, op in page])
+                for (index, op), etag in zip(page, etags, strict=True):
+                    payload = op.properties["payload"]
+                    if etag is not None and isinstance(payload, bytes) and payload:
+                        planned[index - first_index] = PlannedChunk(index, etag, payload)
+        return planned
 
-    def _insert_missing(self, partition: str, ops: list[BatchOp]) -> None:
+    def _insert_missing(self, partition: str, ops: list[BatchOp]) -> list[str | None]:
+        """Insert ``ops``; return each one's ETag, or None where the row existed."""
         try:
-            self._records.batch(layout.TASKS_TABLE, partition, ops)
+            return list(self._records.batch(layout.TASKS_TABLE, partition, ops))
         except BatchFailed as failed:
             if not isinstance(failed.reason, AlreadyExists):
                 raise
-            # A re-run of planning after a crash: insert one by one, keeping what exists.
-            for op in ops:
-                try:
+        # A re-run of planning after a crash: insert one by one, keeping what exists.
+        etags: list[str | None] = []
+        for op in ops:
+            try:
+                etags.append(
                     self._records.insert(layout.TASKS_TABLE, partition, op.row_key, op.properties)
-                except AlreadyExists:
-                    for name in self._written_blobs(op.properties):
-                        self._delete_blob(name)  # the existing chunk keeps its own
+                )
+            except AlreadyExists:
+                etags.append(None)
+                for name in self._written_blobs(op.properties):
+                    self._delete_blob(name)  # the existing chunk keeps its own
+        return etags
+
+    def planned_task(self, job_id: str, index: int, etag: str, payload: bytes) -> TaskRecord:
+        """The chunk record as :meth:`add_chunks` wrote it, known by its ETag (a write
+        conditional on that ETag succeeds only if the record is still exactly this)."""
+        properties = {"state": "waiting", "attempt": 0, "payload": payload, "payload_blob": ""}
+        record = _as_record(layout.chunk_row(index), properties, etag)
+        return TaskRecord.from_record(job_id, "chunk", index, record)
 
     def ensure_task(self, job_id: str, kind: TaskKind) -> TaskRecord:
         """The planning or finalize record of a job, created waiting if absent."""
@@ -220,6 +264,20 @@ class CheckpointStore:
             task.job_id, task.kind, task.index, _as_record(row, properties, etag)
         )
 
+    def final_changes(
+        self, task: TaskRecord, changes: Mapping[str, Any], values: Mapping[str, Any]
+    ) -> dict[str, Any]:
+        """The properties that end a chunk: ``changes`` and the msgpack ``values``
+        (spilled to blob if large). Raises CodecError if a value cannot be stored.
+
+        Encoded apart from :meth:`count_chunks` so a value that cannot be stored fails
+        in the chunk's own thread, where the failure is recorded on the chunk.
+        """
+        merged = {**changes, "updated_on": self.clock.now()}
+        for field, value in values.items():
+            merged.update(self._put_value((task.job_id, "chunk", task.index), field, value))
+        return merged
+
     def count_chunk(
         self, task: TaskRecord, changes: Mapping[str, Any], values: Mapping[str, Any], counter: str
     ) -> tuple[TaskRecord, dict[str, int]]:
@@ -227,37 +285,85 @@ class CheckpointStore:
         "poisoned", or "-poisoned" to take one off) in one atomic batch.
 
         Raises Conflict if the chunk was written by someone else since ``task`` was read.
-        A concurrent change to the counter is retried: it only means another chunk of
-        the shard ended at the same moment.
         """
-        partition, row = self._keys(task.job_id, "chunk", task.index)
-        merged = {**changes, "updated_on": self.clock.now()}
-        for field, value in values.items():
-            merged.update(self._put_value((task.job_id, "chunk", task.index), field, value))
+        final = self.final_changes(task, changes, values)
+        (written,), counts = self.count_chunks([(task, final)], counter)
+        if isinstance(written, StorageError):
+            raise written
+        return written, counts
+
+    def count_chunks(
+        self, ended: Sequence[tuple[TaskRecord, Mapping[str, Any]]], counter: str
+    ) -> tuple[list[TaskRecord | StorageError], dict[str, int]]:
+        """Merge each chunk's final properties (from :meth:`final_changes`) and add the
+        number written to ``counter`` of their shard, in atomic batches.
+
+        All chunks must be of one job and one shard. Returns, in order, each chunk's new
+        record, or the error that kept it from being written (Conflict: someone else
+        wrote it since it was read; NotFound: it is gone), and the shard's counts. A
+        concurrent change to the counter is retried: it only means another chunk of the
+        shard ended at the same moment. Spilled blobs of chunks not written are deleted.
+        """
+        if not ended:
+            raise ValueError("no chunks to count")
+        job_id, shard = ended[0][0].job_id, layout.shard_of(ended[0][0].index)
+        if any(t.job_id != job_id or layout.shard_of(t.index) != shard for t, _ in ended):
+            raise ValueError("count_chunks takes chunks of one job and one shard")
+        outcome: list[TaskRecord | StorageError | None] = [None] * len(ended)
+        counts: dict[str, int] = {}
+        for group in _batches(range(len(ended)), [_size(final) for _, final in ended]):
+            counts = self._count_batch(ended, group, counter, outcome)
+        for (task, final), result in zip(ended, outcome, strict=True):
+            if isinstance(result, StorageError):
+                for name in self._written_blobs(final):
+                    self._delete_blob(name)
+            else:
+                self._drop_replaced_blobs(task.properties, final)
+        return outcome, counts  # type: ignore[return-value]
+
+    def _count_batch(
+        self,
+        ended: Sequence[tuple[TaskRecord, Mapping[str, Any]]],
+        group: list[int],
+        counter: str,
+        outcome: list[TaskRecord | StorageError | None],
+    ) -> dict[str, int]:
+        """One batch: the chunks in ``group`` (positions in ``ended``) and the counter.
+        A chunk the service refuses is taken out and the rest sent again."""
+        first = ended[group[0]][0]
+        partition = layout.shard_partition(first.job_id, layout.shard_of(first.index))
         name, step = counter.lstrip("-"), -1 if counter.startswith("-") else 1
         counts = self._counters.get(partition) or self._read_counts(partition)
         while True:
-            old = counts.properties.get(name, 0)
-            new_counts = {**counts.properties, name: int(old) + step}  # type: ignore[arg-type]
+            if not group:
+                return {k: int(v) for k, v in counts.properties.items()}  # type: ignore[arg-type]
+            old = int(counts.properties.get(name, 0))  # type: ignore[arg-type]
+            new_counts = {**counts.properties, name: old + step * len(group)}
             ops = [
-                BatchOp("merge", row, merged, task.etag),
-                BatchOp("merge", layout.COUNTS_ROW, new_counts, counts.etag),
+                BatchOp("merge", layout.chunk_row(ended[i][0].index), ended[i][1], ended[i][0].etag)
+                for i in group
             ]
+            ops.append(BatchOp("merge", layout.COUNTS_ROW, new_counts, counts.etag))
             try:
                 etags = self._records.batch(layout.TASKS_TABLE, partition, ops)
             except BatchFailed as failed:
-                if failed.index == 1 and isinstance(failed.reason, Conflict):
+                if failed.index == len(group) and isinstance(failed.reason, Conflict):
                     counts = self._read_counts(partition)  # another chunk ended meanwhile
                     continue
-                for blob in self._written_blobs(merged):
-                    self._delete_blob(blob)
-                raise failed.reason from failed
-            self._counters[partition] = _as_record(layout.COUNTS_ROW, new_counts, etags[1])
-            self._drop_replaced_blobs(task.properties, merged)
-            properties = {**task.properties, **merged}
-            record = _as_record(row, properties, etags[0])
-            done = TaskRecord.from_record(task.job_id, "chunk", task.index, record)
-            return done, {k: int(v) for k, v in new_counts.items()}  # type: ignore[arg-type]
+                if failed.index >= len(group) or not isinstance(
+                    failed.reason, (Conflict, NotFound)
+                ):
+                    raise failed.reason from failed
+                outcome[group.pop(failed.index)] = failed.reason
+                continue
+            counts = _as_record(layout.COUNTS_ROW, new_counts, etags[-1])
+            self._counters[partition] = counts
+            for i, etag in zip(group, etags[:-1], strict=True):
+                task, final = ended[i]
+                row = layout.chunk_row(task.index)
+                record = _as_record(row, {**task.properties, **final}, etag)
+                outcome[i] = TaskRecord.from_record(task.job_id, "chunk", task.index, record)
+            return {k: int(v) for k, v in new_counts.items()}  # type: ignore[arg-type]
 
     def _read_counts(self, partition: str) -> Record:
         # The last counter row seen per partition is kept, so a worker that ends most of
@@ -316,6 +422,26 @@ class CheckpointStore:
         """``(index, result)`` of every done chunk, in index order."""
         for task in self.chunks(job_id, ("done",)):
             yield task.index, self.value(task.properties, "result")
+
+
+def _size(properties: Mapping[str, Any]) -> int:
+    """A generous estimate of a merge's size on the wire (for splitting batches)."""
+    return 1024 + sum(len(v) for v in properties.values() if isinstance(v, (bytes, str)))
+
+
+def _batches(positions: range, sizes: list[int]) -> Iterator[list[int]]:
+    """``positions`` cut into runs that fit one batch beside the counter row: at most
+    BATCH_ROWS - 1 operations and BATCH_BYTES."""
+    group: list[int] = []
+    total = 0
+    for position in positions:
+        if group and (len(group) == BATCH_ROWS - 1 or total + sizes[position] > BATCH_BYTES):
+            yield group
+            group, total = [], 0
+        group.append(position)
+        total += sizes[position]
+    if group:
+        yield group
 
 
 def _as_record(row_key: str, properties: Mapping[str, Any], etag: str) -> Record:

@@ -151,7 +151,7 @@ class TaskControl:
         self._newest = _NOTHING
 
     def _fenced(self, changes: dict[str, Any], values: dict[str, Any]) -> None:
-        if self.lease.lost.is_set():
+        if self.lease.lost:
             raise LeaseLost(self.lease.why_lost(self._clock.monotonic()))
         visible_at = self.lease.visible_at
         changes = {"lease_until": self._lease_until(), **changes}

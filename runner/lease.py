@@ -49,18 +49,22 @@ class Lease:
     on_renewed: Callable[[Lease], None] | None = None
     next_renewal_at: float = 0.0
     lost_reason: str | None = None
-    lost: threading.Event = field(default_factory=threading.Event)
+    #: Set once, never cleared (a plain flag: an Event per message cost more than the
+    #: rest of holding it, and nobody waits on it).
+    lost: bool = False
     active: bool = True
     lock: threading.Lock = field(default_factory=threading.Lock)
+    #: The chunk finished and its message is the finisher's to delete (runner.finish).
+    handed_over: bool = False
 
     def lose(self, reason: str) -> None:
         if self.lost_reason is None:
             self.lost_reason = reason
-        self.lost.set()
+        self.lost = True
 
     def expired(self, now: float) -> bool:
         """True once the lease is lost or has run out (judged locally, no round trip)."""
-        return self.lost.is_set() or now >= self.visible_at
+        return self.lost or now >= self.visible_at
 
     def why_lost(self, now: float) -> str:
         if self.lost_reason:
@@ -124,7 +128,7 @@ class LeaseKeeper:
             self._leases.discard(lease)
         with lease.lock:
             lease.active = False
-            if lease.lost.is_set():
+            if lease.lost:
                 return False
             try:
                 action(lease.pop_receipt)
@@ -138,6 +142,34 @@ class LeaseKeeper:
         return self.finish(
             lease, lambda receipt: self._queues.delete(lease.queue, lease.message_id, receipt)
         )
+
+    def delete_many(self, leases: list[Lease]) -> None:
+        """Delete the held messages, one call per queue (their tasks are done).
+
+        Each lease is made inactive under its lock first, so no renewal can rotate its
+        receipt once it is read; a lease found lost is left alone, as in :meth:`finish`.
+        """
+        with self._guard:
+            self._leases.difference_update(leases)
+        by_queue: dict[str, list[Lease]] = {}
+        for lease in leases:
+            with lease.lock:
+                lease.active = False
+                if not lease.lost:
+                    by_queue.setdefault(lease.queue, []).append(lease)
+        for queue, held in by_queue.items():
+            try:
+                errors = self._queues.delete_many(
+                    queue, [(lease.message_id, lease.pop_receipt) for lease in held]
+                )
+            except StorageError as error:
+                log.warning("deleting %d message(s) from %s failed: %s", len(held), queue, error)
+                continue
+            for lease, failure in zip(held, errors, strict=True):
+                if isinstance(failure, LeaseLost):
+                    lease.lose(str(failure))
+                elif failure is not None:
+                    log.warning("deleting message %s failed: %s", lease.message_id, failure)
 
     def release(self, lease: Lease, visibility_seconds: int = 0) -> bool:
         """Stop holding; the message becomes visible after ``visibility_seconds``."""
@@ -168,12 +200,12 @@ class LeaseKeeper:
         for lease in self.held():
             if now >= lease.next_renewal_at:
                 self._renew(lease)
-        upcoming = [lease.next_renewal_at for lease in self.held() if not lease.lost.is_set()]
+        upcoming = [lease.next_renewal_at for lease in self.held() if not lease.lost]
         return max(0.0, min(upcoming) - self._clock.monotonic()) if upcoming else 3600.0
 
     def _renew(self, lease: Lease) -> None:
         with lease.lock:
-            if not lease.active or lease.lost.is_set():
+            if not lease.active or lease.lost:
                 return
             started = self._clock.monotonic()
             if lease.max_seconds is not None and started - lease.acquired_at >= lease.max_seconds:

@@ -126,6 +126,7 @@ class WorkerLoop:
         self._prepare()
         keeper = self.context.keeper
         keeper.start()
+        self.context.finisher.start()
         slots = [
             threading.Thread(target=self._slot, name=f"chunk-{n + 1}", daemon=True)
             for n in range(self.settings.concurrency)
@@ -137,6 +138,8 @@ class WorkerLoop:
         finally:
             self.request_stop()
             finished = self._drain(slots)
+            # Finished chunks are marked done and their messages deleted before leaving.
+            finished = self.context.finisher.stop(self.settings.stop_timeout_seconds) and finished
             keeper.stop()
         return EXIT_OK if finished else EXIT_STOP_TIMEOUT
 
@@ -157,7 +160,12 @@ class WorkerLoop:
             if self._receive(free):
                 idle_seconds = POLL_MIN_SECONDS
                 continue
-            if self.settings.burst and self._outstanding == 0 and self._no_work_left():
+            if (
+                self.settings.burst
+                and self._outstanding == 0
+                and self.context.finisher.idle()
+                and self._no_work_left()
+            ):
                 log.info("burst: no work left, exiting")
                 return
             self._stop.wait(idle_seconds)

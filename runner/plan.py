@@ -13,6 +13,7 @@ import itertools
 from typing import TYPE_CHECKING, Any
 
 from checkpoint import messages
+from checkpoint.messages import INLINE_PAYLOAD_BYTES
 from checkpoint.records import JobRecord
 from checkpoint.storage import NEVER_EXPIRES
 from jobs.job import ChunkedJob
@@ -44,7 +45,16 @@ def run_plan(
 
 
 def _enqueue(worker: Context, job: JobRecord, first: int, page: list[Any]) -> None:
-    worker.store.add_chunks(job.job_id, first, page)
-    for index in range(first, first + len(page)):
-        body = messages.encode(messages.TaskMessage("chunk", job.job_type, job.job_id, index))
-        worker.queues.send(job.queue, body, ttl_seconds=NEVER_EXPIRES)
+    bodies = []
+    for planned in worker.store.add_chunks(job.job_id, first, page):
+        inline = planned.payload is not None and len(planned.payload) <= INLINE_PAYLOAD_BYTES
+        task = messages.TaskMessage(
+            "chunk",
+            job.job_type,
+            job.job_id,
+            planned.index,
+            planned.etag if inline else None,
+            planned.payload if inline else None,
+        )
+        bodies.append(messages.encode(task))
+    worker.queues.send_many(job.queue, bodies, ttl_seconds=NEVER_EXPIRES)

@@ -10,8 +10,10 @@ The order of the steps is the product's correctness, so it is spelled out here:
    race releases the message for later.
 5. Run the user's code; checkpoints are fenced writes (see :mod:`runner.control`).
 6. Success: mark done (with the shard's counter, atomically) *before* deleting the
-   message, then see whether the job is complete. Failure: record the error and make
-   the message visible again after a backoff, or poison it on the last attempt.
+   message, then see whether the job is complete. For chunks the slot hands that to
+   the :class:`~runner.finish.Finisher`, which does it for many chunks at once. Failure:
+   record the error and make the message visible again after a backoff, or poison it
+   on the last attempt.
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ from jobs.errors import (
 from jobs.job import ChunkedJob
 from runner.completion import check_complete, set_job
 from runner.control import TaskControl
+from runner.finish import Ended, Finisher
 from runner.lease import Lease, LeaseKeeper
 from runner.plan import run_plan
 from runner.poison import PoisonRouter
@@ -72,6 +75,7 @@ class Context:
 
     def __post_init__(self) -> None:
         self.poison = PoisonRouter(self.queues, self.keeper, self.clock)
+        self.finisher = Finisher(self)
         self.by_queue = {cls.queue: cls for cls in self.job_classes.values()}
         self._jobs: dict[str, JobRecord] = {}
         self.totals: dict[str, int] = {}
@@ -108,8 +112,10 @@ def handle(
         _handle_held(worker, queue, message, lease)
     finally:
         # Whatever happened (a storage outage mid-way, say), never renew a message
-        # nobody works on: it lapses and is retried.
-        worker.keeper.drop(lease)
+        # nobody works on: it lapses and is retried. A finished chunk's message is the
+        # finisher's now, renewed until it is deleted.
+        if not lease.handed_over:
+            worker.keeper.drop(lease)
 
 
 def _handle_held(worker: Context, queue: str, message: QueueMessage, lease: Lease) -> None:
@@ -168,6 +174,10 @@ def _run_task(
         # has no checkpoint to stop at: an unrenewed lease would only let a second
         # worker start it while the first still runs.
         lease.max_seconds = None
+    claimed = _claim_planned(worker, lease, message, job_class, task_message)
+    if claimed is not None:
+        _start(worker, lease, message, job_class, job, claimed)
+        return
     try:
         task = _task(worker.store, job.job_id, kind, index)
     except NotFound:
@@ -191,6 +201,17 @@ def _run_task(
     if claimed is None:
         worker.keeper.release(lease, job_class.lease_seconds)
         return
+    _start(worker, lease, message, job_class, job, claimed)
+
+
+def _start(
+    worker: Context,
+    lease: Lease,
+    message: QueueMessage,
+    job_class: type[ChunkedJob],
+    job: JobRecord,
+    claimed: TaskRecord,
+) -> None:
     control = TaskControl(
         worker.store,
         claimed,
@@ -243,17 +264,54 @@ def _verdict(worker: Context, task: TaskRecord, message: QueueMessage) -> str | 
     return None
 
 
-def _claim(
-    worker: Context, task: TaskRecord, message: QueueMessage, lease: Lease
+def _claim_planned(
+    worker: Context,
+    lease: Lease,
+    message: QueueMessage,
+    job_class: type[ChunkedJob],
+    task_message: messages.TaskMessage,
 ) -> TaskRecord | None:
-    changes = {
+    """Claim a chunk from the planned record its message carries, without reading it.
+
+    The write is conditional on the planned ETag, so it succeeds only if the chunk is
+    still exactly as planned: waiting, never claimed. Returns None if the message
+    carries no planned record or the record changed (it ran before, or was redriven):
+    the caller then reads the record and decides as for any delivery.
+    """
+    if task_message.planned_etag is None or task_message.planned_payload is None:
+        return None
+    planned = worker.store.planned_task(
+        task_message.job_id,
+        task_message.index,
+        task_message.planned_etag,
+        task_message.planned_payload,
+    )
+    if _exhausted(planned, message, job_class) is not None:
+        return None
+    try:
+        return worker.store.write_task(planned, _claim_changes(worker, planned, message, lease))
+    except (Conflict, NotFound):
+        return None
+
+
+def _claim_changes(
+    worker: Context, task: TaskRecord, message: QueueMessage, lease: Lease
+) -> dict[str, Any]:
+    now = worker.clock.now()
+    return {
         "state": "running",
         "owner": worker.worker_id,
         "message_id": message.id,
         "attempt": task.attempt + 1,
-        "started_on": worker.clock.now(),
-        "lease_until": worker.clock.now() + timedelta(seconds=lease.lease_seconds),
+        "started_on": now,
+        "lease_until": now + timedelta(seconds=lease.lease_seconds),
     }
+
+
+def _claim(
+    worker: Context, task: TaskRecord, message: QueueMessage, lease: Lease
+) -> TaskRecord | None:
+    changes = _claim_changes(worker, task, message, lease)
     try:
         return worker.store.write_task(task, changes)
     except Conflict:
@@ -309,20 +367,16 @@ def _succeeded(
     worker: Context, lease: Lease, job: JobRecord, control: TaskControl, outcome: Any
 ) -> None:
     task, done = control.task, {"state": "done", "owner": "", "done_on": worker.clock.now()}
-    shard_counts = None
     if task.kind == "chunk":
-        try:
-            task, shard_counts = worker.store.count_chunk(
-                task, done, {"result": outcome, "progress": control.newest_state}, "done"
-            )
-        except (Conflict, NotFound) as fenced:
-            lease.lose("chunk record changed before it was marked done")
-            raise LeaseLost("chunk record changed before it was marked done") from fenced
-    else:
-        task = control.write(done, {"progress": outcome} if task.kind == "plan" else {})
+        values = {"result": outcome, "progress": control.newest_state}
+        final = worker.store.final_changes(task, done, values)  # CodecError: it failed
+        lease.handed_over = True
+        worker.finisher.add(Ended(task, final, lease))
+        return
+    task = control.write(done, {"progress": outcome} if task.kind == "plan" else {})
     # Marked done before the message is deleted: a crash in between re-delivers a message
     # that is deleted unrun, after _after_done has run again.
-    _after_done(worker, job.job_id, task, shard_counts)
+    _after_done(worker, job.job_id, task)
     worker.keeper.delete(lease)
 
 

@@ -115,6 +115,68 @@ def test_four_processes_never_receive_one_message_twice(tmp_path: Path):
     assert sum(1 for result in results if json.loads(result.read_text())) >= 2
 
 
+def _open_fresh_and_write(directory: str, ready, result_file: str) -> None:
+    """Child process: open a store nobody created yet, at the same moment as the others,
+    and write to it."""
+    ready.wait(60)
+    with open_embedded(Path(directory)) as storage:
+        storage.queues.create_queue("work")
+        storage.queues.send("work", str(os.getpid()).encode())
+    Path(result_file).write_text("ok")
+
+
+def test_processes_opening_one_fresh_store_at_once_all_succeed(tmp_path: Path):
+    # Setting up a fresh SQLite file (PRAGMA journal_mode = WAL) does not wait for a lock:
+    # without the store's process lock, all but one of these failed at once "locked".
+    directory = tmp_path / "fresh"
+    context = multiprocessing.get_context("spawn")
+    ready = context.Barrier(4)
+    results = [tmp_path / f"opened-{i}" for i in range(4)]
+    openers = [
+        context.Process(target=_open_fresh_and_write, args=(str(directory), ready, str(result)))
+        for result in results
+    ]
+    for opener in openers:
+        opener.start()
+    for opener in openers:
+        opener.join(120)
+    assert [opener.exitcode for opener in openers] == [0, 0, 0, 0]
+    with open_embedded(directory) as storage:
+        assert storage.queues.approximate_length("work") == 4
+
+
+def test_a_process_waits_for_another_holding_the_write_lock(tmp_path: Path):
+    # Given a process holding the store's write lock (as inside a transaction)
+    directory = tmp_path / "store"
+    with open_embedded(directory) as storage:
+        storage.queues.create_queue("work")
+    context = multiprocessing.get_context("spawn")
+    held, release = context.Event(), context.Event()
+    holder = context.Process(target=_hold_write_lock, args=(str(directory), held, release))
+    holder.start()
+    try:
+        assert held.wait(60)
+        # When this process opens the store and writes meanwhile, it waits; once the
+        # other lets go, its write lands
+        threading.Timer(0.3, release.set).start()
+        with open_embedded(directory) as storage:
+            storage.queues.send("work", b"after the other")
+            assert release.is_set(), "the write did not wait for the other process"
+            assert storage.queues.approximate_length("work") == 1
+    finally:
+        release.set()
+        holder.join(60)
+    assert holder.exitcode == 0
+
+
+def _hold_write_lock(directory: str, held, release) -> None:
+    with open_embedded(Path(directory)) as storage:
+        database = storage.queues._db  # type: ignore[attr-defined]
+        with database.write():
+            held.set()
+            release.wait(60)
+
+
 # --------------------------------------------------------------------------- sharing
 
 

@@ -136,7 +136,7 @@ def test_renews_at_seventy_percent_of_the_lease(harness: Harness):
     assert harness.update_times(start) == pytest.approx([7, 14, 21])
     assert lease.visible_at - start == pytest.approx(31)
     assert lease.next_renewal_at - start == pytest.approx(28)
-    assert not lease.lost.is_set()
+    assert not lease.lost
 
 
 def test_a_renewed_message_stays_hidden_from_other_workers(harness: Harness):
@@ -191,7 +191,7 @@ def test_renews_several_leases_each_on_its_own_schedule(harness: Harness):
         [1.4, 2.8, 4.2, 5.6, 7.0, 8.4]
     )
     assert harness.update_times(start, long.message_id) == pytest.approx([8.0])
-    assert not short.lost.is_set() and not long.lost.is_set()
+    assert not short.lost and not long.lost
 
 
 def test_nothing_held_means_a_long_wait(harness: Harness):
@@ -211,7 +211,7 @@ def test_stops_renewing_past_max_seconds_and_marks_lost(harness: Harness):
 
     # Then it renewed at 1.4, 2.8 and 4.2 s, and at 5.6 s gave up: lost, not renewed
     assert harness.update_times(start) == pytest.approx([1.4, 2.8, 4.2])
-    assert lease.lost.is_set()
+    assert lease.lost
     assert "max_chunk_seconds" in (lease.lost_reason or "")
     assert lease.expired(harness.clock.monotonic())
     # and the message comes back to other workers when the last renewal runs out (6.2 s)
@@ -239,7 +239,7 @@ def test_a_refused_renewal_marks_the_lease_lost(harness: Harness):
     harness.keeper.renew_due()
 
     # Then the renewal is refused, the lease is lost, and it is never tried again
-    assert lease.lost.is_set()
+    assert lease.lost
     assert "renewal refused" in (lease.lost_reason or "")
     assert harness.queues.updates == []
     assert harness.keeper.renew_due() == 3600.0
@@ -252,7 +252,7 @@ def test_a_renewal_of_a_deleted_message_marks_the_lease_lost(harness: Harness):
     message, lease = harness.receive(5)
     harness.storage.queues.delete(QUEUE, message.id, lease.pop_receipt)
     harness.run_keeper(4)
-    assert lease.lost.is_set()
+    assert lease.lost
     assert "no longer in queue" in (lease.lost_reason or "")
 
 
@@ -270,7 +270,7 @@ def test_a_transient_failure_is_retried_at_ten_percent(harness: Harness, error: 
 
     # Then it retried 1 s later, succeeded, and the lease goes on
     assert harness.update_times(start) == pytest.approx([8])
-    assert not lease.lost.is_set()
+    assert not lease.lost
     assert lease.visible_at - start == pytest.approx(18)
 
 
@@ -288,12 +288,12 @@ def test_renewals_failing_until_the_lease_runs_out_lose_it(harness: Harness):
 
     # When the keeper keeps trying
     harness.run_keeper(9.5)
-    assert not lease.lost.is_set()  # still within the lease: keep trying
+    assert not lease.lost  # still within the lease: keep trying
     harness.run_keeper(5)
 
     # Then it tried at 7, 8, 9 and, last, at the lease's end (10 s), then gave up
     assert attempts == pytest.approx([7, 8, 9, 10])
-    assert lease.lost.is_set()
+    assert lease.lost
     assert "ran out" in (lease.lost_reason or "")
 
 
@@ -303,7 +303,7 @@ def test_a_lease_past_its_end_is_expired_even_before_the_keeper_notices(harness:
     assert not lease.expired(harness.clock.monotonic())
     harness.clock.advance(0.01)
     assert lease.expired(harness.clock.monotonic())
-    assert not lease.lost.is_set()
+    assert not lease.lost
     assert "ran out" in lease.why_lost(harness.clock.monotonic())
 
 
@@ -360,7 +360,7 @@ def test_finish_on_a_message_taken_by_another_worker_marks_lost(harness: Harness
     assert len(harness.others_see()) == 1
 
     assert harness.keeper.delete(lease) is False
-    assert lease.lost.is_set()
+    assert lease.lost
     assert harness.queues.deletes == []
 
 
@@ -473,7 +473,7 @@ def test_a_cpu_bound_chunk_does_not_starve_renewals(tmp_path: Path):
         assert other.queues.receive(QUEUE, visibility_seconds=60) == []
         # because the keeper kept renewing it (about every 1.4 s; loose bounds)
         assert len(queues.updates) >= 2
-        assert not lease.lost.is_set()
+        assert not lease.lost
         assert keeper.delete(lease) is True
     finally:
         keeper.stop()

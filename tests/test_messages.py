@@ -30,6 +30,7 @@ _DROP = object()
         TaskMessage("chunk", "mod:Cls", "j", 0),
         TaskMessage("chunk", "mod:Cls", "a.b_c-D9", 2**40),
         TaskMessage("final", "pkg.mod:Outer.Inner", "x" * 100),
+        TaskMessage("chunk", "mod:Cls", "j", 5, 'W/"datetime\'2026-11-22T04%3A30Z\'"', b"\x81"),
     ],
 )
 def test_round_trip(message):
@@ -82,6 +83,12 @@ BAD_BODIES = {
     "index-none": _body(i=None),
     "index-missing": _body(i=_DROP),
     "map-keyed-by-array": b"\x81\x92\x01\x02\x01",
+    "planned-etag-without-payload": _body(e="etag"),
+    "planned-payload-without-etag": _body(p=b"\x01"),
+    "planned-etag-empty": _body(e="", p=b"\x01"),
+    "planned-etag-bytes": _body(e=b"etag", p=b"\x01"),
+    "planned-payload-str": _body(e="etag", p="payload"),
+    "planned-record-on-plan": _body(k="p", e="etag", p=b"\x01"),
     "poison-record": messages.poisoned(b"orig", "q-x", "why", "2030-01-01T00:00:00+00:00"),
 }
 
@@ -91,6 +98,11 @@ def test_bad_body_is_a_bad_message(body):
     with pytest.raises(BadMessage) as bad:
         messages.decode(body)
     assert str(bad.value)  # a reason for the log and the poison record
+
+
+def test_a_planned_record_travels_only_with_both_parts():
+    half = TaskMessage("chunk", "m:C", "job", 1, planned_etag="etag")
+    assert messages.decode(messages.encode(half)).planned_etag is None
 
 
 def test_random_bytes_are_bad_messages_and_nothing_else():

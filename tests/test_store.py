@@ -301,14 +301,14 @@ def test_large_results_spill_and_are_read_back_by_results(store: CheckpointStore
 
 
 def test_count_chunk_writes_the_chunk_and_its_counter_together(store: CheckpointStore):
-    job_id = _new_job(store, chunks=20)
-    task = _claim(store, job_id, 17)  # shard 1
+    job_id = _new_job(store, chunks=50)
+    task = _claim(store, job_id, 40)  # shard 1 (chunks 32-63)
 
-    done, counts = store.count_chunk(task, {"state": "done", "owner": ""}, {"result": 17}, "done")
+    done, counts = store.count_chunk(task, {"state": "done", "owner": ""}, {"result": 40}, "done")
 
     assert counts == {"done": 1, "poisoned": 0}
     assert done.state == "done"
-    assert store.get_task(job_id, "chunk", 17).etag == done.etag
+    assert store.get_task(job_id, "chunk", 40).etag == done.etag
     assert store.shard_counts(job_id, 1) == {"done": 1, "poisoned": 0}
     assert store.counts(job_id) == {"done": 1, "poisoned": 0}
 
@@ -355,18 +355,69 @@ def test_count_chunk_retries_when_another_chunk_of_the_shard_ends_at_once(
 
 def test_count_chunk_with_a_stale_cached_counter_still_counts(backend: Backend):
     # Given a worker that counted a chunk of shard 2 (it may remember the counter row)
-    job_id = _new_job(CheckpointStore(backend.storage), chunks=51)  # shard 2: 2, 18, 34, 50
+    job_id = _new_job(CheckpointStore(backend.storage), chunks=96)  # shard 2: 64-95
     mine, theirs = CheckpointStore(backend.storage), CheckpointStore(backend.storage)
-    mine.count_chunk(_claim(mine, job_id, 2), {"state": "done"}, {}, "done")
+    mine.count_chunk(_claim(mine, job_id, 64), {"state": "done"}, {}, "done")
 
     # When another worker ends two more chunks of that shard, then the first a fourth
-    theirs.count_chunk(_claim(theirs, job_id, 18), {"state": "done"}, {}, "done")
-    theirs.count_chunk(_claim(theirs, job_id, 34), {"state": "poisoned"}, {}, "poisoned")
-    _, counts = mine.count_chunk(_claim(mine, job_id, 50), {"state": "done"}, {}, "done")
+    theirs.count_chunk(_claim(theirs, job_id, 70), {"state": "done"}, {}, "done")
+    theirs.count_chunk(_claim(theirs, job_id, 80), {"state": "poisoned"}, {}, "poisoned")
+    _, counts = mine.count_chunk(_claim(mine, job_id, 95), {"state": "done"}, {}, "done")
 
     # Then every end was counted once
     assert counts == {"done": 3, "poisoned": 1}
     assert mine.counts(job_id) == {"done": 3, "poisoned": 1}
+
+
+def test_count_chunks_writes_a_group_and_leaves_out_a_fenced_chunk(store: CheckpointStore):
+    # Given five chunks of one shard ended by me, one of them written by someone else since
+    job_id = _new_job(store, chunks=40)
+    mine = [_claim(store, job_id, index) for index in range(5)]
+    store.write_task(store.get_task(job_id, "chunk", 2), {"owner": "them"})
+    ended = [
+        (task, store.final_changes(task, {"state": "done"}, {"result": BIG if i == 2 else i}))
+        for i, task in enumerate(mine)
+    ]
+
+    # When they are counted together
+    written, counts = store.count_chunks(ended, "done")
+
+    # Then the four still mine are done and counted; the fenced one is reported and
+    # left as the other writer left it, without a stray result blob
+    assert [type(w).__name__ for w in written] == ["TaskRecord"] * 2 + ["Conflict"] + [
+        "TaskRecord"
+    ] * 2
+    assert counts == {"done": 4, "poisoned": 0}
+    assert store.counts(job_id) == {"done": 4, "poisoned": 0}
+    assert [t.index for t in store.chunks(job_id, ("done",))] == [0, 1, 3, 4]
+    assert store.get_task(job_id, "chunk", 2).owner == "them"
+    assert _blobs(store, job_id) == []
+    for result in written:
+        if not isinstance(result, Conflict):
+            assert store.get_task(job_id, "chunk", result.index).etag == result.etag
+
+
+def test_count_chunks_splits_a_group_larger_than_one_batch(store: CheckpointStore):
+    # A shard holds 32 consecutive chunks per round of 512: 130 chunks of shard 0
+    indexes = [round_ * 512 + offset for round_ in range(5) for offset in range(26)]
+    job_id = _new_job(store, chunks=max(indexes) + 1)
+    ended = [
+        (task, store.final_changes(task, {"state": "done"}, {"result": task.index}))
+        for task in (_claim(store, job_id, index) for index in indexes)
+    ]
+
+    written, counts = store.count_chunks(ended, "done")
+
+    assert all(not isinstance(w, Exception) for w in written)
+    assert counts["done"] == store.shard_counts(job_id, 0)["done"] == 130
+    assert [index for index, _ in store.results(job_id)] == indexes
+
+
+def test_count_chunks_refuses_chunks_of_two_shards(store: CheckpointStore):
+    job_id = _new_job(store, chunks=40)
+    ended = [(_claim(store, job_id, index), {"state": "done"}) for index in (0, 32)]
+    with pytest.raises(ValueError, match="one shard"):
+        store.count_chunks(ended, "done")
 
 
 def test_count_chunk_can_take_a_poisoned_count_back(store: CheckpointStore):
@@ -419,22 +470,22 @@ def _interleaving(storage: Storage) -> tuple[CheckpointStore, list[Any]]:
 
 
 def test_chunks_come_in_index_order_across_shards(store: CheckpointStore):
-    # Given 40 chunks spread over the 16 shards, some of them ended
-    job_id = _new_job(store, chunks=40)
-    for index in (0, 5, 16, 17, 39):
+    # Given 600 chunks spread over the 16 shards (and round again), some of them ended
+    job_id = _new_job(store, chunks=600)
+    for index in (0, 5, 40, 517, 599):
         store.count_chunk(
             _claim(store, job_id, index), {"state": "done"}, {"result": index * 10}, "done"
         )
-    for index in (7, 23):
+    for index in (70, 230):
         _claim(store, job_id, index)
-    store.count_chunk(_claim(store, job_id, 30), {"state": "poisoned"}, {}, "poisoned")
+    store.count_chunk(_claim(store, job_id, 300), {"state": "poisoned"}, {}, "poisoned")
 
     # Then reading the job gives every chunk once, in index order
-    assert [task.index for task in store.chunks(job_id)] == list(range(40))
+    assert [task.index for task in store.chunks(job_id)] == list(range(600))
     # and filtering by state keeps the order
-    assert [t.index for t in store.chunks(job_id, ("done",))] == [0, 5, 16, 17, 39]
-    assert [t.index for t in store.chunks(job_id, ("running", "poisoned"))] == [7, 23, 30]
-    assert len(list(store.chunks(job_id, ("waiting",)))) == 40 - 8
+    assert [t.index for t in store.chunks(job_id, ("done",))] == [0, 5, 40, 517, 599]
+    assert [t.index for t in store.chunks(job_id, ("running", "poisoned"))] == [70, 230, 300]
+    assert len(list(store.chunks(job_id, ("waiting",)))) == 600 - 8
     # and the counter rows are not mistaken for chunks
     assert all(task.kind == "chunk" for task in store.chunks(job_id))
 

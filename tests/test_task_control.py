@@ -203,7 +203,7 @@ def test_a_write_after_someone_else_wrote_is_lease_lost(world: World):
         world.control.offer("ours")
 
     # Then the lease is marked lost and their progress stands
-    assert world.lease.lost.is_set()
+    assert world.lease.lost
     assert world.stored_progress() == "theirs"
     assert world.stored().owner == "other"
     # and every later attempt is refused without touching the store
@@ -219,7 +219,7 @@ def test_a_flush_after_someone_else_wrote_is_lease_lost(world: World):
     world.someone_else_writes("theirs")
     with pytest.raises(LeaseLost):
         world.control.flush()
-    assert world.lease.lost.is_set()
+    assert world.lease.lost
     assert world.stored_progress() == "theirs"
 
 
@@ -229,7 +229,7 @@ def test_a_record_deleted_under_us_is_lease_lost(world: World):
     world.control.offer(1)
     with pytest.raises(LeaseLost):
         world.control.flush()
-    assert world.lease.lost.is_set()
+    assert world.lease.lost
 
 
 def test_a_fenced_spill_leaves_no_blob_behind(world: World):
@@ -429,7 +429,7 @@ def test_on_renewed_swallows_a_fence_and_marks_the_lease_lost(world: World):
     world.someone_else_writes("theirs")
     world.clock.advance(LEASE_SECONDS * 0.7)
     _renewed(world)  # no exception on the keeper's thread
-    assert world.lease.lost.is_set()
+    assert world.lease.lost
     with pytest.raises(LeaseLost):
         world.control.raise_if_stopped()
     assert world.stored_progress() == "theirs"

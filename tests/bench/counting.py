@@ -41,8 +41,12 @@ class Tally:
         self.started_at: float | None = None
         self.done_at: float | None = None
 
-    def record(self, operation: str) -> None:
-        """Count one call, if the window is open; the first receive opens it."""
+    def record(self, operation: str, messages: int | None = None) -> None:
+        """Count one call, if the window is open; the first receive opens it.
+
+        ``messages``: how many messages a ``*_many`` call carried, counted apart as
+        ``<operation> messages`` (on Azure each is one request, sent concurrently).
+        """
         with self._lock:
             if self.started_at is None:
                 if operation != "queues.receive":
@@ -50,6 +54,8 @@ class Tally:
                 self.started_at = time.monotonic()
             if not self._done.is_set():
                 self.calls[operation] += 1
+                if messages is not None:
+                    self.calls[f"{operation} messages"] += messages
 
     def mark_done(self) -> None:
         """Close the window (in every process sharing the flag): the job is done."""
@@ -92,7 +98,8 @@ class Counting:
         operation, tally, after = f"{self._service}.{name}", self._tally, self._after
 
         def call(*args: Any, **kwargs: Any) -> Any:
-            tally.record(operation)
+            many = len(args[1]) if name.endswith("_many") and len(args) > 1 else None
+            tally.record(operation, many)
             result = attribute(*args, **kwargs)
             if after is not None:
                 after(name, args, kwargs)

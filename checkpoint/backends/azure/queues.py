@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import base64
 import binascii
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import TypeVar
 
 from azure.core.exceptions import ResourceExistsError, ResourceNotFoundError
@@ -23,9 +25,14 @@ from checkpoint import limits
 from checkpoint.backends.azure.errors import being_deleted, translated
 from checkpoint.backends.azure.times import as_utc
 from checkpoint.storage import QueueMessage, Receipt
-from jobs.errors import InvalidRequest, Unavailable
+from jobs.errors import InvalidRequest, LeaseLost, StorageError, Unavailable
 
 T = TypeVar("T")
+A = TypeVar("A")
+
+#: Requests in flight at once for send_many and delete_many (the SDK's connection pool
+#: keeps 10 connections per host).
+CONCURRENT_CALLS = 8
 
 #: Azure reports a message that never expires as expiring at the end of year 9999.
 _NEVER_YEAR = 9999
@@ -99,6 +106,19 @@ class AzureQueues:
             sent = client.send_message(body, visibility_timeout=delay_seconds, time_to_live=ttl)
         return _message(sent, body)
 
+    def send_many(
+        self, queue: str, bodies: Sequence[bytes], *, ttl_seconds: int | None = None
+    ) -> None:
+        """Add several messages (see ``QueueStore.send_many``): Azure has no batch send,
+        so they go as concurrent single sends."""
+        self._queue(queue)
+        bodies = [limits.check_message_body(body) for body in bodies]
+        limits.check_ttl(ttl_seconds, 0)
+        for _ in _concurrently(
+            lambda body: self.send(queue, body, ttl_seconds=ttl_seconds), bodies
+        ):
+            pass
+
     def receive(
         self, queue: str, *, max_messages: int = 1, visibility_seconds: int = 30
     ) -> list[QueueMessage]:
@@ -148,6 +168,22 @@ class AzureQueues:
         with translated(f"delete message {message_id!r} from queue {queue!r}"):
             client.delete_message(message_id, pop_receipt=pop_receipt)
 
+    def delete_many(
+        self, queue: str, messages: Sequence[tuple[str, str]]
+    ) -> list[StorageError | None]:
+        """Delete several messages (see ``QueueStore.delete_many``): Azure has no batch
+        delete, so they go as concurrent single deletes."""
+        self._queue(queue)
+
+        def delete(message: tuple[str, str]) -> StorageError | None:
+            try:
+                self.delete(queue, *message)
+            except LeaseLost as lost:
+                return lost
+            return None
+
+        return list(_concurrently(delete, messages))
+
     def peek(self, queue: str, *, max_messages: int = 1) -> list[QueueMessage]:
         """Look at up to ``max_messages`` visible messages without receiving them."""
         client = self._queue(queue)
@@ -160,6 +196,16 @@ class AzureQueues:
         client = self._queue(queue)
         with translated(f"count messages in queue {queue!r}"):
             return int(client.get_queue_properties().approximate_message_count or 0)
+
+
+def _concurrently(call: Callable[[A], T], items: Sequence[A]) -> Iterator[T]:
+    """``call`` on each item, up to :data:`CONCURRENT_CALLS` at once, results in order.
+    The first exception raised is raised (the other calls still run to their end)."""
+    if len(items) <= 1:
+        yield from map(call, items)
+        return
+    with ThreadPoolExecutor(min(CONCURRENT_CALLS, len(items))) as pool:
+        yield from pool.map(call, items)
 
 
 def _message(sdk: SdkMessage, body: bytes | None = None) -> QueueMessage:

@@ -19,12 +19,13 @@ from __future__ import annotations
 import secrets
 import sqlite3
 import uuid
+from collections.abc import Sequence
 
 from checkpoint import limits
 from checkpoint.backends.embedded.db import Database, epoch, utc
 from checkpoint.storage import NEVER_EXPIRES, QueueMessage, Receipt
 from jobs.clock import Clock
-from jobs.errors import LeaseLost, NotFound
+from jobs.errors import LeaseLost, NotFound, StorageError
 
 SCHEMA = (
     "CREATE TABLE IF NOT EXISTS queues (name TEXT PRIMARY KEY) WITHOUT ROWID",
@@ -55,6 +56,12 @@ INSERT INTO messages (queue, id, body, dequeue_count, inserted_on, expires_on,
 SELECT :queue, :id, :body, 0, :now, :expires, :visible, :receipt
 WHERE EXISTS (SELECT 1 FROM queues WHERE name = :queue)
 RETURNING {_COLUMNS}
+"""
+
+_SEND_MANY = """
+INSERT INTO messages (queue, id, body, dequeue_count, inserted_on, expires_on,
+                      next_visible, pop_receipt)
+VALUES (:queue, :id, :body, 0, :now, :expires, :visible, :receipt)
 """
 
 # The random receipt comes from SQLite (randomblob) so one statement serves the batch.
@@ -171,6 +178,32 @@ class EmbeddedQueues:
             raise NotFound(f"queue {queue!r} does not exist", code="QueueNotFound")
         return _message(row)
 
+    def send_many(
+        self, queue: str, bodies: Sequence[bytes], *, ttl_seconds: int | None = None
+    ) -> None:
+        limits.check_queue_name(queue)
+        bodies = [limits.check_message_body(body) for body in bodies]
+        ttl_seconds = limits.check_ttl(ttl_seconds, 0)
+        if not bodies:
+            return
+        now = self._now()
+        expires = None if ttl_seconds == NEVER_EXPIRES else now + ttl_seconds
+        rows = [
+            {
+                "queue": queue,
+                "id": str(uuid.uuid4()),
+                "body": body,
+                "now": now,
+                "expires": expires,
+                "visible": now,
+                "receipt": _new_receipt(),
+            }
+            for body in bodies
+        ]
+        with self._db.write() as conn:  # one transaction: all are sent or none
+            self._require_queue(conn, queue)
+            conn.executemany(_SEND_MANY, rows)
+
     def receive(
         self, queue: str, *, max_messages: int = 1, visibility_seconds: int = 30
     ) -> list[QueueMessage]:
@@ -237,6 +270,25 @@ class EmbeddedQueues:
         with self._db.write() as conn:
             if conn.execute(_DELETE, params).rowcount == 0:
                 self._explain_lost(conn, queue, message_id, now)
+
+    def delete_many(
+        self, queue: str, messages: Sequence[tuple[str, str]]
+    ) -> list[StorageError | None]:
+        limits.check_queue_name(queue)
+        now = self._now()
+        errors: list[StorageError | None] = []
+        with self._db.write() as conn:  # one transaction for them all
+            self._require_queue(conn, queue)
+            for message_id, pop_receipt in messages:
+                params = {"queue": queue, "id": message_id, "receipt": pop_receipt, "now": now}
+                try:
+                    if conn.execute(_DELETE, params).rowcount == 0:
+                        self._explain_lost(conn, queue, message_id, now)
+                except LeaseLost as lost:
+                    errors.append(lost)
+                else:
+                    errors.append(None)
+        return errors
 
     def _explain_lost(
         self, conn: sqlite3.Connection, queue: str, message_id: str, now: float

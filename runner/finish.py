@@ -1,0 +1,165 @@
+"""Ending chunks in groups: done marks written a shard at a time, then messages deleted.
+
+A slot that finished a chunk hands it here and goes on to its next message. The
+finisher's thread takes everything handed over since its last pass and, per job and
+shard, writes the chunks' done marks with the shard's counter in one atomic batch
+(:meth:`~checkpoint.store.CheckpointStore.count_chunks`), sees whether the job is
+complete, and only then deletes the messages, in one call per queue. That is the order
+of :mod:`runner.tasks` (done before delete, completion checked before delete), so a
+crash at any point is as harmless as it was chunk by chunk; it only makes one write and
+one delete serve many chunks. No timer batches anything: a group is whatever finished
+while the previous group was being written, one chunk when the store keeps up.
+
+Until deleted, the messages stay leased (the keeper renews them). At most
+:data:`MAX_PENDING` chunks wait here; a slot handing over more waits, so a slow store
+slows the worker down instead of piling up finished chunks.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from checkpoint import layout
+from checkpoint.records import TaskRecord
+from jobs.errors import StorageError
+from runner.completion import check_complete
+from runner.lease import Lease
+
+if TYPE_CHECKING:
+    from runner.tasks import Context
+
+log = logging.getLogger(__name__)
+
+#: Finished chunks waiting to be written before a slot handing over another waits.
+MAX_PENDING = 64
+
+
+@dataclass
+class Ended:
+    """A chunk that finished: its record as last written, its final properties
+    (:meth:`~checkpoint.store.CheckpointStore.final_changes`) and its message's lease."""
+
+    task: TaskRecord
+    final: dict[str, Any]
+    lease: Lease
+
+
+class Finisher:
+    """Marks finished chunks done and deletes their messages, on its own thread once
+    started (before that, and after :meth:`stop`, at once in the caller's thread)."""
+
+    def __init__(self, worker: Context):
+        self._worker = worker
+        self._pending: list[Ended] = []
+        self._changed = threading.Condition()
+        self._busy = False
+        self._stopping = False
+        self._thread: threading.Thread | None = None
+
+    def add(self, ended: Ended) -> None:
+        """Hand over a finished chunk; returns once it is queued (or written)."""
+        with self._changed:
+            if self._thread is not None:
+                while len(self._pending) >= MAX_PENDING and self._thread.is_alive():
+                    self._changed.wait(0.5)
+                if self._thread.is_alive():
+                    self._pending.append(ended)
+                    self._changed.notify_all()
+                    return
+        self.finish([ended])
+
+    def start(self) -> None:
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name="finisher", daemon=True)
+            self._thread.start()
+
+    def stop(self, timeout: float) -> bool:
+        """Write what is pending, then stop the thread. Returns False if that took longer
+        than ``timeout`` seconds (what is left lapses and is redone)."""
+        with self._changed:
+            self._stopping = True
+            self._changed.notify_all()
+        if self._thread is None:
+            return True
+        self._thread.join(timeout)
+        return not self._thread.is_alive()
+
+    def idle(self) -> bool:
+        """Nothing pending or being written."""
+        with self._changed:
+            return not self._pending and not self._busy
+
+    def _run(self) -> None:
+        while True:
+            with self._changed:
+                while not self._pending and not self._stopping:
+                    self._changed.wait()
+                if not self._pending:
+                    return
+                group, self._pending = self._pending, []
+                self._busy = True
+                self._changed.notify_all()  # room for slots waiting to hand over
+            try:
+                self.finish(group)
+            except Exception:  # the thread must outlive any one failure; leases lapse
+                log.exception("finishing %d chunk(s) failed; they will be retried", len(group))
+                for ended in group:
+                    self._worker.keeper.drop(ended.lease)
+            finally:
+                with self._changed:
+                    self._busy = False
+                    self._changed.notify_all()
+
+    def finish(self, group: list[Ended]) -> None:
+        """Mark ``group`` done (a batch per job and shard), check completion, delete."""
+        shards: dict[tuple[str, int], list[Ended]] = {}
+        for ended in group:
+            key = (ended.task.job_id, layout.shard_of(ended.task.index))
+            shards.setdefault(key, []).append(ended)
+        to_delete: list[Lease] = []
+        for (job_id, shard), chunks in shards.items():
+            to_delete.extend(self._mark_done(job_id, shard, chunks))
+        if to_delete:
+            self._worker.keeper.delete_many(to_delete)
+
+    def _mark_done(self, job_id: str, shard: int, chunks: list[Ended]) -> list[Lease]:
+        """Write one shard's done marks; return the leases whose messages may go."""
+        worker = self._worker
+        try:
+            written, counts = worker.store.count_chunks([(c.task, c.final) for c in chunks], "done")
+        except StorageError as error:
+            log.warning(
+                "marking %d chunk(s) of %s done failed; they will be redone: %s",
+                len(chunks),
+                job_id,
+                error,
+            )
+            for ended in chunks:
+                worker.keeper.drop(ended.lease)
+            return []
+        done = []
+        for ended, result in zip(chunks, written, strict=True):
+            if isinstance(result, StorageError):
+                reason = f"chunk record changed before it was marked done ({result})"
+                log.warning(
+                    "chunk %s of %s finished but fenced: %s", ended.task.index, job_id, reason
+                )
+                ended.lease.lose(reason)
+                worker.keeper.drop(ended.lease)
+            else:
+                done.append(ended.lease)
+        if not done:
+            return []
+        try:
+            check_complete(worker, job_id, shard, counts)
+        except StorageError as error:
+            # Kept, not deleted: the messages come back, are found done, and the check
+            # is made again then (runner.tasks._after_done).
+            log.warning("checking whether %s is complete failed: %s", job_id, error)
+            for lease in done:
+                worker.keeper.drop(lease)
+            return []
+        return done

@@ -1,0 +1,165 @@
+"""The finisher: finished chunks marked done a shard at a time, then their messages
+deleted, on both backends. Driven synchronously (``finish``) except where the thread
+itself is the subject."""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from dataclasses import replace
+from typing import Any
+
+from checkpoint import messages
+from checkpoint.records import TaskRecord
+from checkpoint.store import CheckpointStore
+from jobs.clock import SystemClock
+from jobs.errors import Unavailable
+from runner import finish
+from runner.finish import Ended
+from runner.lease import Lease, LeaseKeeper
+from runner.tasks import Context
+
+
+class FailingBatches:
+    """The real record store, except that batches fail while ``failing`` is set."""
+
+    def __init__(self, records: Any):
+        self._records = records
+        self.failing = False
+        self.entered = threading.Event()
+        self.release = threading.Event()
+        self.block = False
+
+    def batch(self, *args: Any, **kwargs: Any) -> list[str]:
+        if self.block:
+            self.entered.set()
+            self.release.wait(30)
+        if self.failing:
+            raise Unavailable("the store is down")
+        return self._records.batch(*args, **kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._records, name)
+
+
+class Job:
+    """A running job of ``chunks`` chunks whose messages this worker holds, claimed."""
+
+    def __init__(self, backend: Any, chunks: int):
+        self.records = FailingBatches(backend.storage.records)
+        storage = replace(backend.storage, records=self.records, closer=None)
+        self.queue = backend.queue()
+        self.store = CheckpointStore(storage)
+        self.job_id = f"fin-{uuid.uuid4().hex[:10]}"
+        job, _ = self.store.create_job(self.job_id, "tests:Job", self.queue, {})
+        self.store.add_chunks(self.job_id, 0, list(range(chunks)))
+        self.store.update_job(job, state="running", total=chunks)
+        # The keeper is not started: nothing is renewed, leases are long enough.
+        self.keeper = LeaseKeeper(storage.queues, SystemClock())
+        self.worker = Context(self.store, storage.queues, self.keeper, SystemClock(), "me", {})
+        storage.queues.send_many(self.queue, [str(i).encode() for i in range(chunks)])
+        received = storage.queues.receive(self.queue, max_messages=chunks, visibility_seconds=60)
+        self.leases: dict[int, Lease] = {}
+        self.tasks: dict[int, TaskRecord] = {}
+        for message in received:
+            index = int(message.body)
+            self.leases[index] = self.keeper.hold(
+                self.queue, message, 60, received_at=self.worker.clock.monotonic()
+            )
+            task = self.store.get_task(self.job_id, "chunk", index)
+            self.tasks[index] = self.store.write_task(task, {"state": "running", "owner": "me"})
+        self.storage = storage
+
+    def ended(self, index: int) -> Ended:
+        task = self.tasks[index]
+        final = self.store.final_changes(task, {"state": "done"}, {"result": index * 10})
+        return Ended(task, final, self.leases[index])
+
+    def left_in_queue(self) -> int:
+        return self.storage.queues.approximate_length(self.queue)
+
+
+def test_a_group_is_marked_done_counted_and_its_messages_deleted(backend):
+    # Given three finished chunks, one of which someone else wrote since it was claimed
+    job = Job(backend, chunks=5)
+    job.store.write_task(job.store.get_task(job.job_id, "chunk", 1), {"owner": "them"})
+
+    # When the finisher takes them as one group
+    job.worker.finisher.finish([job.ended(0), job.ended(1), job.ended(2)])
+
+    # Then the two still ours are done with their results, counted, their messages gone
+    assert [t.index for t in job.store.chunks(job.job_id, ("done",))] == [0, 2]
+    assert list(job.store.results(job.job_id)) == [(0, 0), (2, 20)]
+    assert job.store.counts(job.job_id) == {"done": 2, "poisoned": 0}
+    assert job.left_in_queue() == 3  # chunks 1 (fenced), 3 and 4 (not finished)
+    # and the fenced one is lost and no longer renewed, its record left to its writer
+    assert job.leases[1].lost and not job.leases[0].lost
+    assert set(job.keeper.held()) == {job.leases[3], job.leases[4]}
+    assert job.store.get_task(job.job_id, "chunk", 1).owner == "them"
+
+
+def test_the_group_that_ends_the_job_enqueues_finalize(backend):
+    job = Job(backend, chunks=3)
+    job.worker.finisher.finish([job.ended(0), job.ended(1)])
+    assert job.store.get_job(job.job_id).state == "running"
+
+    job.worker.finisher.finish([job.ended(2)])
+
+    assert job.store.get_job(job.job_id).state == "finalizing"
+    (final,) = job.storage.queues.peek(job.queue, max_messages=32)
+    assert messages.decode(final.body).kind == "final"
+
+
+def test_a_store_failure_keeps_the_messages_for_a_later_delivery(backend):
+    # Given a store that fails the batch marking the chunks done
+    job = Job(backend, chunks=2)
+    job.records.failing = True
+
+    job.worker.finisher.finish([job.ended(0), job.ended(1)])
+
+    # Then nothing was marked done, the messages stay (they come back and are redone)
+    # and nobody renews them any more
+    assert job.store.counts(job.job_id) == {"done": 0, "poisoned": 0}
+    assert job.left_in_queue() == 2
+    assert job.keeper.held() == []
+
+
+def test_the_thread_writes_what_is_handed_over_and_stop_flushes_it(backend):
+    job = Job(backend, chunks=6)
+    finisher = job.worker.finisher
+    finisher.start()
+    for index in range(6):
+        finisher.add(job.ended(index))
+
+    assert finisher.stop(timeout=60)
+
+    assert job.store.counts(job.job_id) == {"done": 6, "poisoned": 0}
+    assert finisher.idle()
+    assert job.store.get_job(job.job_id).state == "finalizing"
+    # only the finalize message is left
+    assert job.left_in_queue() == 1
+
+
+def test_a_slot_waits_while_too_many_chunks_are_pending(backend, monkeypatch):
+    # Given a finisher whose store write is stuck, with room for 2 pending chunks
+    monkeypatch.setattr(finish, "MAX_PENDING", 2)
+    job = Job(backend, chunks=4)
+    finisher = job.worker.finisher
+    job.records.block = True
+    finisher.start()
+    finisher.add(job.ended(0))
+    assert job.records.entered.wait(30)  # chunk 0 is being written (stuck)
+    finisher.add(job.ended(1))
+    finisher.add(job.ended(2))  # two pending: full
+
+    # When a slot hands over one more, it waits until the store moves again
+    handed = threading.Event()
+    slot = threading.Thread(target=lambda: (finisher.add(job.ended(3)), handed.set()))
+    slot.start()
+    assert not handed.wait(0.3)
+    job.records.block = False
+    job.records.release.set()
+    assert handed.wait(30)
+    slot.join(30)
+    assert finisher.stop(timeout=60)
+    assert job.store.counts(job.job_id) == {"done": 4, "poisoned": 0}
