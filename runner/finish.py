@@ -7,8 +7,8 @@ shard, writes the chunks' done marks with the shard's counter in one atomic batc
 complete, and only then deletes the messages, in one call per queue. That is the order
 of :mod:`runner.tasks` (done before delete, completion checked before delete), so a
 crash at any point is as harmless as it was chunk by chunk; it only makes one write and
-one delete serve many chunks. No timer batches anything: a group is whatever finished
-while the previous group was being written, one chunk when the store keeps up.
+one delete serve many chunks. A group is whatever finished while the previous one was
+being written, plus what finishes in the next :data:`LINGER_SECONDS`.
 
 Until deleted, the messages stay leased (the keeper renews them). At most
 :data:`MAX_PENDING` chunks wait here; a slot handing over more waits, so a slow store
@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -35,6 +36,11 @@ log = logging.getLogger(__name__)
 
 #: Finished chunks waiting to be written before a slot handing over another waits.
 MAX_PENDING = 64
+#: A group this large is written at once; a smaller one waits up to LINGER_SECONDS for
+#: more, so that quick chunks share their writes (a chunk of a second or more waits
+#: 0.2 % longer; a group costs about as much as a chunk to write).
+GROUP_CHUNKS = 32
+LINGER_SECONDS = 0.005
 
 
 @dataclass
@@ -67,7 +73,8 @@ class Finisher:
                     self._changed.wait(0.5)
                 if self._thread.is_alive():
                     self._pending.append(ended)
-                    self._changed.notify_all()
+                    if len(self._pending) in (1, GROUP_CHUNKS):  # worth waking it for
+                        self._changed.notify_all()
                     return
         self.finish([ended])
 
@@ -99,6 +106,12 @@ class Finisher:
                     self._changed.wait()
                 if not self._pending:
                     return
+                deadline = time.monotonic() + LINGER_SECONDS
+                while len(self._pending) < GROUP_CHUNKS and not self._stopping:
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        break
+                    self._changed.wait(left)
                 group, self._pending = self._pending, []
                 self._busy = True
                 self._changed.notify_all()  # room for slots waiting to hand over
