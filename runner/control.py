@@ -56,6 +56,7 @@ class TaskControl:
         self._written_at = clock.monotonic()
         self._recorded_visible_at = lease.visible_at  # the claim wrote this deadline
         self.writes = 0
+        self._ended = False
 
     # ----------------------------------------------------------------- ChunkControl
 
@@ -130,14 +131,25 @@ class TaskControl:
             self._newest = _NOTHING
             return self.task
 
+    def end(self) -> TaskRecord:
+        """The task is ending and its last write is made elsewhere (a done or poisoned
+        mark with a counter): renewals write nothing more, so that mark's ETag stays
+        valid. Returns the record as last written."""
+        with self._lock:
+            self._ended = True
+            return self.task
+
     def on_renewed(self, lease: Lease) -> None:
         """Keep the record's ``lease_until`` fresh for status and duplicate detection.
 
-        Skipped only when a checkpoint already recorded this renewal's deadline."""
+        Skipped when a checkpoint already recorded this renewal's deadline, and once the
+        task is ending (:meth:`end`)."""
         if self._recorded_visible_at >= lease.visible_at:
             return
         try:
             with self._lock:
+                if self._ended:
+                    return
                 values = {} if self._newest is _NOTHING else {"progress": self._newest}
                 self._fenced({}, values)
                 self._newest = _NOTHING

@@ -368,6 +368,8 @@ def _succeeded(
 ) -> None:
     task, done = control.task, {"state": "done", "owner": "", "done_on": worker.clock.now()}
     if task.kind == "chunk":
+        # From here the finisher writes the record: a renewal must not change its ETag.
+        task = control.end()
         values = {"result": outcome, "progress": control.newest_state}
         final = worker.store.final_changes(task, done, values)  # CodecError: it failed
         lease.handed_over = True
@@ -443,7 +445,7 @@ def _poison_task(
     error, trace = failure if failure else (RuntimeError(reason), "")
     changes = {"state": "poisoned", "owner": "", **error_properties(error, trace)}
     values = {"progress": control.newest_state} if control and control.has_unwritten_state else {}
-    current = control.task if control else task
+    current = control.end() if control else task
     try:
         try:
             _write_poisoned(worker, job, current, changes, values, reason)

@@ -416,6 +416,22 @@ def test_on_renewed_records_each_new_deadline_once(world: World):
     assert world.control.writes == 1
 
 
+def test_once_ending_a_renewal_writes_nothing(world: World):
+    # Given a chunk whose done mark is being written elsewhere (the finisher), conditional
+    # on the ETag the control last wrote
+    world.control.offer("last")
+    ending = world.control.end()
+    assert ending.etag == world.stored().etag
+
+    # When the lease is renewed meanwhile
+    world.clock.advance(LEASE_SECONDS * 0.7)
+    _renewed(world)
+
+    # Then the record is untouched, so that ETag still holds for the done mark
+    assert world.control.writes == 0
+    assert world.stored().etag == ending.etag
+
+
 def test_on_renewed_skips_a_deadline_a_checkpoint_already_recorded(world: World):
     world.clock.advance(LEASE_SECONDS * 0.7)
     world.lease.visible_at = world.clock.monotonic() + LEASE_SECONDS
