@@ -20,7 +20,8 @@ help:
 	@echo "make demo       run the main job on the embedded default (DEMO_ARGS='--rows 200000')"
 	@echo "make demo-azure the same on a private Azurite"
 	@echo "make test       install everything, then run the full test suite (both backends)"
-	@echo "make bench      storage operations and the chunk engine, both backends -> BENCHMARKS.md"
+	@echo "make bench      storage operations, the chunk engine (both backends) and the"
+	@echo "                migration chunked vs one plain Spark job -> BENCHMARKS.md"
 	@echo "make lint       ruff; make typecheck: mypy"
 	@echo "make clean      remove .venv, .tools and the default embedded store"
 
@@ -52,6 +53,7 @@ typecheck: venv
 bench: venv azurite
 	$(BIN)/python -m tests.bench.storage --output BENCHMARKS.md
 	$(BIN)/python -m tests.bench.chunks --output BENCHMARKS.md
+	$(BIN)/python -m tests.bench.migration --output BENCHMARKS.md
 
 # The batch-migration sample end to end (samples/migration/README.md): generate the data,
 # submit, 2 workers, one SIGKILLed and resumed, verified against a one-shot Spark run.

@@ -50,7 +50,7 @@ def _job(job: dict[str, Any], color: bool) -> str:
         expired = " (lease expired: worker gone?)" if chunk["lease_expired"] else ""
         lines.append(
             f"  running #{chunk['index']} on {chunk['worker']} attempt {chunk['attempt']}, "
-            f"lease until {chunk['lease_until']}{expired}, progress {chunk['progress']}"
+            f"lease until {chunk['lease_until']}{expired}, progress {chunk['progress_text']}"
         )
     for chunk in job["failed"]:
         lines.append(

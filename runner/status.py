@@ -7,6 +7,7 @@ poisoned — so status reads records, never queues.
 
 from __future__ import annotations
 
+import json
 from datetime import datetime
 from typing import Any
 
@@ -16,6 +17,8 @@ from jobs.errors import NotFound
 
 #: Longest progress text shown per running chunk.
 PROGRESS_CHARS = 80
+#: Largest state given as a value in ``--json`` (as JSON text); larger ones are omitted.
+PROGRESS_JSON_BYTES = 4096
 
 
 def job_status(store: CheckpointStore, job: JobRecord, now: datetime) -> dict[str, Any]:
@@ -75,14 +78,31 @@ def _task_state(store: CheckpointStore, job_id: str, kind: str) -> str | None:
 def _running(store: CheckpointStore, task: TaskRecord, now: datetime) -> dict[str, Any]:
     progress = store.value(task.properties, "progress")
     text = repr(progress)
+    value = _as_json(progress)
     return {
         "index": task.index,
         "worker": task.owner,
         "attempt": task.attempt,
         "lease_until": _iso(task.lease_until),
         "lease_expired": task.lease_until is not None and task.lease_until <= now,
-        "progress": text if len(text) <= PROGRESS_CHARS else text[: PROGRESS_CHARS - 3] + "...",
+        "progress": value,
+        "progress_omitted": value is None and progress is not None,
+        "progress_text": text
+        if len(text) <= PROGRESS_CHARS
+        else text[: PROGRESS_CHARS - 3] + "...",
     }
+
+
+def _as_json(value: Any) -> Any:
+    """``value`` if it is plain JSON (str keys; no bytes, no datetimes) of at most
+    :data:`PROGRESS_JSON_BYTES`, else None: tools get the state itself, or nothing."""
+    try:
+        text = json.dumps(value, allow_nan=False)
+    except (TypeError, ValueError):
+        return None
+    if len(text.encode("utf-8")) > PROGRESS_JSON_BYTES or json.loads(text) != value:
+        return None  # too large, or changed on the way (tuples, int keys ...)
+    return value
 
 
 def _failed(task: TaskRecord) -> dict[str, Any]:

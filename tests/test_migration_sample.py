@@ -88,8 +88,12 @@ def test_counts_are_what_the_generator_made(demo: tuple[DemoResult, list[str], P
     assert summary["rows_rejected"] == made.rejects > 0
     assert summary["duplicates_dropped"] > 0
     assert set(summary["rejected_by_reason"]) <= {
-        "malformed_line", *(f"{how}_{name}" for how in ("missing", "bad")
-                            for name in ("order_id", "order_date", "updated_at", "amount"))
+        "malformed_line",
+        *(
+            f"{how}_{name}"
+            for how in ("missing", "bad")
+            for name in ("order_id", "order_date", "updated_at", "amount")
+        ),
     }
 
 
@@ -152,9 +156,13 @@ def test_every_v1_format_of_an_order_types_to_the_same_v2_row(spark: Any, tmp_pa
     # Given one order version written in every format the legacy export used
     updated_at = datetime(2023, 4, 6, 22, 30, 15, tzinfo=UTC)
     version = gen._Version(
-        order_id=1234, customer_id=42, day=(date(2023, 4, 5) - gen.FIRST_DAY).days,
+        order_id=1234,
+        customer_id=42,
+        day=(date(2023, 4, 5) - gen.FIRST_DAY).days,
         updated_at=int(updated_at.timestamp()) - gen.FIRST_EPOCH,
-        cents=123_456, currency="EUR", status="cancelled",
+        cents=123_456,
+        currency="EUR",
+        status="cancelled",
     )
     rng = random.Random(3)
     lines: set[str] = set()
@@ -167,11 +175,25 @@ def test_every_v1_format_of_an_order_types_to_the_same_v2_row(spark: Any, tmp_pa
     # When each line is typed (before deduplication merges them)
     judged = judge(read_orders_v1(spark, [str(path)]))
     typed = judged.select(
-        "order_id", "customer_id", "order_date", F.col("updated_at").cast("long"),
-        F.col("amount").cast("string"), "currency", "status", "reason",
+        "order_id",
+        "customer_id",
+        "order_date",
+        F.col("updated_at").cast("long"),
+        F.col("amount").cast("string"),
+        "currency",
+        "status",
+        "reason",
     )
     # Then every line gives the same, correctly typed, valid row
-    assert {tuple(row) for row in typed.collect()} == {(
-        1234, 42, date(2023, 4, 5), int(updated_at.timestamp()), "1234.56", "EUR",
-        "cancelled", None,
-    )}
+    assert {tuple(row) for row in typed.collect()} == {
+        (
+            1234,
+            42,
+            date(2023, 4, 5),
+            int(updated_at.timestamp()),
+            "1234.56",
+            "EUR",
+            "cancelled",
+            None,
+        )
+    }

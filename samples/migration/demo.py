@@ -17,7 +17,6 @@
 from __future__ import annotations
 
 import argparse
-import re
 import shutil
 import subprocess
 import sys
@@ -44,7 +43,6 @@ DEFAULT_FILES_PER_CHUNK = 4
 POLL_SECONDS = 1.0
 #: A progress line at least this often, even when nothing changed.
 QUIET_SECONDS = 10.0
-_BATCH = re.compile(r"'batch': (\d+), 'of': (\d+)")
 
 Say = Callable[[str], None]
 
@@ -96,7 +94,7 @@ def run_demo(options: DemoOptions, workdir: Path, say: Say = print) -> DemoResul
         say(f"1. generated {generated.rows:,} legacy v1 rows ({generated.bytes / 1e6:.0f} MB) in "
             f"{len(generated.names)} blobs of container {generated.container!r} "
             f"({time.monotonic() - started:.0f} s)")
-        params = _params(opened, generated, options, workdir)
+        params = job_params(opened, generated, options.files_per_chunk, workdir)
     runner = Runner(storage, workdir)
     try:
         job_id = runner.submit(params)
@@ -115,9 +113,11 @@ def run_demo(options: DemoOptions, workdir: Path, say: Say = print) -> DemoResul
     return _conclude(storage, workdir, job_id, generated, crash, exit_codes, say)
 
 
-def _params(
-    opened: Storage, generated: Generated, options: DemoOptions, workdir: Path
+def job_params(
+    opened: Storage, generated: Generated, files_per_chunk: int, workdir: Path
 ) -> dict[str, Any]:
+    """The job's params for ``generated``: chunks of ``files_per_chunk`` files, one file
+    per batch, output and staging scratch under ``workdir``."""
     # Files are of nearly equal size: room for `files_per_chunk` of the largest packs
     # exactly that many into each chunk.
     largest = max(opened.blobs.info(generated.container, n).size for n in generated.names)
@@ -125,7 +125,7 @@ def _params(
         "output": str(workdir / "output"),
         "scratch": str(workdir / "scratch"),
         "input_container": generated.container,
-        "chunk_bytes": largest * options.files_per_chunk,
+        "chunk_bytes": largest * files_per_chunk,
         "files_per_batch": 1,
     }
 
@@ -180,10 +180,12 @@ def _progress(runner: Runner, status: dict[str, Any]) -> str:
     return text
 
 
-def _batch(progress: str | None) -> tuple[int, int]:
-    """(batch, of) from a running chunk's checkpoint as ``runner status`` shows it."""
-    found = _BATCH.search(progress or "")
-    return (int(found[1]), int(found[2])) if found else (0, 0)
+def _batch(progress: Any) -> tuple[int, int]:
+    """(batch, of) from a running chunk's last checkpoint (``runner status --json`` gives
+    the state itself; None before the first checkpoint)."""
+    if isinstance(progress, dict) and isinstance(progress.get("batch"), int):
+        return progress["batch"], int(progress.get("of") or 0)
+    return 0, 0
 
 
 def _maybe_kill(runner: Runner, status: dict[str, Any], say: Say) -> Crash | None:

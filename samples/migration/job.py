@@ -97,20 +97,24 @@ class MigrateOrders(SparkChunkedJob):
             # Kept while both outputs are written, so each value is parsed once.
             judged = judge(read_orders_v1(self.spark, paths)).persist()
             try:
-                rows_in = judged.count()
+                # The first action fills the cache and counts the rows by reason (None:
+                # valid) in one pass: rows in and rejects by reason need no other read.
+                by_reason = judged.groupBy("reason").count().collect()
                 migrated = outputs(judged)
                 orders = write_chunk_output(migrated.orders, out["orders"])
                 rejects = write_chunk_output(migrated.rejects, out["rejects"])
             finally:
                 judged.unpersist()
-            reasons = self.spark.read.parquet(out["rejects"]).groupBy("reason").count().collect()
+        reasons = {row["reason"]: row["count"] for row in by_reason if row["reason"] is not None}
+        if sum(reasons.values()) != rejects.rows:  # the rejects are these rows, as written
+            raise RuntimeError(f"batch {number}: {rejects.rows} rejects written, {reasons} counted")
         return {
-            "rows_in": rows_in,
+            "rows_in": sum(row["count"] for row in by_reason),
             "rows_out": orders.rows,
             "rows_rejected": rejects.rows,
             "checksum": orders.checksum,
             "rejects_checksum": rejects.checksum,
-            "reasons": {row["reason"]: row["count"] for row in reasons},
+            "reasons": dict(sorted(reasons.items())),
         }
 
     def finalize(self, params: dict[str, Any], summary: JobSummary) -> None:

@@ -6,6 +6,9 @@ would. The chunked output is read back from the paths of the job's manifest. Bot
 sides are counted and checksummed with :func:`jobs.spark.content_checksum` (order-
 independent, changed by any duplicated, missing or altered row), orders and rejects
 alike; the job's own summary (sums of its commit markers) must agree too.
+
+:func:`write_one_shot` is the plain run alone (timed by ``tests/bench/migration.py``);
+:func:`compare` then reads both sides back; :func:`verify` does the two.
 """
 
 from __future__ import annotations
@@ -67,14 +70,19 @@ def _checksum(counts: Counts) -> str:
     return counts.checksum
 
 
-def one_shot(
+def write_one_shot(
     spark: SparkSession,
     storage: Storage,
     params: MigrationParams,
     names: list[str],
     workdir: Path,
-) -> dict[str, Counts]:
-    """Migrate every input blob in one plain Spark run; counts of what it wrote."""
+) -> None:
+    """Migrate every input blob in one plain Spark run: Parquet in ``workdir/<kind>``.
+
+    What a plain batch job would do, and nothing more (no counting, no checksums), so
+    it can be timed on its own: stage the blobs under ``workdir``, judge once
+    (persisted: both outputs parse each value once), write orders and rejects.
+    """
     with staged_inputs(storage, params, names, scratch=str(workdir)) as paths:
         judged = judge(read_orders_v1(spark, paths)).persist()
         try:
@@ -84,6 +92,10 @@ def one_shot(
                 frame.write.mode("overwrite").parquet(str(workdir / kind))
         finally:
             judged.unpersist()
+
+
+def written(spark: SparkSession, workdir: Path) -> dict[str, Counts]:
+    """Counts of what :func:`write_one_shot` wrote under ``workdir``."""
     return {kind: Counts.of(spark.read.parquet(str(workdir / kind))) for kind in KINDS}
 
 
@@ -113,9 +125,17 @@ def verify(
     workdir: Path,
 ) -> Verdict:
     """Compare the job's outputs (``results`` = its manifest and summary) with a one-shot run."""
+    write_one_shot(spark, storage, params, names, workdir)
+    return compare(spark, results, workdir)
+
+
+def compare(
+    spark: SparkSession, results: tuple[dict[str, Any], dict[str, Any]], workdir: Path
+) -> Verdict:
+    """The job's outputs (its manifest and summary) next to a one-shot run's in ``workdir``."""
     manifest, summary = results
     return Verdict(
         chunked=chunked(spark, manifest),
-        one_shot=one_shot(spark, storage, params, names, workdir),
+        one_shot=written(spark, workdir),
         summary=from_summary(summary),
     )

@@ -18,10 +18,7 @@ from __future__ import annotations
 
 import argparse
 import logging
-import os
-import statistics
 import tempfile
-import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -40,7 +37,7 @@ from tests.bench.chunks_report import (
     throughput_rows,
 )
 from tests.bench.raw_loop import run_raw_loop
-from tests.bench.report import machine_line, write_section
+from tests.bench.report import LoadSampler, machine_line, write_section
 from tests.bench.resume import measure_resume
 from tests.bench.throughput import Measured
 
@@ -182,32 +179,6 @@ def run(backends: list[str], runs: int, quick: bool, chunks: dict[str, int]) -> 
 # --------------------------------------------------------------------------- report
 
 
-class LoadSampler(threading.Thread):
-    """The 1-minute load average every few seconds while the benchmark runs: on a shared
-    machine the figures mean little without it."""
-
-    def __init__(self, interval_seconds: float = 5.0):
-        super().__init__(name="load-sampler", daemon=True)
-        self._interval = interval_seconds
-        self._stop_event = threading.Event()
-        self.samples = [os.getloadavg()[0]]
-
-    def run(self) -> None:
-        while not self._stop_event.wait(self._interval):
-            self.samples.append(os.getloadavg()[0])
-
-    def stop(self) -> str:
-        self._stop_event.set()
-        self.join()
-        self.samples.append(os.getloadavg()[0])
-        mean = statistics.fmean(self.samples)
-        return (
-            f"Load: 1-minute load average {self.samples[0]:.2f} at the start; during the run "
-            f"mean {mean:.2f}, max {max(self.samples):.2f} (the benchmark itself accounts for "
-            "about 1-2: its worker process(es) and Azurite)."
-        )
-
-
 def report(results: Results, args: argparse.Namespace, load: str) -> list[str]:
     """The section's lines: machine, load, command, method, then the four tables."""
     backends, chunks = args.backend, args.chunks
@@ -314,7 +285,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> Results:
     args = parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
-    sampler = LoadSampler()
+    sampler = LoadSampler("its worker process(es) and Azurite")
     sampler.start()
     results = run(args.backend, args.runs, args.quick, args.chunks)
     body = report(results, args, sampler.stop())

@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 import platform
 import re
+import statistics
+import threading
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -40,3 +42,41 @@ def write_section(path: Path, title: str, lines: list[str]) -> None:
     else:
         text = text.rstrip() + "\n\n" + section
     path.write_text(text)
+
+
+class LoadSampler(threading.Thread):
+    """The 1-minute load average every few seconds while a benchmark runs: on a shared
+    machine the figures mean little without it.
+
+    Args:
+        own_load: what of the load the benchmark itself makes, for the report line.
+        interval_seconds: between two samples.
+    """
+
+    def __init__(self, own_load: str, interval_seconds: float = 5.0):
+        super().__init__(name="load-sampler", daemon=True)
+        self._own_load = own_load
+        self._interval = interval_seconds
+        self._stop_event = threading.Event()
+        self.samples = [os.getloadavg()[0]]
+
+    def run(self) -> None:
+        while not self._stop_event.wait(self._interval):
+            self.samples.append(os.getloadavg()[0])
+
+    def stop(self) -> str:
+        """Stop sampling; the report's load line."""
+        self._stop_event.set()
+        if self.is_alive():
+            self.join()
+        self.samples.append(os.getloadavg()[0])
+        return load_line(self.samples, self._own_load)
+
+
+def load_line(samples: list[float], own_load: str) -> str:
+    """The report's line for 1-minute load averages sampled from start to end."""
+    return (
+        f"Load: 1-minute load average {samples[0]:.2f} at the start, {samples[-1]:.2f} at "
+        f"the end; during the run mean {statistics.fmean(samples):.2f}, max "
+        f"{max(samples):.2f} (the benchmark itself accounts for about 1-2: {own_load})."
+    )

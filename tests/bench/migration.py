@@ -1,0 +1,371 @@
+"""Chunked + resumable migration vs one plain Spark job on the same input -> BENCHMARKS.md.
+
+``python -m tests.bench.migration [--rows N] [--runs N] [--quick] [--output BENCHMARKS.md]``
+
+The batch-migration sample (``samples/migration``) is the workload, its own code end to
+end. Its v1 orders are generated once into an embedded store in a temp folder; then,
+runs interleaved (chunked 1, plain 1, chunked 2, ...):
+
+- *chunked*: ``runner submit`` the ``MigrateOrders`` job and run ONE worker process,
+  ``runner start ... --workers 1 --prefetch 0 --burst`` as the demo starts them, until
+  it exits with the job done; timed from the submit to the worker's exit;
+- *plain*: one fresh process running the demo's one-shot Spark run of the same input
+  (:mod:`tests.bench.migration_child`); timed from its start to its exit.
+
+Both use Spark ``local[*]`` with the job's conf and include interpreter and JVM start-up.
+While each runs, the memory of its process tree (the Python process and its Spark JVM)
+is sampled (:mod:`tests.bench.rss`). After each pair, untimed, a check process compares
+the two outputs (rows and content checksums, :func:`samples.migration.verify.compare`)
+and the job's totals with the generator's: a mismatch fails the benchmark.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from checkpoint.backends import open_storage
+from jobs.planning import split_files
+from samples.migration.demo import job_params
+from samples.migration.generate import Generated, generate
+from samples.migration.processes import JOB, ROOT, Runner
+from tests.bench.migration_report import (
+    Pair,
+    Timed,
+    memory_rows,
+    target_line,
+    wall_rows,
+    worker_memory_summary,
+)
+from tests.bench.report import LoadSampler, machine_line, write_section
+from tests.bench.rss import TreeSampler, is_same_process, wait_gone
+
+TITLE = "Migration: chunked vs one plain Spark job"
+DEFAULT_ROWS = 2_000_000
+QUICK_ROWS = 100_000
+#: The demo's 24 input files, 3 to a chunk: 8 chunks (the issue asks for >= 8).
+FILES = 24
+FILES_PER_CHUNK = 3
+MIN_CHUNKS = 8
+#: Bound on one timed process, and on the check.
+RUN_TIMEOUT_SECONDS = 1800.0
+#: How long a JVM may outlive its Python parent before the next run starts.
+JVM_EXIT_SECONDS = 60.0
+
+
+@dataclass(frozen=True)
+class Input:
+    """The generated input every run reads, and the job's params for it."""
+
+    store: str
+    generated: Generated
+    params: dict[str, Any]
+    chunks: int
+    batches: int
+
+
+def prepare(workdir: Path, rows: int, files_per_batch: int = 1) -> Input:
+    """Generate the input once; the job's params, and how many chunks and batches it
+    splits into."""
+    store = str(workdir / "store")
+    with open_storage(store) as storage:
+        generated = generate(storage, rows, FILES)
+        params = job_params(storage, generated, FILES_PER_CHUNK, workdir)
+        sizes = {
+            name: storage.blobs.info(generated.container, name).size for name in generated.names
+        }
+    params["files_per_batch"] = files_per_batch
+    # As the job's split packs them (the summary's chunk count is checked after each run).
+    planned = list(split_files(sizes, target_bytes=params["chunk_bytes"]))
+    if len(planned) < MIN_CHUNKS:
+        raise RuntimeError(f"the job splits into {len(planned)} chunks; the benchmark needs >= 8")
+    batches = sum(-(-len(chunk["files"]) // files_per_batch) for chunk in planned)
+    return Input(store, generated, params, len(planned), batches)
+
+
+# --------------------------------------------------------------------------- one run
+
+
+def run_chunked(data: Input, rundir: Path) -> tuple[Timed, str]:
+    """Submit the job, run one burst worker until it exits; its time and the job id."""
+    runner = Runner(data.store, rundir)
+    params = {**data.params, "output": str(rundir / "output"), "scratch": str(rundir / "scratch")}
+    started = time.monotonic()
+    job_id = runner.submit(params)
+    worker = runner.start_worker()
+    try:
+        with TreeSampler(worker.pid) as sampler:
+            code = worker.process.wait(RUN_TIMEOUT_SECONDS)
+        seconds = time.monotonic() - started
+    except BaseException:
+        runner.kill_all()
+        raise
+    _let_jvm_exit(sampler)
+    if code != 0:
+        raise RuntimeError(f"the worker exited {code}; its log:\n{worker.tail(60)}")
+    state = runner.status(job_id)["state"]
+    if state != "done":
+        raise RuntimeError(f"the worker exited but job {job_id} is {state}:\n{worker.tail(60)}")
+    return Timed(seconds, sampler.peaks), job_id
+
+
+def run_plain(data: Input, rundir: Path) -> Timed:
+    """One fresh process running the one-shot Spark job over the same input; its time."""
+    output = rundir / "one-shot"
+    log_path = rundir / "one-shot.log"
+    command = [
+        sys.executable,
+        "-m",
+        "tests.bench.migration_child",
+        "one-shot",
+        "--params",
+        json.dumps(data.params),
+        "--output",
+        str(output),
+    ]
+    with open(log_path, "wb") as log:
+        started = time.monotonic()
+        process = subprocess.Popen(
+            command,
+            cwd=ROOT,
+            env=_env(data),
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    try:
+        with TreeSampler(process.pid) as sampler:
+            code = process.wait(RUN_TIMEOUT_SECONDS)
+        seconds = time.monotonic() - started
+    except BaseException:
+        _kill_group(process.pid)
+        raise
+    _let_jvm_exit(sampler)
+    if code != 0:
+        tail = "\n".join(log_path.read_text(errors="replace").splitlines()[-60:])
+        raise RuntimeError(f"the one-shot process exited {code}; its log:\n{tail}")
+    return Timed(seconds, sampler.peaks)
+
+
+def check(data: Input, job_id: str, rundir: Path) -> None:
+    """Compare the two outputs of a run (untimed); raise if they differ in any way."""
+    command = [
+        sys.executable,
+        "-m",
+        "tests.bench.migration_child",
+        "check",
+        "--params",
+        json.dumps(data.params),
+        "--job-id",
+        job_id,
+        "--one-shot",
+        str(rundir / "one-shot"),
+    ]
+    done = subprocess.run(
+        command,
+        cwd=ROOT,
+        env=_env(data),
+        capture_output=True,
+        text=True,
+        timeout=RUN_TIMEOUT_SECONDS,
+    )
+    try:
+        found = json.loads(done.stdout.strip().splitlines()[-1])
+    except (IndexError, ValueError):
+        raise RuntimeError(f"the check failed (exit {done.returncode}):\n{done.stderr}") from None
+    expected = {
+        "chunks": data.chunks,
+        "rows_in": data.generated.rows,
+        "rows_out": data.generated.orders,
+        "rows_rejected": data.generated.rejects,
+    }
+    if not found["ok"] or found["summary"] != expected:
+        raise RuntimeError(
+            "the chunked and the plain output differ, or differ from what was generated:\n"
+            + "\n".join(found["lines"])
+            + f"\njob summary {found['summary']}, generated {expected}"
+        )
+
+
+def _env(data: Input) -> dict[str, str]:
+    return {**os.environ, "RUNNER_STORAGE": data.store, "PYTHONUNBUFFERED": "1"}
+
+
+def _let_jvm_exit(sampler: TreeSampler) -> None:
+    """Wait (untimed) for the JVM that outlives its Python parent, so the next run has
+    the cores to itself; SIGKILL it after a bound."""
+    peaks = sampler.peaks
+    for pid in wait_gone(sampler.live_pids(), JVM_EXIT_SECONDS):
+        peak = peaks.descendants.get(pid, peaks.root)
+        if is_same_process(peak):  # never a process that took over a freed id
+            os.kill(pid, signal.SIGKILL)
+
+
+def _kill_group(pid: int) -> None:
+    try:
+        os.killpg(pid, signal.SIGKILL)  # its own session: pgid == pid
+    except ProcessLookupError:
+        pass
+
+
+def measure(data: Input, runs: int, workdir: Path) -> list[Pair]:
+    """``runs`` pairs, interleaved, each checked; outputs removed after each check."""
+    pairs = []
+    for number in range(1, runs + 1):
+        rundir = workdir / f"run-{number}"
+        rundir.mkdir()
+        chunked, job_id = run_chunked(data, rundir)
+        print(f"run {number} chunked: {chunked.seconds:6.1f} s  (job {job_id})", flush=True)
+        plain = run_plain(data, rundir)
+        print(f"run {number} plain:   {plain.seconds:6.1f} s", flush=True)
+        check(data, job_id, rundir)
+        print(f"run {number} outputs equal (rows and checksums of orders and rejects)", flush=True)
+        pairs.append(Pair(number, chunked, plain))
+        shutil.rmtree(rundir / "output", ignore_errors=True)
+        shutil.rmtree(rundir / "one-shot", ignore_errors=True)
+    return pairs
+
+
+# --------------------------------------------------------------------------- report
+
+
+def report(pairs: list[Pair], data: Input, args: argparse.Namespace, load: str) -> list[str]:
+    """The section's lines: machine, load, command, method, target, tables."""
+    made = data.generated
+    per_batch = data.params["files_per_batch"]
+    options = [f"--rows {args.rows}", f"--runs {args.runs}"]
+    if per_batch != 1:
+        options.append(f"--files-per-batch {per_batch}")
+    command = " ".join(["python -m tests.bench.migration", *options])
+    # `make bench` runs the demo's batches; other batch sizes are run by hand.
+    command = f"`make bench` (`{command}`)" if per_batch == 1 else f"`{command}`"
+    return [
+        machine_line(),
+        load,
+        f"Command: {command}. {args.runs} run(s) of each side, interleaved "
+        "(chunked 1, plain 1, chunked 2, ...).",
+        "",
+        f"Input: {made.rows:,} legacy v1 rows ({made.bytes / 1e6:.0f} MB) in "
+        f"{len(made.names)} blobs of an embedded store in a temp folder, generated once "
+        "(`samples/migration/generate.py`) and read by every run. The job splits it into "
+        f"**{data.chunks} chunks** of {FILES_PER_CHUNK} files (>= {MIN_CHUNKS} asked), "
+        f"{per_batch} file{'s' if per_batch > 1 else ''} per batch: {data.batches} batches, "
+        "a checkpoint after each.",
+        "",
+        f"- *chunked*: `runner submit {JOB}`, then one worker, `runner start ... --workers "
+        "1 --prefetch 0 --burst` as `make demo` starts them, until it exits with the job "
+        "done; timed from the submit to the worker's exit. Per batch it stages the blob to "
+        "local scratch, judges it (persisted), writes orders and rejects with "
+        "`write_chunk_output` (overwrite, read back for rows and checksum, commit marker) "
+        "and checkpoints; finalize writes the manifest and summary.",
+        "- *plain*: one fresh process running the demo's one-shot Spark run "
+        "(`samples.migration.verify.write_one_shot`): stage every blob, judge once "
+        "(persisted), write orders and rejects as Parquet; timed from its start to its exit.",
+        "- Both run Spark `local[*]` on this machine's cores with the job's conf, and **both "
+        "include interpreter start, imports, JVM and SparkSession start-up** (the chunked "
+        "side also a `runner submit` process). Fresh output folders every run. After each "
+        "pair, untimed, the outputs were compared (rows and content checksums of orders and "
+        "rejects, `samples.migration.verify.compare`) and the job's totals matched the "
+        "generator's: equal on every run.",
+        "",
+        "### Targets",
+        "",
+        target_line(pairs),
+        worker_memory_summary(pairs),
+        "",
+        "### Wall time",
+        "",
+        "CPU: user + system seconds of each process tree (the Python process, its Spark "
+        "JVM, spark-submit's launcher; not the chunked side's short `runner submit`), read "
+        "from `/proc` with the memory. Less moved than wall time by other work on the "
+        "machine, so it shows the extra work of chunking when the load varies.",
+        "",
+        *wall_rows(pairs),
+        "",
+        "### Peak resident memory",
+        "",
+        "Median (min-max) over the runs. `VmHWM` (the kernel's high-water mark) of each "
+        "process of the tree, read from `/proc` every 0.2 s while it runs; the Spark JVM is "
+        "a child of the Python process. The sum of the two peaks is an upper bound of "
+        "their joint peak; the whole tree at one read adds the `VmRSS` of every process "
+        "at the same moment.",
+        "",
+        *memory_rows(pairs),
+    ]
+
+
+def title(files_per_batch: int) -> str:
+    """The section's title: the demo's batches have the main one."""
+    return TITLE if files_per_batch == 1 else f"{TITLE}, {files_per_batch} files per batch"
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--rows",
+        type=int,
+        default=None,
+        help=f"input rows ({DEFAULT_ROWS:,}; quick: {QUICK_ROWS:,})",
+    )
+    parser.add_argument("--runs", type=int, default=None, help="runs of each side (3; quick: 1)")
+    parser.add_argument("--quick", action="store_true", help="smoke run: small input, 1 run")
+    parser.add_argument(
+        "--files-per-batch",
+        type=int,
+        default=1,
+        help="input files per checkpoint (1, as the demo; 3: one per chunk); not 1: a "
+        "section of its own",
+    )
+    parser.add_argument("--output", type=Path, default=None, help="write the section here")
+    parser.add_argument(
+        "--workdir",
+        type=Path,
+        default=None,
+        help="keep the store, logs and outputs here (default: a temp folder)",
+    )
+    args = parser.parse_args(argv)
+    args.rows = args.rows or (QUICK_ROWS if args.quick else DEFAULT_ROWS)
+    args.runs = args.runs or (1 if args.quick else 3)
+    return args
+
+
+def main(argv: list[str] | None = None) -> list[Pair]:
+    args = parse_args(argv)
+    sampler = LoadSampler("one Spark process at a time and its Python parent")
+    sampler.start()
+    if args.workdir is not None:
+        args.workdir.mkdir(parents=True, exist_ok=True)
+    workdir = Path(tempfile.mkdtemp(prefix="bench-migration-", dir=args.workdir))
+    try:
+        started = time.monotonic()
+        data = prepare(workdir, args.rows, args.files_per_batch)
+        print(
+            f"generated {data.generated.rows:,} rows in {len(data.generated.names)} blobs "
+            f"({time.monotonic() - started:.0f} s); the job splits into {data.chunks} chunks, "
+            f"{data.batches} batches",
+            flush=True,
+        )
+        pairs = measure(data, args.runs, workdir)
+    finally:
+        if args.workdir is None:
+            shutil.rmtree(workdir, ignore_errors=True)
+    body = report(pairs, data, args, sampler.stop())
+    print("\n".join(body))
+    if args.output:
+        write_section(args.output, title(args.files_per_batch), body)
+    return pairs
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,175 @@
+"""The migration benchmark's pure parts: the report's figures and the memory sampler.
+
+No Spark here (the benchmark itself runs for many minutes; the sample's own test runs
+the job and the one-shot run): fake timings for the report, and a small Python child
+with a grandchild for the sampler. Nothing asserts a time.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+from samples.migration.generate import Generated
+from tests.bench import migration, migration_report
+from tests.bench.migration_report import Pair, Timed
+from tests.bench.report import load_line
+from tests.bench.rss import ProcessPeak, TreePeaks, TreeSampler, descendants, memory_kib
+
+MIB = 1024
+
+
+def _peaks(python_mib: int, jvm_mib: int, cpu_seconds: float = 100.0) -> TreePeaks:
+    # CPU: 2 s in Python, 1 s in spark-submit's launcher JVM, the rest in the Spark JVM
+    root = ProcessPeak(100, "runner", "python runner start", python_mib * MIB, 2.0)
+    jvm = ProcessPeak(
+        101,
+        "java",
+        "java -cp x org.apache.spark.deploy.SparkSubmit",
+        jvm_mib * MIB,
+        cpu_seconds - 3.0,
+    )
+    launcher = ProcessPeak(102, "java", "java org.apache.spark.launcher.Main", 30 * MIB, 1.0)
+    return TreePeaks(root, {101: jvm, 102: launcher}, (python_mib + jvm_mib) * MIB)
+
+
+def _pairs(chunked: list[float], plain: list[float]) -> list[Pair]:
+    return [
+        Pair(
+            number,
+            Timed(c, _peaks(40 + number, 900 + number, c * 1.5)),
+            Timed(p, _peaks(35, 800, p * 1.5)),
+        )
+        for number, (c, p) in enumerate(zip(chunked, plain, strict=True), 1)
+    ]
+
+
+def test_ratio_is_of_the_medians_not_a_median_of_ratios():
+    # Given three runs whose per-run ratios have a different median than the medians'
+    pairs = _pairs(chunked=[100.0, 130.0, 110.0], plain=[100.0, 90.0, 80.0])
+
+    # Then the ratio is median chunked (110) / median plain (90)
+    assert migration_report.ratio_of_medians(pairs) == 110.0 / 90.0
+    assert [round(pair.ratio, 3) for pair in pairs] == [1.0, 1.444, 1.375]
+
+
+def test_target_line_says_met_or_not_met():
+    met = migration_report.target_line(_pairs([114.0], [100.0]))
+    missed = migration_report.target_line(_pairs([116.0], [100.0]))
+    assert "1.14x: met." in met
+    assert "1.16x: **not met**." in missed
+    assert "<= 1.15x" in met and "1 run(s)" in met
+
+
+def test_wall_rows_list_every_run_then_the_medians():
+    # Given runs whose trees used 1.5 CPU seconds per wall second, over all their processes
+    rows = migration_report.wall_rows(_pairs([120.0, 100.0, 140.0], [100.0, 90.0, 95.0]))
+    # Then each row has wall and CPU time, the last the medians and their ratios
+    assert rows[2] == "| 1 | 120.0 | 100.0 | 1.20x | 180.0 | 150.0 | 1.20x |"
+    assert rows[4] == "| 3 | 140.0 | 95.0 | 1.47x | 210.0 | 142.5 | 1.47x |"
+    assert rows[5] == "| **median** | **120.0** | **95.0** | **1.26x** | 180.0 | 142.5 | 1.26x |"
+
+
+def test_memory_rows_take_the_spark_jvm_not_the_launcher():
+    # Given worker trees with a Python process, the Spark JVM and spark-submit's launcher
+    pairs = _pairs([1.0, 1.0, 1.0], [1.0, 1.0, 1.0])
+
+    # Then the JVM column is the SparkSubmit JVM's peak, median (min-max) over the runs
+    rows = migration_report.memory_rows(pairs)
+    assert (
+        rows[2] == "| chunked: the worker (`runner start`) | 42 (41-43) | 902 (901-903) "
+        "| 944 (942-946) | 944 (942-946) |"
+    )
+    assert rows[3].startswith("| plain: the one-shot process | 35 (35-35) | 800 (800-800) |")
+    summary = migration_report.worker_memory_summary(pairs)
+    assert "Python 42 MiB + Spark JVM 902 MiB = 944 MiB" in summary
+
+
+def test_report_says_what_was_measured_and_how():
+    pairs = _pairs([120.0], [100.0])
+    args = migration.parse_args(["--quick"])
+    data = migration.Input(
+        store="/tmp/store",
+        generated=Generated(
+            "orders-v1", tuple(f"f{n}" for n in range(24)), args.rows, 17_000_000, 90_000, 400
+        ),
+        params={"files_per_batch": 1},
+        chunks=8,
+        batches=24,
+    )
+    lines = migration.report(pairs, data, args, load_line([0.5, 2.0, 1.5], "the runs"))
+    text = "\n".join(lines)
+    assert lines[0].startswith("Machine: ")
+    assert "Load: 1-minute load average 0.50 at the start, 1.50 at the end" in text
+    assert (
+        "Command: `make bench` (`python -m tests.bench.migration --rows 100000 --runs 1`)" in text
+    )
+    assert "**8 chunks**" in text and "24 batches" in text
+    assert "JVM and SparkSession start-up" in text
+    assert "1.20x: **not met**" in text
+
+    # And a batch size other than the demo's is a command of its own, not `make bench`
+    args = migration.parse_args(["--quick", "--files-per-batch", "3"])
+    data = replace(data, params={"files_per_batch": 3}, batches=8)
+    text = "\n".join(migration.report(pairs, data, args, "Load: ..."))
+    assert "Command: `python -m tests.bench.migration --rows 100000 --runs 1 " in text
+    assert "--files-per-batch 3`" in text and "3 files per batch: 8 batches" in text
+
+
+def test_quick_defaults_and_full_defaults():
+    full, quick = migration.parse_args([]), migration.parse_args(["--quick"])
+    assert (full.rows, full.runs) == (2_000_000, 3)
+    assert (quick.rows, quick.runs) == (migration.QUICK_ROWS, 1)
+    assert migration.parse_args(["--rows", "5000", "--runs", "2"]).runs == 2
+    assert migration.title(1) == migration.TITLE
+    assert migration.title(3) == f"{migration.TITLE}, 3 files per batch"
+
+
+def test_sampler_follows_a_child_and_its_grandchild(tmp_path: Path):
+    # Given a Python child holding ~60 MiB that starts a grandchild holding ~30 MiB
+    ready = tmp_path / "ready"
+    grandchild = (
+        "import time; block = bytearray(30 << 20); block[::4096] = b'x' * len(block[::4096]); "
+        "time.sleep(30)"
+    )
+    child = (
+        "import pathlib, subprocess, sys, time\n"
+        "block = bytearray(60 << 20); block[::4096] = b'x' * len(block[::4096])\n"
+        f"grand = subprocess.Popen([sys.executable, '-c', {grandchild!r}])\n"
+        "time.sleep(1.0)\n"
+        f"pathlib.Path({str(ready)!r}).touch()\n"
+        "time.sleep(0.6)\n"
+        "grand.kill(); grand.wait()\n"
+    )
+    process = subprocess.Popen([sys.executable, "-c", child])
+
+    # When it is sampled until it exits
+    with TreeSampler(process.pid, interval_seconds=0.05) as sampler:
+        process.wait(30)
+    peaks = sampler.peaks
+
+    # Then the child's peak holds its block, and the grandchild was seen with its own
+    assert ready.exists()
+    assert peaks.root_kib >= 60 * MIB
+    grandchildren = [peak for peak in peaks.descendants.values() if "bytearray(30" in peak.command]
+    assert len(grandchildren) == 1 and grandchildren[0].peak_kib >= 30 * MIB
+    assert peaks.max_total_kib >= 90 * MIB
+    assert peaks.cpu_seconds > 0
+    assert peaks.jvm is None and peaks.sum_kib == peaks.root_kib  # no Java in this tree
+    assert sampler.live_pids() == []
+
+
+def test_descendants_and_memory_of_this_process():
+    # A sleeping child is found among this process's descendants; a missing pid has none
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(10)"])
+    try:
+        assert child.pid in descendants(os.getpid())
+        rss, hwm = memory_kib(os.getpid()) or (0, 0)
+        assert 0 < rss <= hwm
+    finally:
+        child.kill()
+        child.wait()
+    assert memory_kib(2**22 + 12345) is None
