@@ -17,10 +17,14 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
+import requests
 from azure.core.credentials import AzureNamedKeyCredential, AzureSasCredential
+from azure.core.pipeline.transport import RequestsTransport
 from azure.data.tables import TableServiceClient
 from azure.storage.blob import BlobServiceClient
 from azure.storage.queue import QueueServiceClient
+from requests.adapters import HTTPAdapter
+from urllib3.util.retry import Retry
 
 from checkpoint.backends.azure.retry import (
     CONNECTION_TIMEOUT_SECONDS,
@@ -187,16 +191,46 @@ def build_clients(endpoints: Endpoints, *, retry_total: int) -> ServiceClients:
     return clients
 
 
+#: HTTP connections kept per service and host (requests' default: 10).
+POOL_CONNECTIONS = 32
+
+
+def _transport() -> RequestsTransport:
+    """The SDK's default transport with room for :data:`POOL_CONNECTIONS` connections.
+
+    requests keeps 10 per host and warns ("Connection pool is full, discarding
+    connection") when more threads talk at once: a worker's chunk threads, its finisher
+    deleting messages concurrently and its lease keeper easily do. Like the SDK's own
+    session, it leaves retries to the pipeline (one retry layer: see ``retry.py``).
+    """
+    session = requests.Session()
+    adapter = HTTPAdapter(
+        pool_maxsize=POOL_CONNECTIONS,
+        max_retries=Retry(total=False, redirect=False, raise_on_status=False),
+    )
+    for scheme in ("http://", "https://"):
+        session.mount(scheme, adapter)
+    return RequestsTransport(session=session, connection_timeout=CONNECTION_TIMEOUT_SECONDS)
+
+
 def _service_clients(urls: dict[str, str], credential: Any, retry_total: int) -> ServiceClients:
-    common: dict[str, Any] = {"connection_timeout": CONNECTION_TIMEOUT_SECONDS}
     queues = QueueServiceClient(
-        urls["queue"], credential, retry_policy=storage_retry_policy("queue", retry_total), **common
+        urls["queue"],
+        credential,
+        retry_policy=storage_retry_policy("queue", retry_total),
+        transport=_transport(),
     )
     tables = TableServiceClient(
-        urls["table"], credential=credential, **tables_retry_settings(retry_total), **common
+        urls["table"],
+        credential=credential,
+        **tables_retry_settings(retry_total),
+        transport=_transport(),
     )
     blobs = BlobServiceClient(
-        urls["blob"], credential, retry_policy=storage_retry_policy("blob", retry_total), **common
+        urls["blob"],
+        credential,
+        retry_policy=storage_retry_policy("blob", retry_total),
+        transport=_transport(),
     )
     return ServiceClients(queues, tables, blobs, [queues.close, tables.close, blobs.close])
 
