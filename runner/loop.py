@@ -22,6 +22,7 @@ from jobs.clock import Clock, SystemClock
 from jobs.errors import StorageError
 from jobs.job import ChunkedJob
 from runner.lease import Lease, LeaseKeeper
+from runner.prefetch import Prefetch
 from runner.tasks import Context, handle, hold
 
 log = logging.getLogger(__name__)
@@ -45,8 +46,9 @@ class WorkerSettings:
     Attributes:
         concurrency: chunks run at once in this process (threads).
         prefetch: messages received ahead of a free slot (leased and renewed while they
-            wait). None: as many as ``concurrency``. More helps very short chunks; less
-            leaves more work to other workers.
+            wait). None: adapt to how long messages take (:mod:`runner.prefetch`): none
+            for long chunks, so idle workers elsewhere can take the work, up to 32 for
+            chunks of milliseconds, so one receive feeds many of them.
         poll_max_seconds: longest wait between receives while the queues are empty
             (waits start short and double up to this).
         burst: exit once no work is left for these job types.
@@ -106,9 +108,7 @@ class WorkerLoop:
         )
         # Messages received and not yet finished (running or waiting for a slot).
         self._outstanding = 0
-        prefetch = settings.concurrency if settings.prefetch is None else settings.prefetch
-        self._capacity = settings.concurrency + prefetch
-        self._refill_batch = max(1, min(32, self._capacity // 2))
+        self.prefetch = Prefetch(settings.concurrency, settings.prefetch)
         self._outstanding_changed = threading.Condition()
 
     @property
@@ -156,7 +156,7 @@ class WorkerLoop:
                 if not self._should_receive():
                     self._outstanding_changed.wait(0.5)
                     continue
-                free = self._capacity - self._outstanding
+                free = self._capacity() - self._outstanding
             if self._receive(free):
                 idle_seconds = POLL_MIN_SECONDS
                 continue
@@ -171,12 +171,18 @@ class WorkerLoop:
             self._stop.wait(idle_seconds)
             idle_seconds = min(idle_seconds * 2, self.settings.poll_max_seconds)
 
+    def _capacity(self) -> int:
+        """Messages this process may hold: one per slot and the prefetch depth."""
+        return self.settings.concurrency + self.prefetch.depth
+
     def _should_receive(self) -> bool:
         # Refill in batches while every slot still has work: one receive of many costs
         # far less than many of one. Waking this thread for each finished chunk would
         # also cost the chunk threads the GIL for a switch interval each time.
-        free = self._capacity - self._outstanding
-        return free >= self._refill_batch or self._outstanding < self.settings.concurrency
+        capacity = self._capacity()
+        free = capacity - self._outstanding
+        refill_batch = max(1, min(32, capacity // 2))
+        return free >= refill_batch or self._outstanding < self.settings.concurrency
 
     def _receive(self, free: int) -> int:
         received = 0
@@ -208,11 +214,12 @@ class WorkerLoop:
             if item is None:
                 return
             queue, message, received_at, lease = item
+            started, ran_chunk = self.clock.monotonic(), False
             try:
                 if self._stop.is_set():
                     self.context.keeper.release(lease, 0)  # never started: hand it back
                 else:
-                    handle(self.context, queue, message, received_at, lease)
+                    ran_chunk = handle(self.context, queue, message, received_at, lease)
             except Exception:  # no message may kill the worker
                 log.exception(
                     "handling message %s from %s failed; it will be retried", message.id, queue
@@ -220,6 +227,8 @@ class WorkerLoop:
             finally:
                 with self._outstanding_changed:
                     self._outstanding -= 1
+                    if ran_chunk:
+                        self.prefetch.observe(self.clock.monotonic() - started)
                     if self._should_receive():
                         self._outstanding_changed.notify()
 

@@ -100,16 +100,18 @@ def handle(
     message: QueueMessage,
     received_at: float,
     lease: Lease | None = None,
-) -> None:
+) -> bool:
     """Process one received message completely; never raises for a bad message.
 
     ``lease`` is the message's lease if :func:`hold` was called already (the message
-    waited in a prefetch buffer); else it is held now.
+    waited in a prefetch buffer); else it is held now. Returns True if the message ran
+    a chunk (the worker loop times those to choose its prefetch depth; planning,
+    finalize and messages deleted unrun say nothing about the chunks to come).
     """
     if lease is None:
         lease = hold(worker, queue, message, received_at)
     try:
-        _handle_held(worker, queue, message, lease)
+        return _handle_held(worker, queue, message, lease)
     finally:
         # Whatever happened (a storage outage mid-way, say), never renew a message
         # nobody works on: it lapses and is retried. A finished chunk's message is the
@@ -118,7 +120,7 @@ def handle(
             worker.keeper.drop(lease)
 
 
-def _handle_held(worker: Context, queue: str, message: QueueMessage, lease: Lease) -> None:
+def _handle_held(worker: Context, queue: str, message: QueueMessage, lease: Lease) -> bool:
     task_message, job_type = None, None
     try:
         task_message = messages.decode(message.body)
@@ -142,8 +144,8 @@ def _handle_held(worker: Context, queue: str, message: QueueMessage, lease: Leas
                 state="failed",
                 error=f"{task_message.kind} message poisoned: {bad}",
             )
-        return
-    _run_task(worker, lease, message, job_class, job, task_message)
+        return False
+    return _run_task(worker, lease, message, job_class, job, task_message)
 
 
 def _job(worker: Context, job_id: str) -> JobRecord:
@@ -167,7 +169,8 @@ def _run_task(
     job_class: type[ChunkedJob],
     job: JobRecord,
     task_message: messages.TaskMessage,
-) -> None:
+) -> bool:
+    """Decide, claim and run the task; True if it was a chunk that ran."""
     kind, index = task_message.kind, task_message.index
     if kind != "chunk":
         # max_chunk_seconds caps chunks. Planning a huge job may take long, and finalize
@@ -177,14 +180,14 @@ def _run_task(
     claimed = _claim_planned(worker, lease, message, job_class, task_message)
     if claimed is not None:
         _start(worker, lease, message, job_class, job, claimed)
-        return
+        return kind == "chunk"
     try:
         task = _task(worker.store, job.job_id, kind, index)
     except NotFound:
         reason = f"no record of {kind} {index} of job {job.job_id!r}"
         log.error("message %s on %s poisoned: %s", message.id, lease.queue, reason)
         worker.poison.move(lease, message.body, reason)
-        return
+        return False
     verdict = _verdict(worker, task, message)
     if verdict is not None:
         log.info("%s %s of %s: %s; message deleted unrun", kind, index, job.job_id, verdict)
@@ -192,16 +195,17 @@ def _run_task(
             # The last holder may have died between marking done and what follows it.
             _after_done(worker, job.job_id, task)
         worker.keeper.delete(lease)
-        return
+        return False
     exhausted = _exhausted(task, message, job_class)
     if exhausted is not None:
         _poison_task(worker, lease, message, job, task, None, exhausted)
-        return
+        return False
     claimed = _claim(worker, task, message, lease)
     if claimed is None:
         worker.keeper.release(lease, job_class.lease_seconds)
-        return
+        return False
     _start(worker, lease, message, job_class, job, claimed)
+    return kind == "chunk"
 
 
 def _start(

@@ -210,7 +210,8 @@ def report(results: Results, args: argparse.Namespace, load: str) -> list[str]:
         "*End to end* includes planning (`split`, chunk records, one message per chunk). "
         "*Planning alone*: a loop of one slot and no prefetch, stopped as it asks for more "
         "work; *processing alone*: a fresh loop then runs the planned chunks. Prefetch "
-        "defaults to the concurrency. Embedded: a fresh store directory per job, real clock."
+        "adapts to the time chunks take unless a setting names it (`runner/prefetch.py`: "
+        "up to 32 for trivial chunks, growing 0, 1, 3, 7 ... from the first chunk). Embedded: a fresh store directory per job, real clock."
         + azurite,
         "",
         "### Targets",
@@ -242,7 +243,7 @@ def report(results: Results, args: argparse.Namespace, load: str) -> list[str]:
         "then receive by 32 and per message insert an entity, replace it (If-Match) and "
         "delete the message. Engine: the trivial job of as many chunks, end to end, one "
         f"worker process with `runner start --concurrency 8` settings ({RATIO_LABEL}, "
-        "prefetch 8). Runs alternate with the raw loop's on the same Azurite.",
+        "prefetch adapting). Runs alternate with the raw loop's on the same Azurite.",
         "",
         *(ratio_rows(results) or ["(Azurite not measured.)"]),
         "",

@@ -12,7 +12,7 @@ from tests.bench.resume import ResumeTimes
 from tests.bench.throughput import Measured
 
 #: The engine's settings compared with the raw loop: what ``runner start --concurrency 8``
-#: gives (prefetch defaults to the concurrency).
+#: gives (prefetch adapting to the chunks, as by default).
 RATIO_LABEL = "concurrency 8"
 #: Operations in the order the calls table lists them.
 OPERATIONS = (

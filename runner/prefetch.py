@@ -1,0 +1,75 @@
+"""How many messages a worker process receives ahead of its free chunk slots.
+
+A prefetched message is leased (renewed while it waits) but nobody works on it, so the
+right depth depends on how long chunks take:
+
+- chunks of milliseconds: a receive costs as much as several chunks, so take many at
+  once (up to the 32 a receive may return) and keep the slots busy between receives;
+- chunks of seconds or minutes: a message waiting behind a long chunk is work that an
+  idle worker elsewhere could be doing, so take none ahead.
+
+:class:`Prefetch` follows the time a slot spends on a chunk (smoothed) and keeps about
+:data:`BUFFER_SECONDS` of work waiting. It starts at 0 and at most doubles per timed
+chunk, so one quick chunk (one that failed at once, say) cannot make a worker take 32
+long ones; it drops as soon as chunks take longer. Planning, finalize and messages
+deleted unrun are not timed: they say nothing about the chunks to come. A fixed depth
+(``runner start --prefetch N``) turns the adaptation off.
+"""
+
+from __future__ import annotations
+
+import math
+
+#: The most messages taken ahead of the slots (a receive returns at most 32).
+MAX_PREFETCH = 32
+#: Work kept waiting ahead of the slots, in seconds of slot time: long enough to hide a
+#: receive round trip, short enough that waiting messages start almost at once.
+BUFFER_SECONDS = 0.2
+#: Weight of the newest timing in the smoothed time per message.
+SMOOTHING = 0.2
+
+
+def adaptive_depth(concurrency: int, seconds_per_message: float | None) -> int:
+    """Messages to hold ahead of ``concurrency`` slots that each spend
+    ``seconds_per_message`` on a chunk (None: not timed yet, so none)."""
+    if seconds_per_message is None:
+        return 0
+    if seconds_per_message <= 0:
+        return MAX_PREFETCH
+    # The slots together finish concurrency / seconds messages a second.
+    waiting = math.floor(BUFFER_SECONDS * concurrency / seconds_per_message)
+    return min(MAX_PREFETCH, waiting)
+
+
+class Prefetch:
+    """The prefetch depth of one worker loop: fixed, or adapting to timed messages.
+
+    Not thread-safe: the loop calls :meth:`observe` and reads :attr:`depth` under its own
+    lock.
+    """
+
+    def __init__(self, concurrency: int, fixed: int | None = None):
+        self._concurrency = concurrency
+        self._fixed = fixed
+        self._seconds_per_message: float | None = None
+        self.depth = fixed if fixed is not None else 0
+
+    @property
+    def adaptive(self) -> bool:
+        return self._fixed is None
+
+    @property
+    def seconds_per_message(self) -> float | None:
+        """The smoothed slot time per chunk (None until one was timed)."""
+        return self._seconds_per_message
+
+    def observe(self, seconds: float) -> None:
+        """A slot spent ``seconds`` on one chunk (from taking its message to handing it
+        to the finisher, or to its failure)."""
+        if not self.adaptive:
+            return
+        mean = self._seconds_per_message
+        mean = seconds if mean is None else mean + SMOOTHING * (seconds - mean)
+        self._seconds_per_message = mean
+        # Grow slowly (0, 1, 3, 7 ...), shrink at once.
+        self.depth = min(adaptive_depth(self._concurrency, mean), 2 * self.depth + 1)
