@@ -85,6 +85,13 @@ def test_quick_mode_writes_the_section(tmp_path: Path) -> None:
         "Trivial-chunk throughput",
         "Storage calls per chunk",
         "SIGKILL to resume",
+        "Planning a million chunks",
     ):
         assert f"### {heading}" in text
     assert "start-up cost is left out" in text and "Machine:" in text
+    # and planning was measured at both quick sizes, each run to its end
+    assert sorted(results.planning_memory) == list(chunks.QUICK_PLANNING_SIZES)
+    for size, runs in results.planning_memory.items():
+        assert all(run.chunks == size and run.seconds > 0 for run in runs)
+        assert all(0 < run.rss_before_mib <= run.rss_peak_mib for run in runs)
+    assert "planning memory bounded" in text

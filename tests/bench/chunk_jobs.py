@@ -53,3 +53,16 @@ class Checkpointing(ChunkedJob):
             ticks += 1
             chunk.checkpoint(ticks)
         return ticks
+
+
+class Padded(ChunkedJob):
+    """``params["chunks"]`` chunks of about 120 bytes of payload each (planning memory)."""
+
+    queue = "bench-padded"
+
+    def split(self, params: dict[str, Any]) -> Any:
+        pad = "x" * 100
+        return ({"n": n, "pad": pad} for n in range(params["chunks"]))
+
+    def process(self, chunk: Chunk) -> Any:
+        return None

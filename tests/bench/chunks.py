@@ -9,6 +9,8 @@
 3. On the same Azurite, the hand-rolled raw-SDK loop (:mod:`tests.bench.raw_loop`) next
    to the engine, with the ratio.
 4. Time from SIGKILL to resume next to the lease (:mod:`tests.bench.resume`).
+5. Planning a million chunks on embedded: time, and resident memory that does not grow
+   with the job (:mod:`tests.bench.planning_memory`).
 
 Runs of all settings are interleaved (run 1 of each, then run 2 of each, ...) so a
 change in the machine's load touches every setting alike; figures are medians.
@@ -35,6 +37,12 @@ from tests.bench.chunks_report import (
     resume_rows,
     target_lines,
     throughput_rows,
+)
+from tests.bench.planning_memory import (
+    PLANNING_SIZES,
+    QUICK_PLANNING_SIZES,
+    measure_planning,
+    planning_rows,
 )
 from tests.bench.raw_loop import run_raw_loop
 from tests.bench.report import LoadSampler, machine_line, write_section
@@ -141,6 +149,19 @@ def measure_resumes(
         )
 
 
+def measure_planning_memory(sizes: tuple[int, ...], runs: int, results: Results, scratch: str):
+    """Planning jobs of ``sizes`` chunks in fresh processes, sizes interleaved."""
+    for _ in range(runs):
+        for chunks in sizes:
+            planned = measure_planning(Path(scratch), chunks)
+            results.planning_memory.setdefault(chunks, []).append(planned)
+            print(
+                f"embedded planning {chunks:>9,} chunks: {planned.seconds:6.1f} s, "
+                f"peak RSS {planned.rss_peak_mib:.1f} MiB (+{planned.rise_mib:.1f})",
+                flush=True,
+            )
+
+
 def _locations(scratch: Path, server: azurite_process.Azurite | None) -> Callable[[], str]:
     """Where each job runs: the Azurite, or a fresh embedded store directory per job (so
     each run starts from an empty database)."""
@@ -170,6 +191,10 @@ def run(backends: list[str], runs: int, quick: bool, chunks: dict[str, int]) -> 
                     raw_location,
                 )
                 measure_resumes(backend, location, runs, results, Path(scratch))
+            if "embedded" in backends:
+                measure_planning_memory(
+                    QUICK_PLANNING_SIZES if quick else PLANNING_SIZES, runs, results, scratch
+                )
     finally:
         if server is not None:
             server.stop()
@@ -211,8 +236,8 @@ def report(results: Results, args: argparse.Namespace, load: str) -> list[str]:
         "*Planning alone*: a loop of one slot and no prefetch, stopped as it asks for more "
         "work; *processing alone*: a fresh loop then runs the planned chunks. Prefetch "
         "adapts to the time chunks take unless a setting names it (`runner/prefetch.py`: "
-        "up to 32 for trivial chunks, growing 0, 1, 3, 7 ... from the first chunk). Embedded: a fresh store directory per job, real clock."
-        + azurite,
+        "up to 32 for trivial chunks, growing 0, 1, 3, 7 ... from the first chunk). "
+        "Embedded: a fresh store directory per job, real clock." + azurite,
         "",
         "### Targets",
         "",
@@ -257,6 +282,24 @@ def report(results: Results, args: argparse.Namespace, load: str) -> list[str]:
         "record's `lease_until` as the killed worker last wrote it.",
         "",
         *resume_rows(results),
+        *(_planning_section(results) if results.planning_memory else []),
+    ]
+
+
+def _planning_section(results: Results) -> list[str]:
+    return [
+        "",
+        "### Planning a million chunks",
+        "",
+        "Embedded only (Azurite slows to a crawl with a queue a million deep). Each run a "
+        "fresh spawned process and store: submit a job whose generator `split` yields "
+        "payloads of ~120 bytes, reset the process's resident-memory high-water mark "
+        "(`/proc/self/clear_refs`), then one worker loop plans the job (chunk records and "
+        "one message per chunk, a page of 400 at a time) and is stopped as it asks for "
+        "more work. *Rise*: peak RSS while planning minus RSS before. A page at a time "
+        "means the rise does not grow with the job.",
+        "",
+        *planning_rows(results.planning_memory),
     ]
 
 

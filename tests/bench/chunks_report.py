@@ -3,17 +3,22 @@
 from __future__ import annotations
 
 import statistics
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from runner.loop import DEFAULT_POLL_MAX_SECONDS
 from tests.bench.chunk_jobs import Checkpointing
+from tests.bench.planning_memory import PlanningRun, bounded_line
 from tests.bench.raw_loop import RawTimes
+from tests.bench.report import spread
 from tests.bench.resume import ResumeTimes
 from tests.bench.throughput import Measured
 
 #: The engine's settings compared with the raw loop: what ``runner start --concurrency 8``
 #: gives (prefetch adapting to the chunks, as by default).
 RATIO_LABEL = "concurrency 8"
+#: The label of the settings ``runner start`` uses when given no options.
+DEFAULTS_LABEL = "concurrency 1 (defaults)"
 #: Operations in the order the calls table lists them.
 OPERATIONS = (
     "queues.receive",
@@ -43,12 +48,7 @@ class Results:
     processing: dict[tuple[str, str], list[Measured]] = field(default_factory=dict)
     raw: list[RawTimes] = field(default_factory=list)
     resume: dict[str, list[ResumeTimes]] = field(default_factory=dict)
-
-
-def spread(values: list[float], digits: int = 0) -> str:
-    """``median (min-max)``."""
-    low, mid, high = min(values), statistics.median(values), max(values)
-    return f"{mid:,.{digits}f} ({low:,.{digits}f}-{high:,.{digits}f})"
+    planning_memory: dict[int, list[PlanningRun]] = field(default_factory=dict)
 
 
 def _rates(runs: list[Measured]) -> str:
@@ -156,6 +156,12 @@ def _met(ok: bool) -> str:
     return "met" if ok else "**not met**"
 
 
+def _with_defaults(results: Results, backend: str, figure: Callable[[list], str]) -> str:
+    """The end of a target line: the same figure for the default settings, if measured."""
+    runs = results.end_to_end.get((backend, DEFAULTS_LABEL))
+    return f" (with the defaults, {DEFAULTS_LABEL}: {figure(runs)})." if runs else "."
+
+
 def target_lines(results: Results) -> list[str]:
     """Each target of the issue next to the figure that answers it (reported, not
     enforced)."""
@@ -169,14 +175,17 @@ def target_lines(results: Results) -> list[str]:
         rate, label = max(embedded)
         lines.append(
             f"- >= {EMBEDDED_TARGET_PER_SECOND:,} trivial chunks/s on embedded (end to end): "
-            f"best median {rate:,.0f}/s, with {label}: {_met(rate >= EMBEDDED_TARGET_PER_SECOND)}."
+            f"best median {rate:,.0f}/s, with {label}: {_met(rate >= EMBEDDED_TARGET_PER_SECOND)}"
+            + _with_defaults(results, "embedded", lambda runs: f"{_median_rate(runs):,.0f}/s")
         )
     key = ("azurite", RATIO_LABEL)
     if results.raw and key in results.end_to_end:
-        ratio = _median_rate(results.end_to_end[key]) / _median_rate(results.raw)
+        raw = _median_rate(results.raw)
+        ratio = _median_rate(results.end_to_end[key]) / raw
         lines.append(
             f"- >= 1.0x the raw loop on Azurite (one worker process, {RATIO_LABEL}, end to "
-            f"end): {ratio:.2f}x: {_met(ratio >= 1.0)}."
+            f"end): {ratio:.2f}x: {_met(ratio >= 1.0)}"
+            + _with_defaults(results, "azurite", lambda runs: f"{_median_rate(runs) / raw:.2f}x")
         )
     for backend, times in results.resume.items():
         slowest = max(t.kill_to_resume for t in times)
@@ -185,4 +194,7 @@ def target_lines(results: Results) -> list[str]:
             f"({RESUME_BOUND_SECONDS:g} s) on {backend}: slowest of {len(times)} "
             f"{slowest:.2f} s: {_met(slowest <= RESUME_BOUND_SECONDS)}."
         )
+    memory = bounded_line(results.planning_memory)
+    if memory:
+        lines.append(memory)
     return lines

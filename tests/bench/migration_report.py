@@ -5,7 +5,7 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass
 
-from tests.bench.chunks_report import spread
+from tests.bench.report import spread
 from tests.bench.rss import TreePeaks
 
 #: The issue's target: the chunked job at most this much slower than one plain Spark job.

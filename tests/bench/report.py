@@ -32,6 +32,12 @@ def machine_line() -> str:
     )
 
 
+def spread(values: list[float], digits: int = 0) -> str:
+    """``median (min-max)``."""
+    low, mid, high = min(values), statistics.median(values), max(values)
+    return f"{mid:,.{digits}f} ({low:,.{digits}f}-{high:,.{digits}f})"
+
+
 def write_section(path: Path, title: str, lines: list[str]) -> None:
     """Replace (or append) the ``## title`` section of the Markdown file at ``path``."""
     text = path.read_text() if path.exists() else TITLE
