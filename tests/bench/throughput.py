@@ -17,15 +17,16 @@ from __future__ import annotations
 import multiprocessing
 import queue as queue_module
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from checkpoint.backends import open_storage
 from checkpoint.storage import Storage
+from jobs.job import ChunkedJob
 from jobs.submit import submit
 from runner.loop import WorkerLoop, WorkerSettings
 from tests.bench.chunk_jobs import Trivial
-from tests.bench.counting import Counting, Flag, Tally, counted
+from tests.bench.counting import Flag, Tally, counted
 
 #: Bound on a child worker process's run (a hung child fails the benchmark).
 CHILD_TIMEOUT_SECONDS = 600.0
@@ -48,14 +49,14 @@ class Measured:
 
 
 class PlanOnlyQueues:
-    """Counting queues that stop ``loop`` at the receive after the plan message.
+    """Queues that stop ``loop`` at the receive after the plan message.
 
     With one slot and no prefetch the loop asks for more work only once planning has
     ended, so that receive is the boundary: it is not made, the loop is asked to stop.
     """
 
-    def __init__(self, target: Any, tally: Tally):
-        self._queues = Counting(target, "queues", tally)
+    def __init__(self, queues: Any):
+        self._queues = queues
         self.loop: WorkerLoop | None = None
         self.stopped_at: float | None = None
         self._planning = False
@@ -74,6 +75,19 @@ class PlanOnlyQueues:
         return got
 
 
+def plan_only_loop(storage: Storage, job: type[ChunkedJob]) -> tuple[WorkerLoop, PlanOnlyQueues]:
+    """A worker loop of one slot and no prefetch on ``storage`` that plans the submitted
+    job of type ``job`` and stops; its queues say when (``stopped_at``)."""
+    queues = PlanOnlyQueues(storage.queues)
+    loop = WorkerLoop(
+        replace(storage, queues=queues, closer=None),
+        [job],
+        WorkerSettings(concurrency=1, prefetch=0),
+    )
+    queues.loop = loop
+    return loop, queues
+
+
 def submit_trivial(storage: Storage, chunks: int) -> str:
     return submit(Trivial, {"chunks": chunks}, storage=storage)
 
@@ -81,11 +95,7 @@ def submit_trivial(storage: Storage, chunks: int) -> str:
 def plan_only(storage: Storage, chunks: int) -> Measured:
     """Run planning of the one submitted job alone; the loop stops when it is done."""
     tally = Tally()
-    queues = PlanOnlyQueues(storage.queues, tally)
-    loop = WorkerLoop(
-        counted(storage, tally, queues), [Trivial], WorkerSettings(concurrency=1, prefetch=0)
-    )
-    queues.loop = loop
+    loop, queues = plan_only_loop(counted(storage, tally), Trivial)
     loop.run()
     if tally.started_at is None or queues.stopped_at is None:
         raise RuntimeError("planning did not run to its end")
