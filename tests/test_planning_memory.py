@@ -4,7 +4,7 @@
 holds one page of payloads, never the job's. Measured with tracemalloc (Python
 allocations, deterministic enough to compare; no time is asserted): the peak while a
 worker plans a small job and a job several pages larger must be about the same, where
-holding every payload would add hundreds of bytes a chunk. The million-chunk figure is
+holding every payload would add kilobytes a chunk. The million-chunk figure is
 in ``make bench`` (BENCHMARKS.md, "Planning a million chunks").
 """
 
