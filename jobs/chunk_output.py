@@ -179,6 +179,14 @@ def observed_metrics(
     a bound: a dropped event would hang the chunk while its lease is still renewed.
     This waits ``timeout_seconds`` at most. Call it only after the action succeeded.
 
+    Args:
+        observation: a ``pyspark.sql.Observation`` attached with ``DataFrame.observe``
+            to a frame an action has run on.
+        timeout_seconds: how long to wait for Spark to deliver the metrics.
+
+    Returns:
+        The metrics by name, as ``Observation.get`` gives them.
+
     Raises:
         MetricsUnavailable: none came in time, or Spark sent none (it sends an empty
             row when the optimizer removed the observation).

@@ -10,7 +10,6 @@ import datetime as dt
 import queue
 import threading
 import time
-import uuid
 from decimal import Decimal
 from typing import Any
 
@@ -37,6 +36,7 @@ from jobs.spark import (
     write_chunk_output,
 )
 from jobs.testing import ChunkEnvironment
+from tests.spark_jobs import spark_jobs
 
 pytestmark = pytest.mark.spark
 
@@ -284,21 +284,6 @@ def _typed(spark):
     return spark.createDataFrame(TYPED_ROWS, TYPED_SCHEMA)
 
 
-def _spark_jobs(spark, action) -> int:
-    """How many Spark jobs ``action`` ran (counted in a job group of its own)."""
-    context = spark.sparkContext
-    group = f"counting-{uuid.uuid4().hex}"
-    context.setJobGroup(group, "counting jobs")
-    try:
-        action()
-    finally:
-        for key in ("spark.jobGroup.id", "spark.job.description", "spark.job.interruptOnCancel"):
-            context.setLocalProperty(key, None)  # type: ignore[arg-type]  # None clears
-    # The status tracker learns of jobs through the (asynchronous) listener bus.
-    context._jsc.sc().listenerBus().waitUntilEmpty()
-    return len(context.statusTracker().getJobIdsForGroup(group))
-
-
 @pytest.mark.parametrize("format", sorted(EXACT_FORMATS))
 @pytest.mark.parametrize(
     "frame",
@@ -339,8 +324,8 @@ def test_an_exact_format_is_written_in_one_spark_job_and_never_read_back(spark, 
     orders = _orders(spark, 0, 100)  # no shuffle: one job writes it
     path = str(tmp_path / "out")
 
-    jobs_observed = _spark_jobs(spark, lambda: write_chunk_output(orders, path))
-    jobs_read_back = _spark_jobs(spark, lambda: write_chunk_output(orders, path, read_back=True))
+    jobs_observed = spark_jobs(spark, lambda: write_chunk_output(orders, path))
+    jobs_read_back = spark_jobs(spark, lambda: write_chunk_output(orders, path, read_back=True))
 
     assert jobs_observed == 1
     assert jobs_read_back > jobs_observed  # the count and checksum pass over the files
