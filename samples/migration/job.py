@@ -9,8 +9,9 @@
   blobs to local scratch, run the transform (:mod:`.transform`) in the chunk's Spark job
   group, write orders and rejects with overwrite + commit marker (rows, checksums, rows
   in and rejects by reason are all observed during the two writes: no other Spark
-  action), then checkpoint ``{"batch": next batch, ...running totals}``. A chunk taken over after a crash starts
-  at its checkpointed batch; the interrupted batch is rewritten, never duplicated.
+  action), then checkpoint ``{"batch": next batch, ...running totals}``. A chunk taken
+  over after a crash starts at its checkpointed batch; the interrupted batch is
+  rewritten, never duplicated.
 - ``finalize`` checks every batch's commit marker and writes a manifest (every
   committed output with its rows and checksum) and a summary (rows in / out / rejected).
 
