@@ -7,6 +7,10 @@ a ``_COMMITTED`` marker written next to the data, holding the row count and a co
 checksum; the marker is removed before each write. A consumer (``finalize``, the next
 pipeline stage) trusts a chunk's directory only while :func:`is_committed` says so.
 
+The count and the checksum are observed while the write runs (Spark's ``observe``), in
+the same pass over the data, for formats that give back exactly what was written
+(:data:`EXACT_FORMATS`); other formats are read back once written.
+
 Spark readers skip files whose names start with ``_`` or ``.``, so the marker (like
 Spark's own ``_SUCCESS``) never shows up as data when the directory is read.
 
@@ -18,29 +22,48 @@ a cluster's storage as they do on a local disk. PySpark is imported only when us
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
+import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from jobs.errors import ConfigurationError
+from jobs.errors import ConfigurationError, MetricsUnavailable
 
 if TYPE_CHECKING:
-    from pyspark.sql import Column, DataFrame, SparkSession
+    from pyspark.sql import Column, DataFrame, Observation, SparkSession
 
 __all__ = [
     "COMMIT_MARKER",
+    "EXACT_FORMATS",
+    "OBSERVED_METRICS_WAIT_SECONDS",
     "ChunkCommit",
     "chunk_output_path",
     "content_checksum",
     "is_committed",
+    "observed_metrics",
     "read_commit",
     "write_chunk_output",
 ]
 
+log = logging.getLogger(__name__)
+
 #: The marker file written into a chunk's output directory once it is complete.
 COMMIT_MARKER = "_COMMITTED"
+#: Formats whose files give back every value with its type exactly as written, so the
+#: rows and checksum observed while writing equal those of the output read back
+#: (tested: nulls, decimals, dates, timestamps, NaN, -0.0, structs, arrays, binary).
+#: Text formats do not: CSV reads an empty string as null and skips an empty line, JSON
+#: turns binary into base64 text.
+EXACT_FORMATS = frozenset({"parquet", "orc"})
+#: Bound on the wait for a finished write's observed metrics. Spark hands them to a
+#: listener on its event bus, normally within milliseconds of the action's end;
+#: ``Observation.get`` itself would wait forever for an event that never comes.
+OBSERVED_METRICS_WAIT_SECONDS = 60.0
+#: How often :func:`observed_metrics` asks whether they have come.
+_METRICS_POLL_SECONDS = 0.005
 _URI = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]+://")
 _JOB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")  # as checkpoint.layout allows
 
@@ -50,10 +73,10 @@ class ChunkCommit:
     """What a ``_COMMITTED`` marker records about a chunk's output.
 
     Attributes:
-        rows: rows in the output, as read back after writing.
-        checksum: :func:`content_checksum` of the output as read back, or None when not
-            computed. A decimal string: the checksums of disjoint outputs add up to the
-            checksum of their union.
+        rows: rows in the output.
+        checksum: :func:`content_checksum` of the output (what reading it back and
+            checksumming would give), or None when not computed. A decimal string: the
+            checksums of disjoint outputs add up to the checksum of their union.
         format: the data source format (``parquet``, ``json``, ...).
     """
 
@@ -91,15 +114,22 @@ def write_chunk_output(
     *,
     options: dict[str, str] | None = None,
     checksum: bool = True,
+    read_back: bool | None = None,
 ) -> ChunkCommit:
     """Write ``df`` to ``path`` with overwrite, then mark it committed.
 
     In order: remove the marker (a crash from here on leaves the directory
     uncommitted), write with ``mode("overwrite")`` (replacing any earlier attempt's
-    files), read the output back to count it (and checksum it) — so the marker
-    describes what is on disk, and ``df`` is not computed twice — then write the
-    marker. Running it again for the same chunk replaces the output, never duplicates
-    it.
+    files), then write the marker with the output's rows and checksum. Running it again
+    for the same chunk replaces the output, never duplicates it.
+
+    The rows and checksum are observed in the write's own pass over the data
+    (``DataFrame.observe``): one Spark action, nothing read twice, ``df`` computed once.
+    They are counted in the write's last stage, whose tasks count once each even when
+    one is retried. For a format outside :data:`EXACT_FORMATS` the output is read back
+    and counted instead (``read_back``), as it also is if Spark does not deliver the
+    observed metrics (see :func:`observed_metrics`): the marker always describes what
+    a reader gets.
 
     Two attempts writing the same chunk at once (an old owner that has not yet
     noticed its lost lease) could interleave files; run the write inside the chunk's
@@ -109,26 +139,99 @@ def write_chunk_output(
         df: the chunk's output.
         path: the chunk's directory, from :func:`chunk_output_path`.
         format: a Spark data source format.
-        options: data source options, used for writing and reading back (e.g.
+        options: data source options, used for writing (and reading back, e.g.
             ``{"header": "true"}`` for csv).
-        checksum: also compute :func:`content_checksum` (a scan of the output; the row
-            count alone comes from Parquet metadata).
+        checksum: also compute :func:`content_checksum` (a 64-bit hash of every row).
+        read_back: count (and checksum) the output read back after the write, one more
+            scan; None: only for formats outside :data:`EXACT_FORMATS`.
 
     Returns:
         What the marker records.
+
+    Raises:
+        AnalysisException: ``checksum`` on a frame Spark cannot hash (a map column),
+            before anything at ``path`` is touched.
     """
     options = dict(options or {})
+    if read_back is None:
+        read_back = format.lower() not in EXACT_FORMATS
+    observation = None if read_back else _new_observation()
+    # Attached before the marker goes: a frame that cannot be hashed fails here, with
+    # the earlier attempt's committed output left as it was.
+    written = df if observation is None else df.observe(observation, *_metrics(df, checksum))
     files = _files(path, df.sparkSession)
     files.delete(COMMIT_MARKER)
-    df.write.mode("overwrite").format(format).options(**options).save(path)
-    written = df.sparkSession.read.format(format).options(**options).schema(df.schema).load(path)
-    if checksum:
-        rows, digest = _count_and_checksum(written)
-    else:
-        rows, digest = written.count(), None
+    written.write.mode("overwrite").format(format).options(**options).save(path)
+    counts = None if observation is None else _observed_counts(observation, checksum, path)
+    rows, digest = counts or _read_back_counts(df, path, format, options, checksum)
     commit = ChunkCommit(rows=rows, checksum=digest, format=format)
     files.write(COMMIT_MARKER, json.dumps(asdict(commit), sort_keys=True))
     return commit
+
+
+def observed_metrics(
+    observation: Observation, timeout_seconds: float = OBSERVED_METRICS_WAIT_SECONDS
+) -> dict[str, Any]:
+    """The metrics of ``observation``, once the action that observed them has returned.
+
+    Spark delivers observed metrics to a listener on its event bus, normally within
+    milliseconds of the action's end, and ``Observation.get`` waits for them without
+    a bound: a dropped event would hang the chunk while its lease is still renewed.
+    This waits ``timeout_seconds`` at most. Call it only after the action succeeded.
+
+    Args:
+        observation: a ``pyspark.sql.Observation`` attached with ``DataFrame.observe``
+            to a frame an action has run on.
+        timeout_seconds: how long to wait for Spark to deliver the metrics.
+
+    Returns:
+        The metrics by name, as ``Observation.get`` gives them.
+
+    Raises:
+        MetricsUnavailable: none came in time, or Spark sent none (it sends an empty
+            row when the optimizer removed the observation).
+    """
+    # The JVM-side Observation's future (public in Scala) can be asked without waiting.
+    future = observation._jo.future() if observation._jo is not None else None
+    if future is None:
+        raise MetricsUnavailable("the observation was never attached to a DataFrame")
+    deadline = time.monotonic() + timeout_seconds
+    while not future.isCompleted():
+        if time.monotonic() >= deadline:
+            raise MetricsUnavailable(f"no observed metrics within {timeout_seconds} s")
+        time.sleep(_METRICS_POLL_SECONDS)
+    metrics = observation.get
+    if not metrics:
+        raise MetricsUnavailable("Spark delivered no observed metrics (observation optimized away)")
+    return metrics
+
+
+def _new_observation() -> Observation:
+    from pyspark.sql import Observation
+
+    return Observation()
+
+
+def _observed_counts(
+    observation: Observation, checksum: bool, path: str
+) -> tuple[int, str | None] | None:
+    """Rows and checksum observed by the write; None if Spark did not deliver them."""
+    try:
+        metrics = observed_metrics(observation)
+    except MetricsUnavailable as missing:
+        log.warning("%s: %s; reading the output back to count it", path, missing)
+        return None
+    return int(metrics["rows"]), (_decimal_text(metrics["checksum"]) if checksum else None)
+
+
+def _read_back_counts(
+    df: DataFrame, path: str, format: str, options: dict[str, str], checksum: bool
+) -> tuple[int, str | None]:
+    # With df's schema: no inference pass, and the columns hash by the types written.
+    written = df.sparkSession.read.format(format).options(**options).schema(df.schema).load(path)
+    if checksum:
+        return _count_and_checksum(written)
+    return written.count(), None
 
 
 def read_commit(path: str, *, spark: SparkSession | None = None) -> ChunkCommit | None:
@@ -168,16 +271,29 @@ def content_checksum(df: DataFrame) -> str:
 
 
 def _count_and_checksum(df: DataFrame) -> tuple[int, str]:
+    row = df.agg(*_metrics(df, checksum=True)).first()
+    assert row is not None  # an aggregate without grouping always has one row
+    return int(row["rows"]), _decimal_text(row["checksum"])
+
+
+def _metrics(df: DataFrame, checksum: bool) -> list[Column]:
+    """The aggregates behind a marker: ``rows`` and, if asked, ``checksum``.
+
+    The same expressions whether they aggregate a frame read back or are observed
+    during a write, so both ways give the same figures.
+    """
     from pyspark.sql import functions as F
 
+    rows = F.count(F.lit(1)).alias("rows")
+    if not checksum:
+        return [rows]
     # A decimal sum: a sum of 64-bit longs overflows, which ANSI mode (Spark 4's
     # default) turns into an error.
-    row = df.agg(
-        F.count(F.lit(1)).alias("rows"),
-        F.sum(_row_hash(df).cast("decimal(38,0)")).alias("checksum"),
-    ).first()
-    assert row is not None  # an aggregate without grouping always has one row
-    return int(row["rows"]), str(int(row["checksum"] or 0))
+    return [rows, F.sum(_row_hash(df).cast("decimal(38,0)")).alias("checksum")]
+
+
+def _decimal_text(total: Any) -> str:
+    return str(int(total or 0))  # the sum over no rows is null
 
 
 def _row_hash(df: DataFrame) -> Column:

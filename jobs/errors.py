@@ -121,3 +121,7 @@ class BadMessage(RunnerError):
 
 class CodecError(RunnerError, ValueError):
     """A value cannot be encoded with msgpack (or decoded back)."""
+
+
+class MetricsUnavailable(RunnerError):
+    """Spark did not deliver a finished action's observed metrics (``DataFrame.observe``)."""

@@ -35,10 +35,12 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from jobs.chunk import Chunk
 from jobs.chunk_output import (
     COMMIT_MARKER,
+    EXACT_FORMATS,
     ChunkCommit,
     chunk_output_path,
     content_checksum,
     is_committed,
+    observed_metrics,
     read_commit,
     write_chunk_output,
 )
@@ -54,6 +56,7 @@ if TYPE_CHECKING:
 __all__ = [
     "COMMIT_MARKER",
     "CONF_ENV",
+    "EXACT_FORMATS",
     "ChunkCommit",
     "ChunkJobGroup",
     "MASTER_ENV",
@@ -63,6 +66,7 @@ __all__ = [
     "content_checksum",
     "is_committed",
     "job_group",
+    "observed_metrics",
     "read_commit",
     "spark_session",
     "split_files",

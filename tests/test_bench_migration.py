@@ -110,13 +110,23 @@ def test_report_says_what_was_measured_and_how():
     assert "**8 chunks**" in text and "24 batches" in text
     assert "JVM and SparkSession start-up" in text
     assert "1.20x: **not met**" in text
+    assert "nothing read back" in text
+    assert "the target is judged at 3 files per batch" in text
 
-    # And a batch size other than the demo's is a command of its own, not `make bench`
+    # And one batch per chunk is `make bench`'s other run, the one the target is judged on
     args = migration.parse_args(["--quick", "--files-per-batch", "3"])
     data = replace(data, params={"files_per_batch": 3}, batches=8)
     text = "\n".join(migration.report(pairs, data, args, "Load: ..."))
+    assert "Command: `make bench` (`python -m tests.bench.migration --rows 100000 --runs 1 " in text
+    assert "--files-per-batch 3`)" in text and "3 files per batch: 8 batches" in text
+    assert "**The issue's target is judged here**" in text
+
+    # And any other batch size is a command of its own, not `make bench`
+    args = migration.parse_args(["--quick", "--files-per-batch", "2"])
+    data = replace(data, params={"files_per_batch": 2}, batches=16)
+    text = "\n".join(migration.report(pairs, data, args, "Load: ..."))
     assert "Command: `python -m tests.bench.migration --rows 100000 --runs 1 " in text
-    assert "--files-per-batch 3`" in text and "3 files per batch: 8 batches" in text
+    assert "--files-per-batch 2`" in text and "make bench" not in text
 
 
 def test_quick_defaults_and_full_defaults():

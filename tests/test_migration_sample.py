@@ -24,12 +24,22 @@ import pytest
 from pyspark.sql import functions as F
 
 from checkpoint.backends import open_storage
-from jobs.spark import COMMIT_MARKER, SparkSettings, is_committed, spark_session, stop_spark
+from jobs.spark import (
+    COMMIT_MARKER,
+    SparkSettings,
+    content_checksum,
+    is_committed,
+    spark_session,
+    stop_spark,
+)
+from jobs.testing import ChunkEnvironment
 from samples.migration import generate as gen
 from samples.migration.demo import DemoOptions, DemoResult, run_demo
-from samples.migration.job import MigrateOrders
-from samples.migration.transform import judge, read_orders_v1
+from samples.migration.job import MigrateOrders, new_tally, tallied
+from samples.migration.layout import MigrationParams, staged_inputs
+from samples.migration.transform import REASONS, judge, outputs, read_orders_v1
 from tests.conftest import BACKENDS
+from tests.spark_jobs import spark_jobs
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(900)]
 
@@ -87,7 +97,7 @@ def test_counts_are_what_the_generator_made(demo: tuple[DemoResult, list[str], P
     assert summary["rows_out"] == made.orders
     assert summary["rows_rejected"] == made.rejects > 0
     assert summary["duplicates_dropped"] > 0
-    assert set(summary["rejected_by_reason"]) <= {
+    assert set(summary["rejected_by_reason"]) <= set(REASONS) == {
         "malformed_line",
         *(
             f"{how}_{name}"
@@ -126,6 +136,68 @@ def test_every_batch_output_is_committed_once(demo: tuple[DemoResult, list[str],
     on_disk = {str(path.parent) for path in root.rglob(COMMIT_MARKER)}
     assert on_disk == {entry["path"] for entry in outputs}
     assert {path.parent for path in root.rglob("*.parquet")} <= {Path(p) for p in on_disk}
+
+
+# --------------------------------------------------------------------------- one chunk
+
+#: Spark jobs a batch may run: its two writes. The orders write is three under adaptive
+#: execution (fill the cache, the shuffle's map side, the write); the rejects write one.
+#: The cache-filling count by reason and the read-backs took six more.
+JOBS_PER_BATCH = 4
+
+
+def test_a_batch_is_its_two_writes_and_counts_what_it_judged(spark: Any, tmp_path: Path):
+    # Given a chunk of two input files, one per batch
+    store = str(tmp_path / "store")
+    with open_storage(store) as storage:
+        made = gen.generate(storage, 4_000, 2)
+    params = {"output": str(tmp_path / "out"), "storage": store,
+              "input_container": made.container, "scratch": str(tmp_path / "scratch")}
+    env = ChunkEnvironment(MigrateOrders, params=params,
+                           payload={"files": made.names, "bytes": 0}, job_id="one-chunk")
+
+    # When the chunk runs
+    jobs = spark_jobs(spark, env.run)
+
+    # Then it ran no Spark job but its writes, and checkpointed after each batch
+    assert jobs <= JOBS_PER_BATCH * len(made.names)
+    assert [state["batch"] for state in env.durable] == [1, 2]
+    # and its totals are those of the same transform over the same files, counted apart
+    with open_storage(store) as storage, staged_inputs(
+        storage, MigrationParams.of(params), made.names
+    ) as paths:
+        judged = judge(read_orders_v1(spark, paths))
+        counted = judged.groupBy("reason").count().collect()
+        by_reason = {row["reason"]: row["count"] for row in counted}
+        migrated = outputs(judged)
+        expected = {"checksum": content_checksum(migrated.orders),
+                    "rejects_checksum": content_checksum(migrated.rejects)}
+    result = env.result
+    assert (result["rows_in"], result["rows_out"], result["rows_rejected"]) == (
+        made.rows, made.orders, made.rejects)
+    assert result["reasons"] == {reason: n for reason, n in by_reason.items() if reason}
+    assert {key: result[key] for key in expected} == expected
+
+
+def test_tallied_counts_every_row_read_and_each_reason(spark: Any, tmp_path: Path):
+    # Given judged rows with several reject reasons
+    path = tmp_path / "few.jsonl"
+    path.write_text(
+        '{"order_id": "1", "order_date": "2023-04-05", "updated_at": "1680690120", "amount": "1"}\n'
+        '{"order_id": "x", "order_date": "2023-04-05", "updated_at": "1680690120", "amount": "1"}\n'
+        '{"order_id": "2", "order_date": "", "updated_at": "1680690120", "amount": "1"}\n'
+        '{"order_id": "3", "order_date": "2023-04-05", "updated_at": "1680690120", "amou\n'
+    )
+    judged = judge(read_orders_v1(spark, [str(path)]))
+    tally = new_tally()
+
+    # When an action reads them through the tally, filtered after it
+    kept = tallied(judged, tally).where(F.col("reason").isNull()).count()
+
+    # Then the tally counted every row, and each reason (absent ones as 0)
+    assert kept == 1
+    assert tally.get == {"rows_in": 4, **dict.fromkeys(REASONS, 0),
+                         "bad_order_id": 1, "missing_order_date": 1, "malformed_line": 1}
 
 
 # --------------------------------------------------------------------------- the data

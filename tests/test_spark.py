@@ -6,29 +6,37 @@ to collect, so a CI run that lost PySpark fails instead of silently skipping Spa
 
 from __future__ import annotations
 
+import datetime as dt
 import queue
 import threading
 import time
+from decimal import Decimal
 from typing import Any
 
 import pyspark  # noqa: F401  - a missing spark extra must fail here, never skip
 import pytest
+from pyspark.sql import Observation
 from pyspark.sql import functions as F
+from pyspark.sql import types as T
 
-from jobs import Chunk, ChunkStopped, LeaseLost
+import jobs.chunk_output
+from jobs import Chunk, ChunkStopped, LeaseLost, MetricsUnavailable
 from jobs.spark import (
     COMMIT_MARKER,
+    EXACT_FORMATS,
     SparkChunkedJob,
     SparkSettings,
     chunk_output_path,
     content_checksum,
     is_committed,
+    observed_metrics,
     read_commit,
     spark_session,
     stop_spark,
     write_chunk_output,
 )
 from jobs.testing import ChunkEnvironment
+from tests.spark_jobs import spark_jobs
 
 pytestmark = pytest.mark.spark
 
@@ -238,3 +246,176 @@ def test_uri_outputs_go_through_the_hadoop_file_system(spark, tmp_path):
     assert read_commit(path, spark=spark) == commit
     assert (tmp_path / "out" / "j" / "chunk-000001" / COMMIT_MARKER).is_file()
     assert spark.read.schema(_orders(spark, 0, 1).schema).json(path).count() == 10
+
+
+# --------------------------------------------------------------------------- observed counts
+
+#: One column of each kind a chunk's output may hold, the awkward values included.
+TYPED_SCHEMA = T.StructType(
+    [
+        T.StructField("id", T.LongType()),
+        T.StructField("text", T.StringType()),
+        T.StructField("amount", T.DecimalType(12, 2)),
+        T.StructField("day", T.DateType()),
+        T.StructField("at", T.TimestampType()),
+        T.StructField("local_at", T.TimestampNTZType()),
+        T.StructField("ratio", T.DoubleType()),
+        T.StructField("flag", T.BooleanType()),
+        T.StructField("raw", T.BinaryType()),
+        T.StructField("pair", T.StructType([T.StructField("x", T.IntegerType()),
+                                            T.StructField("y", T.StringType())])),
+        T.StructField("tags", T.ArrayType(T.StringType())),
+    ]
+)
+TYPED_ROWS = [
+    (1, "a", Decimal("1.50"), dt.date(2023, 4, 5),
+     dt.datetime(2023, 4, 5, 10, 22, 0, 123456, tzinfo=dt.UTC), dt.datetime(2023, 1, 1, 1, 2, 3),
+     1.5, True, b"\x00\x01", (1, "x"), ["p", None]),
+    (None,) * 11,
+    (3, "", Decimal("-0.01"), dt.date(1500, 1, 1), dt.datetime(1970, 1, 1, tzinfo=dt.UTC),
+     dt.datetime(1, 1, 1), float("nan"), False, b"", (None, None), []),
+    (4, 'multi\nline, "quoted"', Decimal("9999999999.99"), dt.date(9999, 12, 31),
+     dt.datetime(2262, 1, 1, tzinfo=dt.UTC), dt.datetime(2000, 2, 29), -0.0, None, None,
+     (2, ""), [""]),
+]
+
+
+def _typed(spark):
+    return spark.createDataFrame(TYPED_ROWS, TYPED_SCHEMA)
+
+
+@pytest.mark.parametrize("format", sorted(EXACT_FORMATS))
+@pytest.mark.parametrize(
+    "frame",
+    [
+        _typed,
+        lambda spark: _orders(spark, 0, 300),  # ids, strings, doubles with nulls
+        lambda spark: _orders(spark, 0, 1000).groupBy("region").agg(  # a shuffle before
+            F.sum("amount").alias("total"), F.count("*").alias("n")
+        ),
+    ],
+    ids=["every-type", "orders", "aggregated"],
+)
+def test_observed_counts_equal_the_output_read_back(spark, tmp_path, format, frame):
+    df = frame(spark)
+    observed_path, read_path = str(tmp_path / "observed"), str(tmp_path / "read")
+
+    # When the same frame is written once observed, once read back after the write
+    observed = write_chunk_output(df, observed_path, format)
+    read = write_chunk_output(df, read_path, format, read_back=True)
+
+    # Then both markers say the same, and so does the output read back by anyone
+    back = spark.read.format(format).schema(df.schema).load(observed_path)
+    assert observed == read == read_commit(observed_path)
+    assert (observed.rows, observed.checksum) == (back.count(), content_checksum(back))
+    assert observed.checksum == content_checksum(df) != "0"
+
+
+def test_an_empty_output_is_committed_with_no_rows(spark, tmp_path):
+    empty = _orders(spark, 0, 10).where(F.col("order_id") < 0)
+
+    for path, read_back in (("observed", False), ("read", True)):
+        commit = write_chunk_output(empty, str(tmp_path / path), read_back=read_back)
+        assert (commit.rows, commit.checksum) == (0, "0") == (0, content_checksum(empty))
+        assert is_committed(str(tmp_path / path))
+
+
+def test_an_exact_format_is_written_in_one_spark_job_and_never_read_back(spark, tmp_path):
+    orders = _orders(spark, 0, 100)  # no shuffle: one job writes it
+    path = str(tmp_path / "out")
+
+    jobs_observed = spark_jobs(spark, lambda: write_chunk_output(orders, path))
+    jobs_read_back = spark_jobs(spark, lambda: write_chunk_output(orders, path, read_back=True))
+
+    assert jobs_observed == 1
+    assert jobs_read_back > jobs_observed  # the count and checksum pass over the files
+
+
+def test_a_text_format_is_counted_as_read_back(spark, tmp_path):
+    # Given a frame JSON cannot keep as it is (binary becomes base64 text)
+    df = _typed(spark)
+    path = str(tmp_path / "out")
+
+    commit = write_chunk_output(df, path, format="json")
+
+    # Then the marker describes what a reader gets, not the frame handed in
+    back = spark.read.schema(df.schema).json(path)
+    assert (commit.rows, commit.checksum) == (back.count(), content_checksum(back))
+    assert commit.checksum != content_checksum(df)
+
+
+def test_a_frame_spark_cannot_hash_fails_before_the_output_is_touched(spark, tmp_path):
+    path = str(tmp_path / "out")
+    committed = write_chunk_output(_orders(spark, 0, 10), path)
+    maps = spark.createDataFrame([({"a": 1},)], "m map<string,int>")  # xxhash64 refuses maps
+
+    with pytest.raises(Exception, match="HASH_MAP_TYPE"):
+        write_chunk_output(maps, path)
+
+    assert read_commit(path) == committed  # the earlier attempt's output stays committed
+    assert write_chunk_output(maps, str(tmp_path / "counted"), checksum=False).rows == 1
+
+
+def test_metrics_spark_does_not_deliver_are_read_back(spark, tmp_path, monkeypatch):
+    def undelivered(observation, timeout_seconds=0):
+        raise MetricsUnavailable("dropped (simulated by the test)")
+
+    monkeypatch.setattr(jobs.chunk_output, "observed_metrics", undelivered)
+    orders = _orders(spark, 0, 50)
+
+    commit = write_chunk_output(orders, str(tmp_path / "out"))
+
+    assert (commit.rows, commit.checksum) == (50, content_checksum(orders))
+
+
+def test_observed_metrics_wait_for_an_action_only_so_long(spark):
+    never_run = Observation()
+    _orders(spark, 0, 5).observe(never_run, F.count(F.lit(1)))  # no action ever runs it
+
+    asked_at = time.monotonic()
+    with pytest.raises(MetricsUnavailable):
+        observed_metrics(never_run, timeout_seconds=0.2)
+    assert time.monotonic() - asked_at < 10
+    with pytest.raises(MetricsUnavailable):
+        observed_metrics(Observation())  # never attached to a frame
+
+
+class SlowWrite(LocalSparkJob):
+    """A chunk writing an output whose rows each take SLEEP_SECONDS."""
+
+    def process(self, chunk: Chunk) -> None:
+        slow = F.udf(lambda key: time.sleep(SLEEP_SECONDS) or key, "long", useArrow=False)
+        with self.job_group(chunk) as group:
+            RUNNING.put(group.id)
+            frame = self.spark.range(0, 2, numPartitions=2).select(slow("id").alias("id"))
+            write_chunk_output(frame, chunk.payload["path"])
+
+
+def test_a_cancelled_write_is_left_uncommitted_and_a_rewrite_commits(spark, tmp_path):
+    # Given a committed output, rewritten by a chunk whose write is slow
+    path = str(tmp_path / "out")
+    write_chunk_output(_orders(spark, 0, 10), path)
+    env = ChunkEnvironment(SlowWrite, payload={"path": path})
+    outcome: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            env.run()
+        except BaseException as error:  # noqa: BLE001 - handed to the test's thread
+            outcome.append(error)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    _wait_for_job(spark, RUNNING.get(timeout=60))
+
+    # When the lease is lost mid-write
+    env.lose_lease()
+    thread.join(CANCEL_BOUND_SECONDS)
+
+    # Then the write is cancelled and the output is not committed
+    assert not thread.is_alive(), "the write was not cancelled"
+    assert len(outcome) == 1 and isinstance(outcome[0], LeaseLost), outcome
+    assert not is_committed(path)
+    # and the next attempt's write commits what it wrote
+    again = write_chunk_output(_orders(spark, 0, 7), path)
+    assert (again.rows, again.checksum) == (7, content_checksum(_orders(spark, 0, 7)))

@@ -7,9 +7,11 @@
   (:func:`jobs.spark.split_files`; a file is never split).
 - ``process`` runs a chunk's files in batches of ``files_per_batch``: stage the batch's
   blobs to local scratch, run the transform (:mod:`.transform`) in the chunk's Spark job
-  group, write orders and rejects with overwrite + commit marker, then checkpoint
-  ``{"batch": next batch, ...running totals}``. A chunk taken over after a crash starts
-  at its checkpointed batch; the interrupted batch is rewritten, never duplicated.
+  group, write orders and rejects with overwrite + commit marker (rows, checksums, rows
+  in and rejects by reason are all observed during the two writes: no other Spark
+  action), then checkpoint ``{"batch": next batch, ...running totals}``. A chunk taken
+  over after a crash starts at its checkpointed batch; the interrupted batch is
+  rewritten, never duplicated.
 - ``finalize`` checks every batch's commit marker and writes a manifest (every
   committed output with its rows and checksum) and a summary (rows in / out / rejected).
 
@@ -22,10 +24,16 @@ from __future__ import annotations
 
 import logging
 from collections import Counter
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from jobs import Chunk, JobSummary
-from jobs.spark import SparkChunkedJob, read_commit, split_files, write_chunk_output
+from jobs.spark import (
+    SparkChunkedJob,
+    observed_metrics,
+    read_commit,
+    split_files,
+    write_chunk_output,
+)
 from samples.migration.layout import (
     KINDS,
     MigrationParams,
@@ -34,7 +42,10 @@ from samples.migration.layout import (
     put_json,
     staged_inputs,
 )
-from samples.migration.transform import judge, outputs, read_orders_v1
+from samples.migration.transform import REASONS, judge, latest_orders, read_orders_v1, rejected
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, Observation
 
 log = logging.getLogger(__name__)
 
@@ -94,22 +105,24 @@ class MigrateOrders(SparkChunkedJob):
         out = {kind: batch_path(settings, chunk.job_id, chunk.index, number, kind)
                for kind in KINDS}
         with self.job_group(chunk, f"chunk {chunk.index} batch {number}"):
-            # Kept while both outputs are written, so each value is parsed once.
+            # Kept while both outputs are written, so each value is parsed once; the
+            # orders write fills the cache, the rejects write reads it.
             judged = judge(read_orders_v1(self.spark, paths)).persist()
             try:
-                # The first action fills the cache and counts the rows by reason (None:
-                # valid) in one pass: rows in and rejects by reason need no other read.
-                by_reason = judged.groupBy("reason").count().collect()
-                migrated = outputs(judged)
-                orders = write_chunk_output(migrated.orders, out["orders"])
-                rejects = write_chunk_output(migrated.rejects, out["rejects"])
+                # Rows in and rejects by reason are counted as the rejects write reads
+                # every judged row (before its filter): the batch's only Spark actions
+                # are its two writes, and neither reads its output back.
+                tally = new_tally()
+                orders = write_chunk_output(latest_orders(judged), out["orders"])
+                rejects = write_chunk_output(rejected(tallied(judged, tally)), out["rejects"])
+                counted = observed_metrics(tally)
             finally:
                 judged.unpersist()
-        reasons = {row["reason"]: row["count"] for row in by_reason if row["reason"] is not None}
+        reasons = {reason: counted[reason] for reason in REASONS if counted[reason]}
         if sum(reasons.values()) != rejects.rows:  # the rejects are these rows, as written
             raise RuntimeError(f"batch {number}: {rejects.rows} rejects written, {reasons} counted")
         return {
-            "rows_in": sum(row["count"] for row in by_reason),
+            "rows_in": counted["rows_in"],
             "rows_out": orders.rows,
             "rows_rejected": rejects.rows,
             "checksum": orders.checksum,
@@ -151,6 +164,29 @@ class MigrateOrders(SparkChunkedJob):
                 found.append({"chunk": index, "batch": number, "kind": kind, "path": path,
                               "rows": commit.rows, "checksum": commit.checksum})
         return found
+
+
+# --------------------------------------------------------------------------- counting
+
+
+def new_tally() -> Observation:
+    """An observation for :func:`tallied` (one per batch: Spark fills it once)."""
+    from pyspark.sql import Observation
+
+    return Observation()
+
+
+def tallied(judged: DataFrame, tally: Observation) -> DataFrame:
+    """``judged``, counting into ``tally`` the rows the next action reads: ``rows_in``,
+    and one count per reject reason (:data:`~.transform.REASONS`, each possibly 0)."""
+    from pyspark.sql import functions as F
+
+    reason = F.col("reason")
+    return judged.observe(
+        tally,
+        F.count(F.lit(1)).alias("rows_in"),
+        *(F.count_if(reason == name).alias(name) for name in REASONS),
+    )
 
 
 # --------------------------------------------------------------------------- state

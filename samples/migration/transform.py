@@ -32,6 +32,9 @@ V1_FIELDS = ("order_id", "customer_id", "order_date", "updated_at", "amount", "c
 CORRUPT = "_corrupt_record"
 #: Fields a row cannot do without (checked in this order: the first problem is the reason).
 REQUIRED = ("order_id", "order_date", "updated_at", "amount")
+#: Every ``reason`` :func:`judge` gives, in the order they are checked: a line that is
+#: not JSON, then per required field missing (blank) or bad (does not parse).
+REASONS = ("malformed_line", *(f"{how}_{name}" for name in REQUIRED for how in ("missing", "bad")))
 V2_COLUMNS = ("order_id", "customer_id", "order_date", "updated_at", "amount", "currency", "status")
 AMOUNT_TYPE = "decimal(12,2)"
 MONTHS = ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec")
@@ -85,6 +88,11 @@ def judge(raw: DataFrame) -> DataFrame:
 
 def outputs(judged: DataFrame) -> Migrated:
     """The v2 orders (latest valid version per order) and the rejects of :func:`judge`'s rows."""
+    return Migrated(latest_orders(judged), rejected(judged))
+
+
+def latest_orders(judged: DataFrame) -> DataFrame:
+    """Per ``order_id``, its latest valid version among :func:`judge`'s rows."""
     from pyspark.sql import functions as F
 
     # Latest valid version: max over a struct compares field by field, newest updated_at
@@ -93,19 +101,24 @@ def outputs(judged: DataFrame) -> Migrated:
     # be pushed below the typing and parse every value twice.
     others = [name for name in V2_COLUMNS if name not in ("order_id", "updated_at")]
     version = F.struct("updated_at", *others)
-    latest = (
+    return (
         judged.groupBy("order_id")
         .agg(F.max(F.when(F.col("reason").isNull(), version)).alias("latest"))
         .where(F.col("latest").isNotNull())
         .select("order_id", *(F.col(f"latest.{name}").alias(name) for name in V2_COLUMNS[1:]))
     )
+
+
+def rejected(judged: DataFrame) -> DataFrame:
+    """Every rejected row of :func:`judge` with its reason and its original record."""
+    from pyspark.sql import functions as F
+
     v1 = F.struct(*(F.col(f"v1_{name}").alias(name) for name in V1_FIELDS))
-    rejects = judged.where(F.col("reason").isNotNull()).select(
+    return judged.where(F.col("reason").isNotNull()).select(
         "reason",
         F.col("v1_order_id").alias("order_id"),
         F.coalesce(F.col(f"v1_{CORRUPT}"), F.to_json(v1)).alias("record"),
     )
-    return Migrated(latest, rejects)
 
 
 # --------------------------------------------------------------------------- columns
