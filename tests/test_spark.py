@@ -129,6 +129,21 @@ def _wait_for_job(spark, group: str) -> None:
         time.sleep(0.05)
 
 
+def _run_in_thread(env: ChunkEnvironment) -> tuple[threading.Thread, list[BaseException]]:
+    """Start ``env.run()`` on a thread; what it raises lands in the returned list."""
+    outcome: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            env.run()
+        except BaseException as error:  # noqa: BLE001 - handed to the test's thread
+            outcome.append(error)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    return thread, outcome
+
+
 @pytest.mark.parametrize(
     "trigger, swallow, expected",
     [
@@ -140,16 +155,7 @@ def _wait_for_job(spark, group: str) -> None:
 def test_a_chunk_that_must_stop_has_its_spark_job_cancelled(spark, trigger, swallow, expected):
     # Given a chunk busy in a long Spark action on its own thread
     env = ChunkEnvironment(SleepyJob, payload={"swallow": swallow})
-    outcome: list[BaseException] = []
-
-    def run() -> None:
-        try:
-            env.run()
-        except BaseException as error:  # noqa: BLE001 - handed to the test's thread
-            outcome.append(error)
-
-    thread = threading.Thread(target=run, daemon=True)
-    thread.start()
+    thread, outcome = _run_in_thread(env)
     _wait_for_job(spark, RUNNING.get(timeout=60))
 
     # When the worker stops, or the lease is lost, mid-action
@@ -396,16 +402,7 @@ def test_a_cancelled_write_is_left_uncommitted_and_a_rewrite_commits(spark, tmp_
     path = str(tmp_path / "out")
     write_chunk_output(_orders(spark, 0, 10), path)
     env = ChunkEnvironment(SlowWrite, payload={"path": path})
-    outcome: list[BaseException] = []
-
-    def run() -> None:
-        try:
-            env.run()
-        except BaseException as error:  # noqa: BLE001 - handed to the test's thread
-            outcome.append(error)
-
-    thread = threading.Thread(target=run, daemon=True)
-    thread.start()
+    thread, outcome = _run_in_thread(env)
     _wait_for_job(spark, RUNNING.get(timeout=60))
 
     # When the lease is lost mid-write
