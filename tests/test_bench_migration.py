@@ -128,6 +128,15 @@ def test_report_says_what_was_measured_and_how():
     assert "Command: `python -m tests.bench.migration --rows 100000 --runs 1 " in text
     assert "--files-per-batch 2`" in text and "make bench" not in text
 
+    # And so is a worker running several chunks at once, or a larger input
+    args = migration.parse_args(["--rows", "8000000", "--files-per-batch", "3",
+                                 "--concurrency", "2"])
+    data = replace(data, params={"files_per_batch": 3}, batches=8)
+    text = "\n".join(migration.report(pairs, data, args, "Load: ..."))
+    assert "Command: `python -m tests.bench.migration --rows 8000000 --runs 3 " in text
+    assert "--files-per-batch 3 --concurrency 2`" in text and "make bench" not in text
+    assert "--burst --concurrency 2` (2 chunks at once on its one SparkSession)" in text
+
 
 def test_quick_defaults_and_full_defaults():
     full, quick = migration.parse_args([]), migration.parse_args(["--quick"])
@@ -136,6 +145,9 @@ def test_quick_defaults_and_full_defaults():
     assert migration.parse_args(["--rows", "5000", "--runs", "2"]).runs == 2
     assert migration.title(1) == migration.TITLE
     assert migration.title(3) == f"{migration.TITLE}, 3 files per batch"
+    assert migration.title(3, 8_000_000, 2) == (
+        f"{migration.TITLE}, 8,000,000 rows, 3 files per batch, 2 chunks at once"
+    )
 
 
 def test_sampler_follows_a_child_and_its_grandchild(tmp_path: Path):

@@ -37,7 +37,14 @@ from samples.migration import generate as gen
 from samples.migration.demo import DemoOptions, DemoResult, run_demo
 from samples.migration.job import MigrateOrders, new_tally, tallied
 from samples.migration.layout import MigrationParams, staged_inputs
-from samples.migration.transform import REASONS, judge, outputs, read_orders_v1
+from samples.migration.transform import (
+    REASONS,
+    judge,
+    latest_orders,
+    outputs,
+    read_orders_v1,
+    rejected,
+)
 from tests.conftest import BACKENDS
 from tests.spark_jobs import spark_jobs
 
@@ -179,28 +186,46 @@ def test_a_batch_is_its_two_writes_and_counts_what_it_judged(spark: Any, tmp_pat
     assert {key: result[key] for key in expected} == expected
 
 
-def test_tallied_counts_every_row_read_and_each_reason(spark: Any, tmp_path: Path):
-    # Given judged rows with several reject reasons
+def few_judged_rows(spark: Any, tmp_path: Path) -> Any:
+    """Five v1 lines judged: two versions of order 1, and one each of three reject
+    reasons (an order id that does not parse, a missing date, a truncated line)."""
     path = tmp_path / "few.jsonl"
     path.write_text(
         '{"order_id": "1", "order_date": "2023-04-05", "updated_at": "1680690120", "amount": "1"}\n'
+        '{"order_id": "1", "order_date": "2023-04-05", "updated_at": "1680690999", "amount": "2"}\n'
         '{"order_id": "x", "order_date": "2023-04-05", "updated_at": "1680690120", "amount": "1"}\n'
         '{"order_id": "2", "order_date": "", "updated_at": "1680690120", "amount": "1"}\n'
         '{"order_id": "3", "order_date": "2023-04-05", "updated_at": "1680690120", "amou\n'
     )
-    judged = judge(read_orders_v1(spark, [str(path)]))
+    return judge(read_orders_v1(spark, [str(path)]))
+
+
+def test_latest_orders_counts_every_judged_row_it_groups(spark: Any, tmp_path: Path):
+    # Given judged rows: valid ones, rejected ones, and rows whose order id is null
+    judged = few_judged_rows(spark, tmp_path)
+    rows_in = new_tally()
+
+    # When the latest orders are computed with a rows-in count
+    counted = latest_orders(judged, rows_in).collect()
+
+    # Then every judged row was counted, valid or not, and the result is unchanged
+    assert rows_in.get == {"rows_in": 5}
+    assert counted == latest_orders(judged).collect()
+    assert [(row["order_id"], str(row["amount"])) for row in counted] == [(1, "2.00")]
+
+
+def test_tallied_counts_the_rejects_by_reason(spark: Any, tmp_path: Path):
+    # Given the rejects of judged rows with several reasons
+    rejects = rejected(few_judged_rows(spark, tmp_path))
     tally = new_tally()
 
-    # When an action reads them through the tally, filtered after it
-    kept = tallied(judged, tally).where(F.col("reason").isNull()).count()
+    # When an action reads them through the tally
+    read = tallied(rejects, tally).count()
 
-    # Then the tally counted every row, and each reason (absent ones as 0)
-    assert kept == 1
-    assert tally.get == {"rows_in": 4, **dict.fromkeys(REASONS, 0),
+    # Then each reason was counted (absent ones as 0), adding up to the rows read
+    assert read == 3
+    assert tally.get == {**dict.fromkeys(REASONS, 0),
                          "bad_order_id": 1, "missing_order_date": 1, "malformed_line": 1}
-
-
-# --------------------------------------------------------------------------- the data
 
 
 def test_generated_data_is_deterministic_and_partitioned_by_key(tmp_path: Path):

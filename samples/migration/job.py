@@ -23,6 +23,7 @@ is partitioned by key: every version of an order is in the same file (see
 from __future__ import annotations
 
 import logging
+import time
 from collections import Counter
 from typing import TYPE_CHECKING, Any
 
@@ -92,10 +93,16 @@ class MigrateOrders(SparkChunkedJob):
             )
         with settings.open_storage() as storage:
             for number in range(first, len(batches)):
+                started = time.monotonic()
                 with staged_inputs(storage, settings, batches[number]) as paths:
                     counts = self._migrate_batch(chunk, settings, paths, number)
                 state = add_batch(state, counts)
                 chunk.checkpoint(state)
+                log.info(
+                    "chunk %d batch %d of %d: %d rows in, %d out, %d rejected (%.1f s)",
+                    chunk.index, number + 1, len(batches), counts["rows_in"],
+                    counts["rows_out"], counts["rows_rejected"], time.monotonic() - started,
+                )
         return {**state, "attempt": chunk.attempt, "resumed_at_batch": first}
 
     def _migrate_batch(
@@ -109,13 +116,16 @@ class MigrateOrders(SparkChunkedJob):
             # orders write fills the cache, the rejects write reads it.
             judged = judge(read_orders_v1(self.spark, paths)).persist()
             try:
-                # Rows in and rejects by reason are counted as the rejects write reads
-                # every judged row (before its filter): the batch's only Spark actions
-                # are its two writes, and neither reads its output back.
-                tally = new_tally()
-                orders = write_chunk_output(latest_orders(judged), out["orders"])
-                rejects = write_chunk_output(rejected(tallied(judged, tally)), out["rejects"])
-                counted = observed_metrics(tally)
+                # The batch's only Spark actions are its two writes, and neither reads
+                # its output back. The orders write also counts the rows in (every
+                # judged row, by the groups they fall in); the rejects write counts its
+                # few rows by reason, after the filter that the cache scan applies.
+                rows_in, by_reason = new_tally(), new_tally()
+                orders = write_chunk_output(latest_orders(judged, rows_in), out["orders"])
+                rejects = write_chunk_output(
+                    tallied(rejected(judged), by_reason), out["rejects"]
+                )
+                counted = {**observed_metrics(rows_in), **observed_metrics(by_reason)}
             finally:
                 judged.unpersist()
         reasons = {reason: counted[reason] for reason in REASONS if counted[reason]}
@@ -170,23 +180,21 @@ class MigrateOrders(SparkChunkedJob):
 
 
 def new_tally() -> Observation:
-    """An observation for :func:`tallied` (one per batch: Spark fills it once)."""
+    """An observation for :func:`tallied` or ``latest_orders`` (one per batch: Spark
+    fills it once)."""
     from pyspark.sql import Observation
 
     return Observation()
 
 
-def tallied(judged: DataFrame, tally: Observation) -> DataFrame:
-    """``judged``, counting into ``tally`` the rows the next action reads: ``rows_in``,
-    and one count per reject reason (:data:`~.transform.REASONS`, each possibly 0)."""
+def tallied(rejects: DataFrame, tally: Observation) -> DataFrame:
+    """``rejects`` (:func:`~.transform.rejected`), counting into ``tally`` the rows the
+    next action reads by ``reason``: one count per reason of :data:`~.transform.REASONS`,
+    each possibly 0."""
     from pyspark.sql import functions as F
 
     reason = F.col("reason")
-    return judged.observe(
-        tally,
-        F.count(F.lit(1)).alias("rows_in"),
-        *(F.count_if(reason == name).alias(name) for name in REASONS),
-    )
+    return rejects.observe(tally, *(F.count_if(reason == name).alias(name) for name in REASONS))
 
 
 # --------------------------------------------------------------------------- state

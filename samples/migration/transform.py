@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from pyspark.sql import Column, DataFrame, SparkSession
+    from pyspark.sql import Column, DataFrame, Observation, SparkSession
 
 #: The v1 fields, all read as strings: the legacy export is not typed.
 V1_FIELDS = ("order_id", "customer_id", "order_date", "updated_at", "amount", "currency", "status")
@@ -91,8 +91,14 @@ def outputs(judged: DataFrame) -> Migrated:
     return Migrated(latest_orders(judged), rejected(judged))
 
 
-def latest_orders(judged: DataFrame) -> DataFrame:
-    """Per ``order_id``, its latest valid version among :func:`judge`'s rows."""
+def latest_orders(judged: DataFrame, rows_in: Observation | None = None) -> DataFrame:
+    """Per ``order_id``, its latest valid version among :func:`judge`'s rows.
+
+    With ``rows_in``, the action that computes the result also counts every judged row
+    into it (``rows_in``, valid or not): each row's group carries its size to the
+    result stage, which is observed once per task (a shuffle's map side may run again
+    on a cluster, the result stage's tasks count once).
+    """
     from pyspark.sql import functions as F
 
     # Latest valid version: max over a struct compares field by field, newest updated_at
@@ -101,11 +107,14 @@ def latest_orders(judged: DataFrame) -> DataFrame:
     # be pushed below the typing and parse every value twice.
     others = [name for name in V2_COLUMNS if name not in ("order_id", "updated_at")]
     version = F.struct("updated_at", *others)
-    return (
-        judged.groupBy("order_id")
-        .agg(F.max(F.when(F.col("reason").isNull(), version)).alias("latest"))
-        .where(F.col("latest").isNotNull())
-        .select("order_id", *(F.col(f"latest.{name}").alias(name) for name in V2_COLUMNS[1:]))
+    latest = F.max(F.when(F.col("reason").isNull(), version)).alias("latest")
+    if rows_in is None:
+        grouped = judged.groupBy("order_id").agg(latest)
+    else:
+        grouped = judged.groupBy("order_id").agg(latest, F.count(F.lit(1)).alias("rows"))
+        grouped = grouped.observe(rows_in, F.sum("rows").alias("rows_in"))
+    return grouped.where(F.col("latest").isNotNull()).select(
+        "order_id", *(F.col(f"latest.{name}").alias(name) for name in V2_COLUMNS[1:])
     )
 
 

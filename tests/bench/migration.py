@@ -7,8 +7,9 @@ end. Its v1 orders are generated once into an embedded store in a temp folder; t
 runs interleaved (chunked 1, plain 1, chunked 2, ...):
 
 - *chunked*: ``runner submit`` the ``MigrateOrders`` job and run ONE worker process,
-  ``runner start ... --workers 1 --prefetch 0 --burst`` as the demo starts them, until
-  it exits with the job done; timed from the submit to the worker's exit;
+  ``runner start ... --workers 1 --prefetch 0 --burst`` as the demo starts them (with
+  ``--concurrency N`` if asked), until it exits with the job done; timed from the submit
+  to the worker's exit;
 - *plain*: one fresh process running the demo's one-shot Spark run of the same input
   (:mod:`tests.bench.migration_child`); timed from its start to its exit.
 
@@ -99,13 +100,14 @@ def prepare(workdir: Path, rows: int, files_per_batch: int = 1) -> Input:
 # --------------------------------------------------------------------------- one run
 
 
-def run_chunked(data: Input, rundir: Path) -> tuple[Timed, str]:
-    """Submit the job, run one burst worker until it exits; its time and the job id."""
+def run_chunked(data: Input, rundir: Path, concurrency: int = 1) -> tuple[Timed, str]:
+    """Submit the job, run one burst worker (``concurrency`` chunks at once on its one
+    SparkSession) until it exits; its time and the job id."""
     runner = Runner(data.store, rundir)
     params = {**data.params, "output": str(rundir / "output"), "scratch": str(rundir / "scratch")}
     started = time.monotonic()
     job_id = runner.submit(params)
-    worker = runner.start_worker()
+    worker = runner.start_worker("--concurrency", str(concurrency))
     try:
         with TreeSampler(worker.pid) as sampler:
             code = worker.process.wait(RUN_TIMEOUT_SECONDS)
@@ -222,13 +224,13 @@ def _kill_group(pid: int) -> None:
         pass
 
 
-def measure(data: Input, runs: int, workdir: Path) -> list[Pair]:
+def measure(data: Input, runs: int, workdir: Path, concurrency: int = 1) -> list[Pair]:
     """``runs`` pairs, interleaved, each checked; outputs removed after each check."""
     pairs = []
     for number in range(1, runs + 1):
         rundir = workdir / f"run-{number}"
         rundir.mkdir()
-        chunked, job_id = run_chunked(data, rundir)
+        chunked, job_id = run_chunked(data, rundir, concurrency)
         print(f"run {number} chunked: {chunked.seconds:6.1f} s  (job {job_id})", flush=True)
         plain = run_plain(data, rundir)
         print(f"run {number} plain:   {plain.seconds:6.1f} s", flush=True)
@@ -250,8 +252,11 @@ def report(pairs: list[Pair], data: Input, args: argparse.Namespace, load: str) 
     options = [f"--rows {args.rows}", f"--runs {args.runs}"]
     if per_batch != 1:
         options.append(f"--files-per-batch {per_batch}")
+    if args.concurrency != 1:
+        options.append(f"--concurrency {args.concurrency}")
     command = " ".join(["python -m tests.bench.migration", *options])
-    if per_batch in MAKE_BENCH_FILES_PER_BATCH:
+    made_by_make_bench = args.concurrency == 1 and (args.quick or args.rows == DEFAULT_ROWS)
+    if per_batch in MAKE_BENCH_FILES_PER_BATCH and made_by_make_bench:
         command = f"`make bench` (`{command}`)"
     else:
         command = f"`{command}`"  # other batch sizes are run by hand
@@ -271,12 +276,13 @@ def report(pairs: list[Pair], data: Input, args: argparse.Namespace, load: str) 
         setting(per_batch),
         "",
         f"- *chunked*: `runner submit {JOB}`, then one worker, `runner start ... --workers "
-        "1 --prefetch 0 --burst` as `make demo` starts them, until it exits with the job "
-        "done; timed from the submit to the worker's exit. Per batch it stages its blobs to "
-        "local scratch, judges them (persisted), writes orders and rejects with "
-        "`write_chunk_output` (overwrite, rows and checksum observed during the write, "
-        "commit marker; rows in and rejects by reason observed during the rejects write: "
-        "no other Spark action, nothing read back) and checkpoints; finalize writes the "
+        f"1 --prefetch 0 --burst{concurrency_flag(args.concurrency)}`"
+        f"{worker_note(args.concurrency)}, until it exits with the job done; timed from the "
+        "submit to the worker's exit. Per batch it stages its blobs to local scratch, judges "
+        "them (persisted), writes orders and rejects with `write_chunk_output` (overwrite, "
+        "rows and checksum observed during the write, commit marker; rows in observed by "
+        "the orders write's last stage, rejects by reason during the rejects write: no "
+        "other Spark action, nothing read back) and checkpoints; finalize writes the "
         "manifest and summary.",
         "- *plain*: one fresh process running the demo's one-shot Spark run "
         "(`samples.migration.verify.write_one_shot`): stage every blob, judge once "
@@ -314,6 +320,18 @@ def report(pairs: list[Pair], data: Input, args: argparse.Namespace, load: str) 
     ]
 
 
+def concurrency_flag(concurrency: int) -> str:
+    """The worker's ``--concurrency`` option as the report shows it (none for 1)."""
+    return "" if concurrency == 1 else f" --concurrency {concurrency}"
+
+
+def worker_note(concurrency: int) -> str:
+    """How the chunked side's worker relates to the demo's."""
+    if concurrency == 1:
+        return " as `make demo` starts them"
+    return f" ({concurrency} chunks at once on its one SparkSession)"
+
+
 def setting(files_per_batch: int) -> str:
     """Which question this batch size answers, and whether the target is judged on it."""
     if files_per_batch == FILES_PER_CHUNK:
@@ -330,9 +348,17 @@ def setting(files_per_batch: int) -> str:
     )
 
 
-def title(files_per_batch: int) -> str:
-    """The section's title: the demo's batches have the main one."""
-    return TITLE if files_per_batch == 1 else f"{TITLE}, {files_per_batch} files per batch"
+def title(files_per_batch: int, rows: int = DEFAULT_ROWS, concurrency: int = 1) -> str:
+    """The section's title: the demo's batches at the default size have the main one;
+    each other setting a section of its own."""
+    parts = [TITLE]
+    if rows != DEFAULT_ROWS:
+        parts.append(f"{rows:,} rows")
+    if files_per_batch != 1:
+        parts.append(f"{files_per_batch} files per batch")
+    if concurrency != 1:
+        parts.append(f"{concurrency} chunks at once")
+    return ", ".join(parts)
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -351,6 +377,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default=1,
         help="input files per checkpoint (1, as the demo; 3: one per chunk); not 1: a "
         "section of its own",
+    )
+    parser.add_argument(
+        "--concurrency",
+        type=int,
+        default=1,
+        help="chunks the worker runs at once on its SparkSession (1, as the demo); not 1: "
+        "a section of its own",
     )
     parser.add_argument("--output", type=Path, default=None, help="write the section here")
     parser.add_argument(
@@ -381,14 +414,16 @@ def main(argv: list[str] | None = None) -> list[Pair]:
             f"{data.batches} batches",
             flush=True,
         )
-        pairs = measure(data, args.runs, workdir)
+        pairs = measure(data, args.runs, workdir, args.concurrency)
     finally:
         if args.workdir is None:
             shutil.rmtree(workdir, ignore_errors=True)
     body = report(pairs, data, args, sampler.stop())
     print("\n".join(body))
     if args.output:
-        write_section(args.output, title(args.files_per_batch), body)
+        write_section(
+            args.output, title(args.files_per_batch, args.rows, args.concurrency), body
+        )
     return pairs
 
 
