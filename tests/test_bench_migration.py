@@ -136,6 +136,8 @@ def test_report_says_what_was_measured_and_how():
     assert "Command: `python -m tests.bench.migration --rows 8000000 --runs 3 " in text
     assert "--files-per-batch 3 --concurrency 2`" in text and "make bench" not in text
     assert "--burst --concurrency 2` (2 chunks at once on its one SparkSession)" in text
+    assert "Setting: 8,000,000 rows, chunks of about 1,000,000 rows" in text
+    assert "judged here" not in text
 
 
 def test_quick_defaults_and_full_defaults():

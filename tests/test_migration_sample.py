@@ -214,6 +214,21 @@ def test_latest_orders_counts_every_judged_row_it_groups(spark: Any, tmp_path: P
     assert [(row["order_id"], str(row["amount"])) for row in counted] == [(1, "2.00")]
 
 
+def test_latest_orders_of_no_rows_counts_zero(spark: Any, tmp_path: Path):
+    # Given an empty v1 file
+    path = tmp_path / "empty.jsonl"
+    path.write_text("")
+    judged = judge(read_orders_v1(spark, [str(path)]))
+    rows_in = new_tally()
+
+    # When its latest orders are computed with a rows-in count
+    counted = latest_orders(judged, rows_in).collect()
+
+    # Then nothing came out and the count is 0, not null
+    assert counted == []
+    assert rows_in.get == {"rows_in": 0}
+
+
 def test_tallied_counts_the_rejects_by_reason(spark: Any, tmp_path: Path):
     # Given the rejects of judged rows with several reasons
     rejects = rejected(few_judged_rows(spark, tmp_path))

@@ -112,7 +112,8 @@ def latest_orders(judged: DataFrame, rows_in: Observation | None = None) -> Data
         grouped = judged.groupBy("order_id").agg(latest)
     else:
         grouped = judged.groupBy("order_id").agg(latest, F.count(F.lit(1)).alias("rows"))
-        grouped = grouped.observe(rows_in, F.sum("rows").alias("rows_in"))
+        # coalesce: a sum over no groups is null, and an empty batch read 0 rows
+        grouped = grouped.observe(rows_in, F.coalesce(F.sum("rows"), F.lit(0)).alias("rows_in"))
     return grouped.where(F.col("latest").isNotNull()).select(
         "order_id", *(F.col(f"latest.{name}").alias(name) for name in V2_COLUMNS[1:])
     )

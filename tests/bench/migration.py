@@ -273,7 +273,7 @@ def report(pairs: list[Pair], data: Input, args: argparse.Namespace, load: str) 
         f"{per_batch} file{'s' if per_batch > 1 else ''} per batch: {data.batches} batches, "
         "a checkpoint after each.",
         "",
-        setting(per_batch),
+        setting(per_batch, args.rows if not args.quick else DEFAULT_ROWS),
         "",
         f"- *chunked*: `runner submit {JOB}`, then one worker, `runner start ... --workers "
         f"1 --prefetch 0 --burst{concurrency_flag(args.concurrency)}`"
@@ -332,8 +332,15 @@ def worker_note(concurrency: int) -> str:
     return f" ({concurrency} chunks at once on its one SparkSession)"
 
 
-def setting(files_per_batch: int) -> str:
+def setting(files_per_batch: int, rows: int = DEFAULT_ROWS) -> str:
     """Which question this batch size answers, and whether the target is judged on it."""
+    if rows != DEFAULT_ROWS:
+        return (
+            f"Setting: {rows:,} rows, chunks of about {rows // MIN_CHUNKS:,} rows, "
+            f"{files_per_batch} file(s) per batch, run by hand: how the cost of chunking "
+            "falls as chunks hold more work. The target is judged at "
+            f"{DEFAULT_ROWS:,} rows, {FILES_PER_CHUNK} files per batch."
+        )
     if files_per_batch == FILES_PER_CHUNK:
         return (
             "Setting: one batch per chunk, the fewest batches 8 chunks allow. **The issue's "
