@@ -255,8 +255,9 @@ def report(pairs: list[Pair], data: Input, args: argparse.Namespace, load: str) 
     if args.concurrency != 1:
         options.append(f"--concurrency {args.concurrency}")
     command = " ".join(["python -m tests.bench.migration", *options])
-    made_by_make_bench = args.concurrency == 1 and (args.quick or args.rows == DEFAULT_ROWS)
-    if per_batch in MAKE_BENCH_FILES_PER_BATCH and made_by_make_bench:
+    # The quick smoke run stands for the default size: `make bench` at a glance.
+    rows = DEFAULT_ROWS if args.quick else args.rows
+    if per_batch in MAKE_BENCH_FILES_PER_BATCH and args.concurrency == 1 and rows == DEFAULT_ROWS:
         command = f"`make bench` (`{command}`)"
     else:
         command = f"`{command}`"  # other batch sizes are run by hand
@@ -273,7 +274,7 @@ def report(pairs: list[Pair], data: Input, args: argparse.Namespace, load: str) 
         f"{per_batch} file{'s' if per_batch > 1 else ''} per batch: {data.batches} batches, "
         "a checkpoint after each.",
         "",
-        setting(per_batch, args.rows if not args.quick else DEFAULT_ROWS),
+        setting(per_batch, rows),
         "",
         f"- *chunked*: `runner submit {JOB}`, then one worker, `runner start ... --workers "
         f"1 --prefetch 0 --burst{concurrency_flag(args.concurrency)}`"
