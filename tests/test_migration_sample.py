@@ -34,6 +34,7 @@ from jobs.spark import (
 )
 from jobs.testing import ChunkEnvironment
 from samples.migration import generate as gen
+from samples.migration import layout
 from samples.migration.demo import DemoOptions, DemoResult, run_demo
 from samples.migration.job import MigrateOrders, new_tally, tallied
 from samples.migration.layout import MigrationParams, staged_inputs
@@ -184,6 +185,33 @@ def test_a_batch_is_its_two_writes_and_counts_what_it_judged(spark: Any, tmp_pat
         made.rows, made.orders, made.rejects)
     assert result["reasons"] == {reason: n for reason, n in by_reason.items() if reason}
     assert {key: result[key] for key in expected} == expected
+
+
+def test_a_batch_cut_in_pieces_migrates_to_the_same_rows(
+    spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    # Given generated v1 files, with every kind of dirt, staged whole and staged cut in
+    # pieces (pieces of a few KiB, so these small files are cut too)
+    monkeypatch.setattr(layout, "MIN_PIECE_BYTES", 4096)
+    store = str(tmp_path / "store")
+    with open_storage(store) as storage:
+        made = gen.generate(storage, 4_000, 2)
+        params = MigrationParams.of({"output": str(tmp_path / "out"), "storage": store,
+                                     "input_container": made.container})
+        names = list(made.names)
+        with staged_inputs(storage, params, names) as whole, staged_inputs(
+            storage, params, names, parallelism=3
+        ) as cut:
+            # When each is migrated
+            expected = outputs(judge(read_orders_v1(spark, whole)))
+            found = outputs(judge(read_orders_v1(spark, cut)))
+
+            # Then the pieces are more files, and both outputs are the same rows
+            assert (len(whole), len(cut)) == (2, 6)
+            for kind in ("orders", "rejects"):
+                want, got = getattr(expected, kind), getattr(found, kind)
+                assert got.count() == want.count() > 0
+                assert content_checksum(got) == content_checksum(want)
 
 
 def few_judged_rows(spark: Any, tmp_path: Path) -> Any:

@@ -91,10 +91,13 @@ class MigrateOrders(SparkChunkedJob):
                 "(%d rows in so far)",
                 chunk.index, chunk.attempt, first, len(batches), state["rows_in"],
             )
+        parallelism = self.spark.sparkContext.defaultParallelism
         with settings.open_storage() as storage:
             for number in range(first, len(batches)):
                 started = time.monotonic()
-                with staged_inputs(storage, settings, batches[number]) as paths:
+                with staged_inputs(
+                    storage, settings, batches[number], parallelism=parallelism
+                ) as paths:
                     counts = self._migrate_batch(chunk, settings, paths, number)
                 state = add_batch(state, counts)
                 chunk.checkpoint(state)

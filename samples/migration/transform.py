@@ -20,10 +20,12 @@ the session time zone.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from pyspark import SparkContext
     from pyspark.sql import Column, DataFrame, Observation, SparkSession
 
 #: The v1 fields, all read as strings: the legacy export is not typed.
@@ -74,16 +76,45 @@ def judge(raw: DataFrame) -> DataFrame:
     The costly half of the transform (parsing every value). Both outputs read it, so
     a caller that writes both may ``persist()`` it to parse each value once.
     """
-    from pyspark.sql import functions as F
-
-    v1 = [F.col(name).alias(f"v1_{name}") for name in (*V1_FIELDS, CORRUPT)]
+    columns = _judge_columns(raw.sparkSession.sparkContext)
     # Trimmed once, in a projection of its own (Spark keeps a projection apart when its
     # costly columns are used many times): the typing and the checks refer to its columns.
-    trimmed = raw.select(*(_trimmed(name) for name in V1_FIELDS), *v1)
-    typed = trimmed.select(*(_typed(name) for name in V2_COLUMNS),
-                           *(F.col(f"v1_{name}") for name in (*V1_FIELDS, CORRUPT)),
-                           *(F.col(name).alias(f"t_{name}") for name in REQUIRED))
-    return typed.withColumn("reason", _reason()).drop(*(f"t_{name}" for name in REQUIRED))
+    return raw.select(*columns.trimmed).select(*columns.typed).select(*columns.judged)
+
+
+@dataclass(frozen=True)
+class _JudgeColumns:
+    """:func:`judge`'s three projections: trimmed text, typed values, with the reason."""
+
+    trimmed: tuple[Column, ...]
+    typed: tuple[Column, ...]
+    judged: tuple[Column, ...]
+
+
+@functools.lru_cache(maxsize=1)
+def _judge_columns(context: SparkContext) -> _JudgeColumns:
+    """:func:`judge`'s columns, built once per SparkContext and reused by every batch.
+
+    A Column is an unresolved expression, valid in any frame with these column names.
+    Building these takes about 2,400 calls into the JVM, 0.3-0.4 s of every batch on
+    the driver while the executors wait. ``context`` is the cache's key only: Columns
+    belong to the JVM they were built in.
+    """
+    from pyspark.sql import functions as F
+
+    v1 = [F.col(f"v1_{name}") for name in (*V1_FIELDS, CORRUPT)]
+    return _JudgeColumns(
+        trimmed=(
+            *(_trimmed(name) for name in V1_FIELDS),
+            *(F.col(name).alias(f"v1_{name}") for name in (*V1_FIELDS, CORRUPT)),
+        ),
+        typed=(
+            *(_typed(name) for name in V2_COLUMNS),
+            *v1,
+            *(F.col(name).alias(f"t_{name}") for name in REQUIRED),  # trimmed: for the reason
+        ),
+        judged=(*(F.col(name) for name in V2_COLUMNS), *v1, _reason().alias("reason")),
+    )
 
 
 def outputs(judged: DataFrame) -> Migrated:
