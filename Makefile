@@ -55,6 +55,7 @@ bench: venv azurite
 	$(BIN)/python -m tests.bench.chunks --output BENCHMARKS.md
 	$(BIN)/python -m tests.bench.migration --output BENCHMARKS.md
 	$(BIN)/python -m tests.bench.migration --files-per-batch 3 --output BENCHMARKS.md
+	$(BIN)/python -m tests.bench.migration --files-per-batch 3 --rows 8000000 --output BENCHMARKS.md
 
 # The batch-migration sample end to end (samples/migration/README.md): generate the data,
 # submit, 2 workers, one SIGKILLed and resumed, verified against a one-shot Spark run.

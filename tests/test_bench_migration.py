@@ -137,7 +137,14 @@ def test_report_says_what_was_measured_and_how():
     assert "--files-per-batch 3 --concurrency 2`" in text and "make bench" not in text
     assert "--burst --concurrency 2` (2 chunks at once on its one SparkSession)" in text
     assert "Setting: 8,000,000 rows, chunks of about 1,000,000 rows" in text
-    assert "judged here" not in text
+    assert "run by hand" in text and "judged here" not in text
+
+    # But one batch per chunk at 8M rows, one chunk at a time, is `make bench`'s too
+    args = migration.parse_args(["--rows", "8000000", "--files-per-batch", "3"])
+    text = "\n".join(migration.report(pairs, data, args, "Load: ..."))
+    assert "Command: `make bench` (`python -m tests.bench.migration --rows 8000000 " in text
+    assert "**The issue's target is judged here**" in text
+    assert "chunks of about 1,000,000 rows, one batch per chunk" in text
 
 
 def test_quick_defaults_and_full_defaults():

@@ -6,12 +6,13 @@
 - ``split`` lists the input blobs and packs them into chunks of ``chunk_bytes``
   (:func:`jobs.spark.split_files`; a file is never split).
 - ``process`` runs a chunk's files in batches of ``files_per_batch``: stage the batch's
-  blobs to local scratch, run the transform (:mod:`.transform`) in the chunk's Spark job
-  group, write orders and rejects with overwrite + commit marker (rows, checksums, rows
-  in and rejects by reason are all observed during the two writes: no other Spark
-  action), then checkpoint ``{"batch": next batch, ...running totals}``. A chunk taken
-  over after a crash starts at its checkpointed batch; the interrupted batch is
-  rewritten, never duplicated.
+  blobs to local scratch (cut at line ends into pieces that deal evenly over the
+  session's cores: :func:`~.layout.staged_inputs`), run the transform
+  (:mod:`.transform`) in the chunk's Spark job group, write orders and rejects with
+  overwrite + commit marker (rows, checksums, rows in and rejects by reason are all
+  observed during the two writes: no other Spark action), then checkpoint
+  ``{"batch": next batch, ...running totals}``. A chunk taken over after a crash starts
+  at its checkpointed batch; the interrupted batch is rewritten, never duplicated.
 - ``finalize`` checks every batch's commit marker and writes a manifest (every
   committed output with its rows and checksum) and a summary (rows in / out / rejected).
 
