@@ -13,6 +13,8 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
+import pytest
+
 from samples.migration.generate import Generated
 from tests.bench import migration, migration_report
 from tests.bench.migration_report import Pair, Timed
@@ -145,6 +147,79 @@ def test_report_says_what_was_measured_and_how():
     assert "Command: `make bench` (`python -m tests.bench.migration --rows 8000000 " in text
     assert "**The issue's target is judged here**" in text
     assert "chunks of about 1,000,000 rows, one batch per chunk" in text
+
+
+def test_spark_conf_given_to_the_bench_makes_a_section_of_its_own(monkeypatch):
+    monkeypatch.delenv("RUNNER_SPARK_CONF", raising=False)
+    args = migration.parse_args(
+        ["--rows", "8000000", "--files-per-batch", "3", "--spark-conf",
+         '{"spark.driver.memory": "4g", "spark.sql.adaptive.enabled": false}']
+    )
+    # Then it is Spark conf strings, as the worker's own option makes them
+    assert args.spark_conf == {"spark.driver.memory": "4g", "spark.sql.adaptive.enabled": "false"}
+    data = migration.Input(
+        store="/tmp/store",
+        generated=Generated("orders-v1", ("f0",), 8_000_000, 1_000_000_000, 7_000_000, 400),
+        params={"files_per_batch": 3},
+        chunks=8,
+        batches=8,
+    )
+    text = "\n".join(migration.report(_pairs([100.0], [100.0]), data, args, "Load: ..."))
+    # And the report says both sides had it, by the command that gives it again: not
+    # `make bench`'s, and not where the target is judged
+    assert (
+        "Command: `python -m tests.bench.migration --rows 8000000 --runs 3 --files-per-batch 3 "
+        "--spark-conf '{\"spark.driver.memory\": \"4g\", \"spark.sql.adaptive.enabled\": "
+        "\"false\"}'`" in text
+    )
+    assert "make bench" not in text and "judged here" not in text
+    assert "with the job's conf plus `spark.driver.memory=4g, spark.sql.adaptive" in text
+    assert "both sides with `spark.driver.memory=4g" in text and "run by hand" in text
+    assert migration.title(3, 8_000_000, 1, args.spark_conf) == (
+        f"{migration.TITLE}, 8,000,000 rows, 3 files per batch, spark.driver.memory=4g, "
+        "spark.sql.adaptive.enabled=false"
+    )
+
+
+def test_spark_conf_comes_from_the_environment_and_bad_conf_is_a_usage_error(
+    monkeypatch, capsys
+):
+    # Given RUNNER_SPARK_CONF set where the bench starts: the report must not hide it
+    monkeypatch.setenv("RUNNER_SPARK_CONF", '{"spark.driver.memory": "2g"}')
+    assert migration.parse_args([]).spark_conf == {"spark.driver.memory": "2g"}
+    monkeypatch.setenv("RUNNER_SPARK_CONF", " ")
+    assert migration.parse_args([]).spark_conf == {}
+
+    # And conf that is not a JSON object of scalars stops the bench before it starts
+    for bad in ("{not json", '["spark.driver.memory"]', '{"spark.driver.memory": [4]}'):
+        with pytest.raises(SystemExit) as stopped:
+            migration.parse_args(["--spark-conf", bad])
+        assert stopped.value.code == 2
+        assert "--spark-conf" in capsys.readouterr().err
+
+
+def test_cache_spills_are_counted_from_the_log_and_reported():
+    log = (
+        "24/11/24 05:50:01 INFO MemoryStore: Block rdd_4_0 stored as values in memory\n"
+        "24/11/24 05:50:02 WARN MemoryStore: Not enough space to cache rdd_4_1 in memory! "
+        "(computed 120.0 MiB so far)\n"
+        "24/11/24 05:50:02 WARN BlockManager: Persisting block rdd_4_1 to disk instead.\n"
+        "24/11/24 05:50:03 WARN MemoryStore: Not enough space to cache rdd_4_2 in memory!\n"
+    )
+    assert migration_report.cache_spills(log) == 2
+    assert migration_report.cache_spills("") == 0
+
+    # Given runs where nothing spilled, then the report says both sides cached in memory
+    pairs = _pairs([100.0, 100.0, 100.0], [100.0, 100.0, 100.0])
+    assert "fit Spark's memory store on both sides in every run" in (
+        migration_report.cache_line(pairs)
+    )
+    # Given the plain side spilled in two runs, then the report names the side and counts
+    pairs[0] = replace(pairs[0], plain=replace(pairs[0].plain, cache_spills=5))
+    pairs[2] = replace(pairs[2], plain=replace(pairs[2].plain, cache_spills=3))
+    line = migration_report.cache_line(pairs)
+    assert "**a persisted frame did not fit Spark's memory store**" in line
+    assert "plain in 2 of 3 run(s) (8 blocks in all)" in line and "chunked in" not in line
 
 
 def test_quick_defaults_and_full_defaults():

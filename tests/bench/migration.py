@@ -1,6 +1,7 @@
 """Chunked + resumable migration vs one plain Spark job on the same input -> BENCHMARKS.md.
 
-``python -m tests.bench.migration [--rows N] [--runs N] [--quick] [--output BENCHMARKS.md]``
+``python -m tests.bench.migration [--rows N] [--runs N] [--quick] [--spark-conf JSON]
+[--output BENCHMARKS.md]``
 
 The batch-migration sample (``samples/migration``) is the workload, its own code end to
 end. Its v1 orders are generated once into an embedded store in a temp folder; then,
@@ -37,12 +38,15 @@ from typing import Any
 
 from checkpoint.backends import open_storage
 from jobs.planning import split_files
+from jobs.spark_settings import CONF_ENV, conf_strings
 from samples.migration.demo import job_params
 from samples.migration.generate import Generated, generate
 from samples.migration.processes import JOB, ROOT, Runner
 from tests.bench.migration_report import (
     Pair,
     Timed,
+    cache_line,
+    cache_spills,
     memory_rows,
     target_line,
     wall_rows,
@@ -126,7 +130,8 @@ def run_chunked(data: Input, rundir: Path, concurrency: int = 1) -> tuple[Timed,
     state = runner.status(job_id)["state"]
     if state != "done":
         raise RuntimeError(f"the worker exited but job {job_id} is {state}:\n{worker.tail(60)}")
-    return Timed(seconds, sampler.peaks), job_id
+    spills = cache_spills(worker.log_path.read_text(errors="replace"))
+    return Timed(seconds, sampler.peaks, spills), job_id
 
 
 def run_plain(data: Input, rundir: Path) -> Timed:
@@ -162,10 +167,11 @@ def run_plain(data: Input, rundir: Path) -> Timed:
         _kill_group(process.pid)
         raise
     _let_jvm_exit(sampler)
+    log_text = log_path.read_text(errors="replace")
     if code != 0:
-        tail = "\n".join(log_path.read_text(errors="replace").splitlines()[-60:])
+        tail = "\n".join(log_text.splitlines()[-60:])
         raise RuntimeError(f"the one-shot process exited {code}; its log:\n{tail}")
-    return Timed(seconds, sampler.peaks)
+    return Timed(seconds, sampler.peaks, cache_spills(log_text))
 
 
 def check(data: Input, job_id: str, rundir: Path) -> None:
@@ -259,10 +265,12 @@ def report(pairs: list[Pair], data: Input, args: argparse.Namespace, load: str) 
         options.append(f"--files-per-batch {per_batch}")
     if args.concurrency != 1:
         options.append(f"--concurrency {args.concurrency}")
+    if args.spark_conf:
+        options.append(f"--spark-conf '{json.dumps(args.spark_conf)}'")
     command = " ".join(["python -m tests.bench.migration", *options])
     # The quick smoke run stands for the default size: `make bench` at a glance.
     rows = DEFAULT_ROWS if args.quick else args.rows
-    if (per_batch, rows) in MAKE_BENCH_RUNS and args.concurrency == 1:
+    if (per_batch, rows) in MAKE_BENCH_RUNS and args.concurrency == 1 and not args.spark_conf:
         command = f"`make bench` (`{command}`)"
     else:
         command = f"`{command}`"  # other batch sizes are run by hand
@@ -279,7 +287,7 @@ def report(pairs: list[Pair], data: Input, args: argparse.Namespace, load: str) 
         f"{per_batch} file{'s' if per_batch > 1 else ''} per batch: {data.batches} batches, "
         "a checkpoint after each.",
         "",
-        setting(per_batch, rows, args.concurrency),
+        setting(per_batch, rows, args.concurrency, args.spark_conf),
         "",
         f"- *chunked*: `runner submit {JOB}`, then one worker, `runner start ... --workers "
         f"1 --prefetch 0 --burst{concurrency_flag(args.concurrency)}`"
@@ -293,7 +301,8 @@ def report(pairs: list[Pair], data: Input, args: argparse.Namespace, load: str) 
         "- *plain*: one fresh process running the demo's one-shot Spark run "
         "(`samples.migration.verify.write_one_shot`): stage every blob, judge once "
         "(persisted), write orders and rejects as Parquet; timed from its start to its exit.",
-        "- Both run Spark `local[*]` on this machine's cores with the job's conf, and **both "
+        f"- Both run Spark `local[*]` on this machine's cores with the job's conf"
+        f"{conf_note(args.spark_conf)}, and **both "
         "include interpreter start, imports, JVM and SparkSession start-up** (the chunked "
         "side also a `runner submit` process). Fresh output folders every run. After each "
         "pair, untimed, the outputs were compared (rows and content checksums of orders and "
@@ -304,6 +313,7 @@ def report(pairs: list[Pair], data: Input, args: argparse.Namespace, load: str) 
         "",
         target_line(pairs),
         worker_memory_summary(pairs),
+        cache_line(pairs),
         "",
         "### Wall time",
         "",
@@ -338,9 +348,30 @@ def worker_note(concurrency: int) -> str:
     return f" ({concurrency} chunks at once on its one SparkSession)"
 
 
-def setting(files_per_batch: int, rows: int = DEFAULT_ROWS, concurrency: int = 1) -> str:
+def conf_text(spark_conf: dict[str, str]) -> str:
+    """Spark conf given to the bench, as titles and notes show it: ``key=value, ...``."""
+    return ", ".join(f"{key}={value}" for key, value in spark_conf.items())
+
+
+def conf_note(spark_conf: dict[str, str]) -> str:
+    """What the bench added to the job's conf (both sides), for the method's text."""
+    return f" plus `{conf_text(spark_conf)}` (`--spark-conf`)" if spark_conf else ""
+
+
+def setting(
+    files_per_batch: int,
+    rows: int = DEFAULT_ROWS,
+    concurrency: int = 1,
+    spark_conf: dict[str, str] | None = None,
+) -> str:
     """Which question this run answers, and whether the target is judged on it."""
     judged = f"{FILES_PER_CHUNK} files per batch, {DEFAULT_ROWS:,} and {LARGE_ROWS:,} rows"
+    if spark_conf:
+        return (
+            f"Setting: {rows:,} rows, chunks of about {rows // MIN_CHUNKS:,} rows, "
+            f"{files_per_batch} file(s) per batch, both sides with `{conf_text(spark_conf)}`, "
+            f"run by hand. The target is judged at {judged} with the job's conf."
+        )
     if files_per_batch == FILES_PER_CHUNK and concurrency == 1 and rows in (
         DEFAULT_ROWS,
         LARGE_ROWS,
@@ -367,7 +398,12 @@ def setting(files_per_batch: int, rows: int = DEFAULT_ROWS, concurrency: int = 1
     )
 
 
-def title(files_per_batch: int, rows: int = DEFAULT_ROWS, concurrency: int = 1) -> str:
+def title(
+    files_per_batch: int,
+    rows: int = DEFAULT_ROWS,
+    concurrency: int = 1,
+    spark_conf: dict[str, str] | None = None,
+) -> str:
     """The section's title: the demo's batches at the default size have the main one;
     each other setting a section of its own."""
     parts = [TITLE]
@@ -377,6 +413,8 @@ def title(files_per_batch: int, rows: int = DEFAULT_ROWS, concurrency: int = 1) 
         parts.append(f"{files_per_batch} files per batch")
     if concurrency != 1:
         parts.append(f"{concurrency} chunks at once")
+    if spark_conf:
+        parts.append(conf_text(spark_conf))
     return ", ".join(parts)
 
 
@@ -404,6 +442,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="chunks the worker runs at once on its SparkSession (1, as the demo); not 1: "
         "a section of its own",
     )
+    parser.add_argument(
+        "--spark-conf",
+        default=os.environ.get(CONF_ENV) or None,
+        metavar="JSON",
+        help=f"extra Spark conf for both sides as a JSON object, e.g. "
+        f"'{{\"spark.driver.memory\": \"4g\"}}' (default: ${CONF_ENV}); given: a section "
+        "of its own",
+    )
     parser.add_argument("--output", type=Path, default=None, help="write the section here")
     parser.add_argument(
         "--workdir",
@@ -412,13 +458,26 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="keep the store, logs and outputs here (default: a temp folder)",
     )
     args = parser.parse_args(argv)
+    args.spark_conf = _conf_option(parser, args.spark_conf)
     args.rows = args.rows or (QUICK_ROWS if args.quick else DEFAULT_ROWS)
     args.runs = args.runs or (1 if args.quick else 3)
     return args
 
 
+def _conf_option(parser: argparse.ArgumentParser, text: str | None) -> dict[str, str]:
+    """``--spark-conf`` as Spark conf strings; a clear usage error when it is not."""
+    if not text or not text.strip():
+        return {}
+    try:
+        return conf_strings(json.loads(text), "--spark-conf")
+    except ValueError as error:  # JSONDecodeError and ConfigurationError alike
+        parser.error(f"--spark-conf: {error}")
+
+
 def main(argv: list[str] | None = None) -> list[Pair]:
     args = parse_args(argv)
+    # Every process the bench starts (submit, worker, one-shot, check) inherits it.
+    os.environ[CONF_ENV] = json.dumps(args.spark_conf) if args.spark_conf else ""
     sampler = LoadSampler("one Spark process at a time and its Python parent")
     sampler.start()
     if args.workdir is not None:
@@ -441,7 +500,9 @@ def main(argv: list[str] | None = None) -> list[Pair]:
     print("\n".join(body))
     if args.output:
         write_section(
-            args.output, title(args.files_per_batch, args.rows, args.concurrency), body
+            args.output,
+            title(args.files_per_batch, args.rows, args.concurrency, args.spark_conf),
+            body,
         )
     return pairs
 

@@ -19,6 +19,8 @@ class Timed:
 
     seconds: float
     peaks: TreePeaks
+    #: Blocks of a persisted frame that did not fit Spark's memory store (spilled to disk).
+    cache_spills: int = 0
 
 
 @dataclass(frozen=True)
@@ -126,4 +128,35 @@ def worker_memory_summary(pairs: list[Pair]) -> str:
     return (
         f"- peak RSS of a worker (median of {len(peaks)}): Python {python:,.0f} MiB + Spark "
         f"JVM {jvm:,.0f} MiB = {both:,.0f} MiB."
+    )
+
+
+#: What Spark's MemoryStore logs (WARN) for each block it cannot keep in memory; a frame
+#: persisted MEMORY_AND_DISK (the DataFrame default) then writes the block to local disk.
+CACHE_SPILL_WARNING = "Not enough space to cache"
+
+
+def cache_spills(log: str) -> int:
+    """How many blocks Spark could not cache in memory, from a process's log."""
+    return sum(CACHE_SPILL_WARNING in line for line in log.splitlines())
+
+
+def cache_line(pairs: list[Pair]) -> str:
+    """Whether each side's persisted frames fit Spark's memory store: a side that spills
+    writes (and reads back) blocks through local disk, which slows it."""
+    sides = {"chunked": [p.chunked.cache_spills for p in pairs],
+             "plain": [p.plain.cache_spills for p in pairs]}
+    if not any(any(spills) for spills in sides.values()):
+        return "- the persisted frames fit Spark's memory store on both sides in every run."
+    said = [
+        f"{side} in {sum(1 for n in spills if n)} of {len(spills)} run(s) "
+        f"({sum(spills):,} blocks in all)"
+        for side, spills in sides.items()
+        if any(spills)
+    ]
+    return (
+        "- **a persisted frame did not fit Spark's memory store** (`" + CACHE_SPILL_WARNING
+        + "`: blocks spilled to local disk): " + "; ".join(said) + ". That side pays "
+        "disk writes and reads the other does not; more driver memory "
+        "(`--spark-conf '{\"spark.driver.memory\": \"4g\"}'`) gives the store more room."
     )
