@@ -35,9 +35,10 @@ from jobs.spark import (
 from jobs.testing import ChunkEnvironment
 from samples.migration import generate as gen
 from samples.migration import layout
-from samples.migration.demo import DemoOptions, DemoResult, run_demo
+from samples.migration.demo import DemoOptions, DemoResult, _progress, run_demo
 from samples.migration.job import MigrateOrders, new_tally, tallied
 from samples.migration.layout import MigrationParams, staged_inputs
+from samples.migration.processes import Runner
 from samples.migration.transform import (
     REASONS,
     judge,
@@ -130,6 +131,27 @@ def test_killed_chunk_resumed_from_its_checkpoint(demo: tuple[DemoResult, list[s
     assert crash.batch <= line["resumed_at_batch"] <= line["of"]
     others = [chunk for chunk in result.summary["per_chunk"] if chunk["index"] != crash.chunk]
     assert all(chunk["resumed_at_batch"] == 0 for chunk in others)
+
+
+def test_progress_says_which_chunks_wait_for_a_worker(tmp_path: Path):
+    # Given two chunks with a checkpoint, one of them held by a worker that is gone
+    runner = Runner(storage="embedded:unused", logs=tmp_path)
+    status = {
+        "state": "running",
+        "planning_done": True,
+        "chunks": {"total": 6, "done": 2, "failed": 0},
+        "running": [
+            {"index": 0, "worker": "vm:101:aa", "attempt": 1, "lease_expired": True,
+             "progress": {"batch": 1, "of": 4}},
+            {"index": 3, "worker": "vm:102:bb", "attempt": 2, "lease_expired": False,
+             "progress": {"batch": 2, "of": 4}},
+        ],
+    }
+    # Then the line does not show the dead worker still running its chunk
+    assert _progress(runner, status) == (
+        "running: chunks 2/6 done; running #3 on vm:102:bb batch 2/4 (attempt 2); "
+        "waiting for a worker #0 at batch 1/4 (the lease of vm:101:aa ran out, attempt 1)"
+    )
 
 
 def test_every_batch_output_is_committed_once(demo: tuple[DemoResult, list[str], Path]):

@@ -164,17 +164,25 @@ def _watch(runner: Runner, job_id: str, options: DemoOptions, say: Say) -> Crash
 
 def _progress(runner: Runner, status: dict[str, Any]) -> str:
     chunks = status["chunks"]
-    running = []
+    running, waiting = [], []
     for entry in status["running"]:
         batch, of = _batch(entry["progress"])
         worker = runner.worker_with_pid(worker_pid(entry["worker"]) or -1)
         who = worker.name if worker else entry["worker"]
-        running.append(f"#{entry['index']} on {who} batch {batch}/{of or '?'} "
-                       f"(attempt {entry['attempt']})")
+        at = f"batch {batch}/{of or '?'}"
+        if entry["lease_expired"]:
+            # Its worker stopped renewing (killed): the chunk is back on the queue, and
+            # waits there while the live workers are busy with other chunks.
+            waiting.append(f"#{entry['index']} at {at} (the lease of {who} ran out, "
+                           f"attempt {entry['attempt']})")
+        else:
+            running.append(f"#{entry['index']} on {who} {at} (attempt {entry['attempt']})")
     total = chunks["total"] if status["planning_done"] else "?"
     text = f"{status['state']}: chunks {chunks['done']}/{total} done"
     if running:
         text += "; running " + ", ".join(running)
+    if waiting:
+        text += "; waiting for a worker " + ", ".join(waiting)
     if chunks["failed"]:
         text += f"; {chunks['failed']} retrying"
     return text
@@ -200,8 +208,9 @@ def _maybe_kill(runner: Runner, status: dict[str, Any], say: Say) -> Crash | Non
             f"chunk #{entry['index']}: checkpoint says batch {batch} of {of} is next")
         replacement = runner.start_worker()
         say(f"   runner start --workers 1 --burst -> {replacement.name} (pid "
-            f"{replacement.pid}) replaces it; the chunk waits out its lease (at most "
-            f"{MigrateOrders.lease_seconds} s)")
+            f"{replacement.pid}) replaces it; the chunk is back on the queue once its "
+            f"lease runs out (at most {MigrateOrders.lease_seconds} s), for the next free "
+            "worker")
         return Crash(worker.name, entry["index"], batch, of)
     return None
 
