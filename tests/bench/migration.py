@@ -366,13 +366,7 @@ def setting(
 ) -> str:
     """Which question this run answers, and whether the target is judged on it."""
     judged = f"{FILES_PER_CHUNK} files per batch, {DEFAULT_ROWS:,} and {LARGE_ROWS:,} rows"
-    if spark_conf:
-        return (
-            f"Setting: {rows:,} rows, chunks of about {rows // MIN_CHUNKS:,} rows, "
-            f"{files_per_batch} file(s) per batch, both sides with `{conf_text(spark_conf)}`, "
-            f"run by hand. The target is judged at {judged} with the job's conf."
-        )
-    if files_per_batch == FILES_PER_CHUNK and concurrency == 1 and rows in (
+    if files_per_batch == FILES_PER_CHUNK and concurrency == 1 and not spark_conf and rows in (
         DEFAULT_ROWS,
         LARGE_ROWS,
     ):
@@ -385,11 +379,14 @@ def setting(
             f"trade-off. At {DEFAULT_ROWS:,} rows (the issue's smallest input) a chunk is "
             f"about 4 s of Spark work; at {LARGE_ROWS:,} about 10 s."
         )
-    if rows != DEFAULT_ROWS or concurrency != 1:
+    if rows != DEFAULT_ROWS or concurrency != 1 or spark_conf:
+        given, default = "", ""
+        if spark_conf:
+            given, default = f", both sides with `{conf_text(spark_conf)}`", " with the job's conf"
         return (
             f"Setting: {rows:,} rows, chunks of about {rows // MIN_CHUNKS:,} rows, "
-            f"{files_per_batch} file(s) per batch, run by hand. The target is judged at "
-            f"{judged}."
+            f"{files_per_batch} file(s) per batch{given}, run by hand. The target is judged "
+            f"at {judged}{default}."
         )
     return (
         f"Setting: {files_per_batch} file(s) per batch, so chunks checkpoint inside "
