@@ -13,15 +13,16 @@ from __future__ import annotations
 import heapq
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
-from checkpoint import codec, layout
+from checkpoint import codec, layout, retries, settle
 from checkpoint.records import SPILL_BYTES, JobRecord, TaskKind, TaskRecord
+from checkpoint.retries import TRANSIENT, Budget
+from checkpoint.settle import WRITER, token_of
 from checkpoint.storage import BatchOp, Record, Storage, Where
 from jobs.clock import Clock, SystemClock
 from jobs.errors import (
-    AlreadyExists,
     BatchFailed,
     Conflict,
     JobNotFound,
@@ -29,6 +30,8 @@ from jobs.errors import (
     StorageError,
 )
 
+#: The counts a shard's counter row holds.
+COUNTERS = ("done", "poisoned")
 #: Records written per batch (Azure allows 100 per partition batch).
 BATCH_ROWS = 100
 #: Bytes of records per batch, under Azure's 4 MiB per batch with room for the counter.
@@ -46,7 +49,12 @@ class PlannedChunk:
 
 
 class CheckpointStore:
-    """Job and task records of one storage account."""
+    """Job and task records of one storage account.
+
+    Every write settles the ambiguous case (:mod:`checkpoint.settle`) and retries
+    transient trouble within a :class:`~checkpoint.retries.Budget`: the caller's (a
+    lease's deadline) or, if none is given, :data:`~checkpoint.retries.STANDALONE`'s.
+    """
 
     def __init__(self, storage: Storage, clock: Clock | None = None):
         self.storage = storage
@@ -55,12 +63,20 @@ class CheckpointStore:
         self._ready = False
         self._counters: dict[str, Record] = {}
 
-    def ensure(self) -> None:
+    def budget(self, policy: retries.RetryPolicy = retries.STANDALONE) -> Budget:
+        """A budget of ``policy`` on this store's clock, bounded only by the policy."""
+        return Budget(policy, self.clock)
+
+    def _given(self, budget: Budget | None) -> Budget:
+        return budget if budget is not None else self.budget()
+
+    def ensure(self, budget: Budget | None = None) -> None:
         """Create the tables and the blob container (idempotent; once per store)."""
         if not self._ready:
-            self._records.create_table(layout.JOBS_TABLE)
-            self._records.create_table(layout.TASKS_TABLE)
-            self.storage.blobs.create_container(layout.DATA_CONTAINER)
+            budget = self._given(budget)
+            budget.call(lambda: self._records.create_table(layout.JOBS_TABLE))
+            budget.call(lambda: self._records.create_table(layout.TASKS_TABLE))
+            budget.call(lambda: self.storage.blobs.create_container(layout.DATA_CONTAINER))
             self._ready = True
 
     # ----------------------------------------------------------------- values
@@ -99,10 +115,19 @@ class CheckpointStore:
     # ----------------------------------------------------------------- jobs
 
     def create_job(
-        self, job_id: str, job_type: str, queue: str, params: Any
+        self,
+        job_id: str,
+        job_type: str,
+        queue: str,
+        params: Any,
+        budget: Budget | None = None,
     ) -> tuple[JobRecord, bool]:
-        """Record a new job; if ``job_id`` exists already, return that one (and False)."""
-        self.ensure()
+        """Record a new job; if ``job_id`` exists already, return that one (and False).
+
+        An insert that was applied although it failed is recognised by its writer
+        token: the job is then this call's own (True), not "already there"."""
+        budget = self._given(budget)
+        self.ensure(budget)
         layout.check_job_id(job_id)
         now = self.clock.now()
         properties = {
@@ -111,55 +136,67 @@ class CheckpointStore:
             "state": "planning",
             "created_on": now,
             "updated_on": now,
+            WRITER: settle.one_off(),
             **self._put_value((job_id, "job", 0), "params", params),
         }
         # Counters first: a job record never exists without them, even after a submit
         # that died half-way (its re-submit would otherwise find the job and stop there).
-        self._create_counters(job_id)
-        try:
-            self._records.insert(layout.JOBS_TABLE, layout.JOBS_PARTITION, job_id, properties)
-        except AlreadyExists:
+        self._create_counters(job_id, budget)
+        mine = settle.insert(
+            self._records, layout.JOBS_TABLE, layout.JOBS_PARTITION, job_id, properties, budget
+        )
+        if mine is None:
             for name in self._written_blobs(properties):
                 self._delete_blob(name)
-            return self.get_job(job_id), False
-        return self.get_job(job_id), True
+            return self.get_job(job_id, budget), False
+        return JobRecord.from_record(mine), True
 
-    def _create_counters(self, job_id: str) -> None:
+    def _create_counters(self, job_id: str, budget: Budget) -> None:
         for shard in range(layout.SHARDS):
-            try:
-                self._records.insert(
-                    layout.TASKS_TABLE,
-                    layout.shard_partition(job_id, shard),
-                    layout.COUNTS_ROW,
-                    {"done": 0, "poisoned": 0},
-                )
-            except AlreadyExists:
-                pass
+            settle.insert(
+                self._records,
+                layout.TASKS_TABLE,
+                layout.shard_partition(job_id, shard),
+                layout.COUNTS_ROW,
+                {"done": 0, "poisoned": 0, WRITER: settle.one_off()},
+                budget,
+            )
 
-    def get_job(self, job_id: str) -> JobRecord:
-        self.ensure()
+    def get_job(self, job_id: str, budget: Budget | None = None) -> JobRecord:
+        budget = self._given(budget)
+        self.ensure(budget)
         try:
-            record = self._records.get(layout.JOBS_TABLE, layout.JOBS_PARTITION, job_id)
+            record = budget.call(
+                lambda: self._records.get(layout.JOBS_TABLE, layout.JOBS_PARTITION, job_id)
+            )
         except NotFound as missing:
             raise JobNotFound(f"no job {job_id!r} in {self.storage.description}") from missing
         return JobRecord.from_record(record)
 
-    def list_jobs(self) -> list[JobRecord]:
-        self.ensure()
-        records = self._records.query(layout.JOBS_TABLE, layout.JOBS_PARTITION)
+    def list_jobs(self, budget: Budget | None = None) -> list[JobRecord]:
+        budget = self._given(budget)
+        self.ensure(budget)
+        records = budget.call(
+            lambda: list(self._records.query(layout.JOBS_TABLE, layout.JOBS_PARTITION))
+        )
         return [JobRecord.from_record(record) for record in records]
 
     def params(self, job: JobRecord) -> Any:
         return self.value(job.properties, "params")
 
-    def update_job(self, job: JobRecord, **changes: Any) -> JobRecord:
-        """Merge ``changes`` into the job if nobody changed it since ``job`` was read."""
-        changes["updated_on"] = self.clock.now()
-        etag = self._records.merge(
-            layout.JOBS_TABLE, layout.JOBS_PARTITION, job.job_id, changes, etag=job.etag
+    def update_job(self, job: JobRecord, budget: Budget | None = None, **changes: Any) -> JobRecord:
+        """Merge ``changes`` into the job if nobody changed it since ``job`` was read.
+
+        Raises Conflict if someone else did (never for this call's own applied write)."""
+        changes = {**changes, "updated_on": self.clock.now(), WRITER: settle.one_off()}
+        written = settle.merge(
+            self._records,
+            layout.JOBS_TABLE,
+            Record(layout.JOBS_PARTITION, job.job_id, job.properties, job.etag),
+            changes,
+            self._given(budget),
         )
-        properties = {**job.properties, **changes}
-        return JobRecord.from_record(_as_record(job.job_id, properties, etag))
+        return JobRecord.from_record(written)
 
     # ----------------------------------------------------------------- tasks
 
@@ -171,18 +208,25 @@ class CheckpointStore:
         ), layout.PLAN_ROW if kind == "plan" else layout.FINAL_ROW
 
     def add_chunks(
-        self, job_id: str, first_index: int, payloads: Sequence[Any]
+        self,
+        job_id: str,
+        first_index: int,
+        payloads: Sequence[Any],
+        budget: Budget | None = None,
     ) -> list[PlannedChunk]:
         """Record chunks ``first_index...`` as waiting. Idempotent: a chunk recorded by an
         earlier, crashed planning attempt is left as it is (it may have run already).
 
         Returns each chunk's record as planned (see :class:`PlannedChunk`)."""
+        budget = self._given(budget)
+        token = settle.one_off()  # tells this call's inserts from an earlier attempt's
         by_shard: dict[int, list[tuple[int, BatchOp]]] = {}
         for offset, payload in enumerate(payloads):
             index = first_index + offset
             properties = {
                 "state": "waiting",
                 "attempt": 0,
+                WRITER: token,
                 **self._put_value((job_id, "chunk", index), "payload", payload),
             }
             op = BatchOp("insert", layout.chunk_row(index), properties)
@@ -192,32 +236,17 @@ class CheckpointStore:
             partition = layout.shard_partition(job_id, shard)
             for start in range(0, len(indexed), BATCH_ROWS):
                 page = indexed[start : start + BATCH_ROWS]
-                etags = self._insert_missing(partition, [op for _, op in page])
-                for (index, op), etag in zip(page, etags, strict=True):
-                    payload = op.properties["payload"]
-                    if etag is not None and isinstance(payload, bytes) and payload:
-                        planned[index - first_index] = PlannedChunk(index, etag, payload)
-        return planned
-
-    def _insert_missing(self, partition: str, ops: list[BatchOp]) -> list[str | None]:
-        """Insert ``ops``; return each one's ETag, or None where the row existed."""
-        try:
-            return list(self._records.batch(layout.TASKS_TABLE, partition, ops))
-        except BatchFailed as failed:
-            if not isinstance(failed.reason, AlreadyExists):
-                raise
-        # A re-run of planning after a crash: insert one by one, keeping what exists.
-        etags: list[str | None] = []
-        for op in ops:
-            try:
-                etags.append(
-                    self._records.insert(layout.TASKS_TABLE, partition, op.row_key, op.properties)
+                records = settle.insert_many(
+                    self._records, layout.TASKS_TABLE, partition, [op for _, op in page], budget
                 )
-            except AlreadyExists:
-                etags.append(None)
-                for name in self._written_blobs(op.properties):
-                    self._delete_blob(name)  # the existing chunk keeps its own
-        return etags
+                for (index, op), record in zip(page, records, strict=True):
+                    payload = op.properties["payload"]
+                    if record is None:
+                        for name in self._written_blobs(op.properties):
+                            self._delete_blob(name)  # the existing chunk keeps its own
+                    elif isinstance(payload, bytes) and payload:
+                        planned[index - first_index] = PlannedChunk(index, record.etag, payload)
+        return planned
 
     def planned_task(self, job_id: str, index: int, etag: str, payload: bytes) -> TaskRecord:
         """The chunk record as :meth:`add_chunks` wrote it, known by its ETag (a write
@@ -226,74 +255,107 @@ class CheckpointStore:
         record = _as_record(layout.chunk_row(index), properties, etag)
         return TaskRecord.from_record(job_id, "chunk", index, record)
 
-    def ensure_task(self, job_id: str, kind: TaskKind) -> TaskRecord:
+    def ensure_task(self, job_id: str, kind: TaskKind, budget: Budget | None = None) -> TaskRecord:
         """The planning or finalize record of a job, created waiting if absent."""
+        budget = self._given(budget)
         partition, row = self._keys(job_id, kind, 0)
-        try:
-            self._records.insert(
-                layout.TASKS_TABLE, partition, row, {"state": "waiting", "attempt": 0}
-            )
-        except AlreadyExists:
-            pass
-        return self.get_task(job_id, kind, 0)
+        properties = {"state": "waiting", "attempt": 0, WRITER: settle.one_off()}
+        mine = settle.insert(self._records, layout.TASKS_TABLE, partition, row, properties, budget)
+        if mine is not None:
+            return TaskRecord.from_record(job_id, kind, 0, mine)
+        return self.get_task(job_id, kind, 0, budget)
 
-    def get_task(self, job_id: str, kind: TaskKind, index: int) -> TaskRecord:
+    def get_task(
+        self, job_id: str, kind: TaskKind, index: int, budget: Budget | None = None
+    ) -> TaskRecord:
         """Raises NotFound if the task was never recorded."""
         partition, row = self._keys(job_id, kind, index)
-        record = self._records.get(layout.TASKS_TABLE, partition, row)
+        record = self._given(budget).call(
+            lambda: self._records.get(layout.TASKS_TABLE, partition, row)
+        )
         return TaskRecord.from_record(job_id, kind, index, record)
 
     def write_task(
-        self, task: TaskRecord, changes: Mapping[str, Any], values: Mapping[str, Any] = {}
+        self,
+        task: TaskRecord,
+        changes: Mapping[str, Any],
+        values: Mapping[str, Any] = {},
+        *,
+        token: str | None = None,
+        budget: Budget | None = None,
     ) -> TaskRecord:
         """Merge ``changes`` (and msgpack ``values``, spilled if large) into the task, if
-        its ETag is still ``task.etag``. Raises Conflict if someone else wrote since."""
-        merged = {**changes, "updated_on": self.clock.now()}
+        its ETag is still ``task.etag``. Raises Conflict if someone else wrote since.
+
+        ``token`` is the writer token of this write (:class:`~checkpoint.settle.Writer`
+        of the claim); a write of no claim (a redrive) gets a one-off token. A failure
+        that leaves it unknown whether the write was applied raises the transient error
+        and keeps any spilled blob (the record may name it)."""
+        merged = {
+            **changes,
+            "updated_on": self.clock.now(),
+            WRITER: token or settle.one_off(),
+        }
         for field, value in values.items():
             merged.update(self._put_value((task.job_id, task.kind, task.index), field, value))
         partition, row = self._keys(task.job_id, task.kind, task.index)
+        before = Record(partition, row, task.properties, task.etag)
         try:
-            etag = self._records.merge(layout.TASKS_TABLE, partition, row, merged, etag=task.etag)
-        except Conflict:
+            written = settle.merge(
+                self._records, layout.TASKS_TABLE, before, merged, self._given(budget)
+            )
+        except (Conflict, NotFound):
             for name in self._written_blobs(merged):
                 self._delete_blob(name)
             raise
         self._drop_replaced_blobs(task.properties, merged)
-        properties = {**task.properties, **merged}
-        return TaskRecord.from_record(
-            task.job_id, task.kind, task.index, _as_record(row, properties, etag)
-        )
+        return TaskRecord.from_record(task.job_id, task.kind, task.index, written)
 
     def final_changes(
-        self, task: TaskRecord, changes: Mapping[str, Any], values: Mapping[str, Any]
+        self,
+        task: TaskRecord,
+        changes: Mapping[str, Any],
+        values: Mapping[str, Any],
+        token: str | None = None,
     ) -> dict[str, Any]:
-        """The properties that end a chunk: ``changes`` and the msgpack ``values``
-        (spilled to blob if large). Raises CodecError if a value cannot be stored.
+        """The properties that end a chunk: ``changes``, the msgpack ``values`` (spilled
+        to blob if large) and the writer ``token``. Raises CodecError if a value cannot
+        be stored.
 
         Encoded apart from :meth:`count_chunks` so a value that cannot be stored fails
         in the chunk's own thread, where the failure is recorded on the chunk.
         """
-        merged = {**changes, "updated_on": self.clock.now()}
+        merged = {**changes, "updated_on": self.clock.now(), WRITER: token or settle.one_off()}
         for field, value in values.items():
             merged.update(self._put_value((task.job_id, "chunk", task.index), field, value))
         return merged
 
     def count_chunk(
-        self, task: TaskRecord, changes: Mapping[str, Any], values: Mapping[str, Any], counter: str
+        self,
+        task: TaskRecord,
+        changes: Mapping[str, Any],
+        values: Mapping[str, Any],
+        counter: str,
+        *,
+        token: str | None = None,
+        budget: Budget | None = None,
     ) -> tuple[TaskRecord, dict[str, int]]:
         """Write a chunk's final state and add one to its shard's ``counter`` ("done" or
         "poisoned", or "-poisoned" to take one off) in one atomic batch.
 
         Raises Conflict if the chunk was written by someone else since ``task`` was read.
         """
-        final = self.final_changes(task, changes, values)
-        (written,), counts = self.count_chunks([(task, final)], counter)
+        final = self.final_changes(task, changes, values, token)
+        (written,), counts = self.count_chunks([(task, final)], counter, budget)
         if isinstance(written, StorageError):
             raise written
         return written, counts
 
     def count_chunks(
-        self, ended: Sequence[tuple[TaskRecord, Mapping[str, Any]]], counter: str
+        self,
+        ended: Sequence[tuple[TaskRecord, Mapping[str, Any]]],
+        counter: str,
+        budget: Budget | None = None,
     ) -> tuple[list[TaskRecord | StorageError], dict[str, int]]:
         """Merge each chunk's final properties (from :meth:`final_changes`) and add the
         number written to ``counter`` of their shard, in atomic batches.
@@ -311,8 +373,9 @@ class CheckpointStore:
             raise ValueError("count_chunks takes chunks of one job and one shard")
         outcome: list[TaskRecord | StorageError | None] = [None] * len(ended)
         counts: dict[str, int] = {}
+        budget = self._given(budget)
         for group in _batches(range(len(ended)), [_size(final) for _, final in ended]):
-            counts = self._count_batch(ended, group, counter, outcome)
+            counts = self._count_batch(list(ended), group, counter, outcome, budget)
         for (task, final), result in zip(ended, outcome, strict=True):
             if isinstance(result, StorageError):
                 for name in self._written_blobs(final):
@@ -323,52 +386,106 @@ class CheckpointStore:
 
     def _count_batch(
         self,
-        ended: Sequence[tuple[TaskRecord, Mapping[str, Any]]],
+        ended: list[tuple[TaskRecord, Mapping[str, Any]]],
         group: list[int],
         counter: str,
         outcome: list[TaskRecord | StorageError | None],
+        budget: Budget,
     ) -> dict[str, int]:
         """One batch: the chunks in ``group`` (positions in ``ended``) and the counter.
-        A chunk the service refuses is taken out and the rest sent again."""
+        A chunk someone else wrote is taken out and the rest sent again; a chunk an
+        earlier write of ours changed is sent again on top of that write."""
         first = ended[group[0]][0]
         partition = layout.shard_partition(first.job_id, layout.shard_of(first.index))
         name, step = counter.lstrip("-"), -1 if counter.startswith("-") else 1
-        counts = self._counters.get(partition) or self._read_counts(partition)
+        counts = self._counters.get(partition) or self._read_counts(partition, budget)
         while True:
             if not group:
-                return {k: int(v) for k, v in counts.properties.items()}  # type: ignore[arg-type]
+                return _whole(counts.properties)
             old = int(counts.properties.get(name, 0))  # type: ignore[arg-type]
             new_counts = {**counts.properties, name: old + step * len(group)}
+            new_counts[WRITER] = settle.one_off()
             ops = [
                 BatchOp("merge", layout.chunk_row(ended[i][0].index), ended[i][1], ended[i][0].etag)
                 for i in group
             ]
             ops.append(BatchOp("merge", layout.COUNTS_ROW, new_counts, counts.etag))
             try:
-                etags = self._records.batch(layout.TASKS_TABLE, partition, ops)
+                written = budget.call(lambda: self._batch_settled(partition, ops))  # noqa: B023
             except BatchFailed as failed:
                 if failed.index == len(group) and isinstance(failed.reason, Conflict):
-                    counts = self._read_counts(partition)  # another chunk ended meanwhile
+                    counts = self._read_counts(partition, budget)  # another chunk ended
                     continue
                 if failed.index >= len(group) or not isinstance(
                     failed.reason, (Conflict, NotFound)
                 ):
                     raise failed.reason from failed
+                position = group[failed.index]
+                if self._ours_applied(partition, ended, position, failed.reason, budget):
+                    continue  # an earlier write of ours changed it: go again on top
                 outcome[group.pop(failed.index)] = failed.reason
                 continue
-            counts = _as_record(layout.COUNTS_ROW, new_counts, etags[-1])
+            counts = written[-1]
             self._counters[partition] = counts
-            for i, etag in zip(group, etags[:-1], strict=True):
-                task, final = ended[i]
-                row = layout.chunk_row(task.index)
-                record = _as_record(row, {**task.properties, **final}, etag)
+            for i, record in zip(group, written[:-1], strict=True):
+                task = ended[i][0]
                 outcome[i] = TaskRecord.from_record(task.job_id, "chunk", task.index, record)
-            return {k: int(v) for k, v in new_counts.items()}  # type: ignore[arg-type]
+            return _whole(counts.properties)
 
-    def _read_counts(self, partition: str) -> Record:
+    def _batch_settled(self, partition: str, ops: list[BatchOp]) -> list[Record]:
+        """Apply ``ops`` as one batch; returns each row as written. After a failure that
+        leaves it unknown, the first row is read: the batch is atomic, so carrying this
+        batch's token there means all of it was applied."""
+        try:
+            etags = self._records.batch(layout.TASKS_TABLE, partition, ops)
+        except TRANSIENT as lost:
+            if not self._batch_applied(partition, ops):
+                raise lost
+        except BatchFailed as failed:
+            if not isinstance(failed.reason, Conflict) or not self._batch_applied(partition, ops):
+                raise
+        else:
+            return [
+                Record(partition, op.row_key, dict(op.properties), etag)
+                for op, etag in zip(ops, etags, strict=True)
+            ]
+        # Applied, the answer lost: the rows as they now stand (ETags included).
+        return [self._records.get(layout.TASKS_TABLE, partition, op.row_key) for op in ops]
+
+    def _batch_applied(self, partition: str, ops: list[BatchOp]) -> bool:
+        try:
+            found = self._records.get(layout.TASKS_TABLE, partition, ops[0].row_key)
+        except NotFound:
+            return False
+        return token_of(found.properties) == token_of(ops[0].properties)
+
+    def _ours_applied(
+        self,
+        partition: str,
+        ended: list[tuple[TaskRecord, Mapping[str, Any]]],
+        position: int,
+        reason: StorageError,
+        budget: Budget,
+    ) -> bool:
+        """Whether the chunk at ``position`` was last changed by an earlier write of its
+        own claim (then it is updated to that record, to be written again on top)."""
+        if not isinstance(reason, Conflict):
+            return False
+        task, final = ended[position]
+        found = budget.call(
+            lambda: self._records.get(layout.TASKS_TABLE, partition, layout.chunk_row(task.index))
+        )
+        if not settle.same_claim(token_of(final), token_of(found.properties)):
+            return False
+        ended[position] = (replace(task, etag=found.etag, properties=dict(found.properties)), final)
+        return True
+
+    def _read_counts(self, partition: str, budget: Budget) -> Record:
         # The last counter row seen per partition is kept, so a worker that ends most of
         # a shard's chunks updates the counter without reading it first.
-        record = self._records.get(layout.TASKS_TABLE, partition, layout.COUNTS_ROW)
+        record = budget.call(
+            lambda: self._records.get(layout.TASKS_TABLE, partition, layout.COUNTS_ROW)
+        )
         if len(self._counters) > 4096:
             self._counters.clear()
         self._counters[partition] = record
@@ -376,16 +493,18 @@ class CheckpointStore:
 
     # ----------------------------------------------------------------- reading a job
 
-    def shard_counts(self, job_id: str, shard: int) -> dict[str, int]:
+    def shard_counts(self, job_id: str, shard: int, budget: Budget | None = None) -> dict[str, int]:
         partition = layout.shard_partition(job_id, shard)
-        record = self._records.get(layout.TASKS_TABLE, partition, layout.COUNTS_ROW)
-        return {k: int(v) for k, v in record.properties.items()}  # type: ignore[arg-type]
+        record = self._given(budget).call(
+            lambda: self._records.get(layout.TASKS_TABLE, partition, layout.COUNTS_ROW)
+        )
+        return _whole(record.properties)
 
-    def counts(self, job_id: str) -> dict[str, int]:
+    def counts(self, job_id: str, budget: Budget | None = None) -> dict[str, int]:
         """Done and poisoned chunks of the job, summed over its shards."""
         total = {"done": 0, "poisoned": 0}
         for shard in range(layout.SHARDS):
-            for name, value in self.shard_counts(job_id, shard).items():
+            for name, value in self.shard_counts(job_id, shard, budget).items():
                 total[name] = total.get(name, 0) + value
         return total
 
@@ -422,6 +541,11 @@ class CheckpointStore:
         """``(index, result)`` of every done chunk, in index order."""
         for task in self.chunks(job_id, ("done",)):
             yield task.index, self.value(task.properties, "result")
+
+
+def _whole(counts: Mapping[str, Any]) -> dict[str, int]:
+    """A counter row's counts (its other properties, such as the writer, left out)."""
+    return {k: int(v) for k, v in counts.items() if k in COUNTERS}
 
 
 def _size(properties: Mapping[str, Any]) -> int:

@@ -98,6 +98,14 @@ class LeaseLost(StorageError):
     """
 
 
+class StorageTrouble(RunnerError):
+    """The runner's own storage calls for a task failed past their retry budget.
+
+    Not the user's failure: the task is handed back (state saved where possible, no
+    attempt spent) and runs again once the store answers.
+    """
+
+
 class ChunkStopped(RunnerError):
     """Raised by :meth:`Chunk.checkpoint` when the worker is stopping (SIGTERM/SIGINT).
 

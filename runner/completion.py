@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from checkpoint import layout, messages
+from checkpoint.retries import Budget
 from checkpoint.storage import NEVER_EXPIRES
 from checkpoint.store import CheckpointStore
 from jobs.errors import Conflict
@@ -19,16 +20,21 @@ if TYPE_CHECKING:
 
 
 def set_job(
-    store: CheckpointStore, job_id: str, only_from: tuple[str, ...] = (), **changes: Any
+    store: CheckpointStore,
+    job_id: str,
+    budget: Budget | None = None,
+    only_from: tuple[str, ...] = (),
+    **changes: Any,
 ) -> bool:
     """Apply ``changes`` to the job (retrying lost races); with ``only_from``, only while
-    its state is one of those. Returns whether the change was made."""
+    its state is one of those. Returns whether the change was made (an update applied
+    with its answer lost counts as made: :mod:`checkpoint.settle`)."""
     while True:
-        job = store.get_job(job_id)
+        job = store.get_job(job_id, budget)
         if only_from and job.state not in only_from:
             return False
         try:
-            store.update_job(job, **changes)
+            store.update_job(job, budget, **changes)
             return True
         except Conflict:
             continue
@@ -37,6 +43,7 @@ def set_job(
 def check_complete(
     worker: Context,
     job_id: str,
+    budget: Budget,
     shard: int | None = None,
     shard_counts: dict[str, int] | None = None,
 ) -> None:
@@ -49,24 +56,25 @@ def check_complete(
     store = worker.store
     total = worker.totals.get(job_id)
     if total is None:
-        total = store.get_job(job_id).total
+        total = store.get_job(job_id, budget).total
         if total is None:
             return  # still planning: planning checks when it ends
         worker.totals[job_id] = total  # a job's total never changes once set
     if shard is not None:
-        counts = shard_counts or store.shard_counts(job_id, shard)
+        counts = shard_counts or store.shard_counts(job_id, shard, budget)
         if counts.get("done", 0) + counts.get("poisoned", 0) < layout.chunks_in_shard(total, shard):
             return
-    ended = _ended_counts(store, job_id, total, first=shard or 0)
+    ended = _ended_counts(store, job_id, total, budget, first=shard or 0)
     if ended is None:
         return
-    job = store.get_job(job_id)
+    job = store.get_job(job_id, budget)
     if job.state in ("finalizing", "done"):
         return
     if ended["poisoned"]:
         set_job(
             store,
             job_id,
+            budget,
             only_from=("running",),
             state="failed",
             error=f"{ended['poisoned']} chunk(s) poisoned; see `runner poison list {job_id}`",
@@ -74,13 +82,15 @@ def check_complete(
         return
     # Send before recording "finalizing": a crash in between leaves a message that
     # finishes the job; the other order could leave a job waiting for nothing.
+    # A send applied with its answer lost, then sent again, only duplicates the message:
+    # the second delivery finds finalize running or done and is deleted unrun.
     body = messages.encode(messages.TaskMessage("final", job.job_type, job_id))
-    worker.queues.send(job.queue, body, ttl_seconds=NEVER_EXPIRES)
-    set_job(store, job_id, only_from=("running",), state="finalizing")
+    budget.call(lambda: worker.queues.send(job.queue, body, ttl_seconds=NEVER_EXPIRES))
+    set_job(store, job_id, budget, only_from=("running",), state="finalizing")
 
 
 def _ended_counts(
-    store: CheckpointStore, job_id: str, total: int, first: int
+    store: CheckpointStore, job_id: str, total: int, budget: Budget, first: int
 ) -> dict[str, int] | None:
     """Done and poisoned chunks summed over the shards if every shard has ended, else None.
 
@@ -94,7 +104,7 @@ def _ended_counts(
         expected = layout.chunks_in_shard(total, shard)
         if not expected:
             continue  # a small job leaves shards empty: nothing to read there
-        counts = store.shard_counts(job_id, shard)
+        counts = store.shard_counts(job_id, shard, budget)
         ended = counts.get("done", 0) + counts.get("poisoned", 0)
         if ended < expected:
             return None

@@ -14,8 +14,10 @@ import threading
 from datetime import datetime, timedelta
 from typing import Any
 
-from checkpoint import codec
+from checkpoint import codec, retries
 from checkpoint.records import TaskRecord
+from checkpoint.retries import Budget
+from checkpoint.settle import Writer
 from checkpoint.store import CheckpointStore
 from jobs.clock import Clock
 from jobs.errors import ChunkStopped, Conflict, LeaseLost, NotFound, StorageError
@@ -34,6 +36,8 @@ class TaskControl:
         lease: the message lease the task runs under.
         interval_seconds: least time between two checkpoint writes.
         worker_stopping: set when the worker is shutting down.
+        writer: the claim's writer tokens (its own applied writes are recognised by
+            them, so it never mistakes one for another worker's).
     """
 
     def __init__(
@@ -44,8 +48,10 @@ class TaskControl:
         clock: Clock,
         interval_seconds: float,
         worker_stopping: threading.Event,
+        writer: Writer | None = None,
     ):
         self._store = store
+        self.writer = writer or Writer()
         self._clock = clock
         self._interval = interval_seconds
         self._worker_stopping = worker_stopping
@@ -77,10 +83,7 @@ class TaskControl:
                     self._newest = state
                     self._written_at = self._clock.monotonic()
                     log.warning(
-                        "checkpoint of %s %s not written, will retry: %s",
-                        self.task.kind,
-                        self.task.index,
-                        error,
+                        "checkpoint of %s %s not written, will retry: %s", *self._name(), error
                     )
 
     def raise_if_stopped(self) -> None:
@@ -90,12 +93,38 @@ class TaskControl:
             # stop without waiting for the store to tell it so.
             raise LeaseLost(self.lease.why_lost(now))
         if self._worker_stopping.is_set():
-            self.flush()
+            self._flush_before_stop()
             raise ChunkStopped("worker is stopping; progress saved, chunk released")
+        if self.lease.must_hand_back(now):
+            self._flush_before_stop()
+            raise ChunkStopped(
+                "the queue lost this lease's pop receipt to storage trouble (no renewal is "
+                "possible); progress saved, chunk handed back"
+            )
+
+    def _flush_before_stop(self) -> None:
+        try:
+            self.flush()
+        except LeaseLost:
+            raise
+        except StorageError as error:  # the stop path writes the newest state again
+            log.warning("flushing %s %s before stopping failed: %s", *self._name(), error)
 
     @property
     def stopping(self) -> bool:
-        return self._worker_stopping.is_set() or self.lease.expired(self._clock.monotonic())
+        now = self._clock.monotonic()
+        return (
+            self._worker_stopping.is_set()
+            or self.lease.expired(now)
+            or self.lease.must_hand_back(now)
+        )
+
+    def lease_budget(self, policy: retries.RetryPolicy = retries.TASK_WRITE) -> Budget:
+        """Retries of ``policy`` for as long as the lease lasts (renewals extend it)."""
+        return Budget(policy, self._clock, deadline=lambda: self.lease.visible_at)
+
+    def _name(self) -> tuple[str, int]:
+        return self.task.kind, self.task.index
 
     # ----------------------------------------------------------------- runner side
 
@@ -116,18 +145,21 @@ class TaskControl:
             self._newest = _NOTHING
 
     def flush(self) -> None:
-        """Write the newest state now if it was not written yet."""
+        """Write the newest state now if it was not written yet (retried in place while
+        the lease lasts)."""
         with self._lock:
             if self._newest is not _NOTHING:
-                self._write_locked()
+                self._fenced({}, {"progress": self._newest}, self.lease_budget())
+                self._newest = _NOTHING
 
     def write(self, changes: dict[str, Any], values: dict[str, Any] | None = None) -> TaskRecord:
-        """A fenced write of other fields (state, error, ...) with the newest state."""
+        """A fenced write of other fields (state, error, ...) with the newest state,
+        retried in place while the lease lasts."""
         with self._lock:
             values = dict(values or {})
             if self._newest is not _NOTHING:
                 values.setdefault("progress", self._newest)
-            self._fenced(changes, values)
+            self._fenced(changes, values, self.lease_budget())
             self._newest = _NOTHING
             return self.task
 
@@ -151,24 +183,27 @@ class TaskControl:
                 if self._ended:
                     return
                 values = {} if self._newest is _NOTHING else {"progress": self._newest}
-                self._fenced({}, values)
+                self._fenced({}, values, retries.once(self._clock))
                 self._newest = _NOTHING
         except LeaseLost:
             pass  # the lease is marked lost; the chunk learns at its next checkpoint
 
     def _write_locked(self) -> None:
         # Forget the state only once written: after a failed write (a busy service) the
-        # failure path must still flush it.
-        self._fenced({}, {"progress": self._newest})
+        # failure path must still flush it. Not retried in place: the user's thread goes
+        # on, and the next due checkpoint writes the newest state.
+        self._fenced({}, {"progress": self._newest}, retries.once(self._clock))
         self._newest = _NOTHING
 
-    def _fenced(self, changes: dict[str, Any], values: dict[str, Any]) -> None:
+    def _fenced(self, changes: dict[str, Any], values: dict[str, Any], budget: Budget) -> None:
         if self.lease.lost:
             raise LeaseLost(self.lease.why_lost(self._clock.monotonic()))
         visible_at = self.lease.visible_at
         changes = {"lease_until": self._lease_until(), **changes}
         try:
-            self.task = self._store.write_task(self.task, changes, values)
+            self.task = self._store.write_task(
+                self.task, changes, values, token=self.writer.next(), budget=budget
+            )
         except (Conflict, NotFound) as fenced:
             self.lease.lose("another worker took over the chunk (its record changed)")
             raise LeaseLost(

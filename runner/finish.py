@@ -23,8 +23,9 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from checkpoint import layout
+from checkpoint import layout, retries
 from checkpoint.records import TaskRecord
+from checkpoint.retries import Budget
 from jobs.errors import StorageError
 from runner.completion import check_complete
 from runner.lease import Lease
@@ -141,8 +142,17 @@ class Finisher:
     def _mark_done(self, job_id: str, shard: int, chunks: list[Ended]) -> list[Lease]:
         """Write one shard's done marks; return the leases whose messages may go."""
         worker = self._worker
+        # Retried in place while every lease of the group lasts: past the first to run
+        # out, that chunk may be someone else's (its mark then fails, fenced).
+        budget = Budget(
+            retries.DONE_MARK,
+            worker.clock,
+            deadline=lambda: min(c.lease.visible_at for c in chunks),
+        )
         try:
-            written, counts = worker.store.count_chunks([(c.task, c.final) for c in chunks], "done")
+            written, counts = worker.store.count_chunks(
+                [(c.task, c.final) for c in chunks], "done", budget
+            )
         except StorageError as error:
             log.warning(
                 "marking %d chunk(s) of %s done failed; they will be redone: %s",
@@ -167,7 +177,7 @@ class Finisher:
         if not done:
             return []
         try:
-            check_complete(worker, job_id, shard, counts)
+            check_complete(worker, job_id, budget, shard, counts)
         except StorageError as error:
             # Kept, not deleted: the messages come back, are found done, and the check
             # is made again then (runner.tasks._after_done).

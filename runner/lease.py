@@ -19,6 +19,8 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from checkpoint import retries
+from checkpoint.retries import Budget
 from checkpoint.storage import QueueMessage, QueueStore
 from jobs.clock import Clock
 from jobs.errors import LeaseLost, StorageError
@@ -29,6 +31,9 @@ log = logging.getLogger(__name__)
 RENEW_FRACTION = 0.7
 #: After a failed renewal (service busy, unreachable), retry after this fraction.
 RETRY_FRACTION = 0.1
+#: A lease whose pop receipt was lost to its own applied renewal is handed back this
+#: fraction of a lease before it runs out (time to write the newest state).
+HAND_BACK_FRACTION = 0.3
 
 
 @dataclass(eq=False)
@@ -56,6 +61,9 @@ class Lease:
     lock: threading.Lock = field(default_factory=threading.Lock)
     #: The chunk finished and its message is the finisher's to delete (runner.finish).
     handed_over: bool = False
+    #: A renewal was applied but its answer lost, so the newest pop receipt is unknown:
+    #: the message can be neither renewed nor deleted, only left to reappear.
+    receipt_lost: bool = False
 
     def lose(self, reason: str) -> None:
         if self.lost_reason is None:
@@ -65,6 +73,12 @@ class Lease:
     def expired(self, now: float) -> bool:
         """True once the lease is lost or has run out (judged locally, no round trip)."""
         return self.lost or now >= self.visible_at
+
+    def must_hand_back(self, now: float) -> bool:
+        """True once a lease that cannot be renewed is close to running out: the task
+        should save its state and stop while the record is still its own."""
+        margin = self.lease_seconds * HAND_BACK_FRACTION
+        return self.receipt_lost and now >= self.visible_at - margin
 
     def why_lost(self, now: float) -> str:
         if self.lost_reason:
@@ -159,9 +173,7 @@ class LeaseKeeper:
                     by_queue.setdefault(lease.queue, []).append(lease)
         for queue, held in by_queue.items():
             try:
-                errors = self._queues.delete_many(
-                    queue, [(lease.message_id, lease.pop_receipt) for lease in held]
-                )
+                errors = self._delete_held(queue, held)
             except StorageError as error:
                 log.warning("deleting %d message(s) from %s failed: %s", len(held), queue, error)
                 continue
@@ -170,6 +182,14 @@ class LeaseKeeper:
                     lease.lose(str(failure))
                 elif failure is not None:
                     log.warning("deleting message %s failed: %s", lease.message_id, failure)
+
+    def _delete_held(self, queue: str, held: list[Lease]) -> list[StorageError | None]:
+        # Retried while the leases last; a delete applied with its answer lost is sent
+        # again by the SDK and then finds the message gone: LeaseLost, harmless.
+        first_to_lapse = min(held, key=lambda lease: lease.visible_at)
+        budget = Budget(retries.MESSAGE, self._clock, deadline=lambda: first_to_lapse.visible_at)
+        pairs = [(lease.message_id, lease.pop_receipt) for lease in held]
+        return budget.call(lambda: self._queues.delete_many(queue, pairs))
 
     def release(self, lease: Lease, visibility_seconds: int = 0) -> bool:
         """Stop holding; the message becomes visible after ``visibility_seconds``."""
@@ -222,6 +242,9 @@ class LeaseKeeper:
                     visibility_seconds=lease.lease_seconds,
                 )
             except LeaseLost as lost:
+                if lost.code == "PopReceiptMismatch" and started < lease.visible_at:
+                    _receipt_lost(lease, started)
+                    return
                 lease.lose(f"renewal refused: {lost}")
                 return
             except StorageError as error:
@@ -235,6 +258,8 @@ class LeaseKeeper:
             lease.on_renewed(lease)
 
     def _renewal_failed(self, lease: Lease, started: float, error: StorageError) -> None:
+        if lease.receipt_lost:
+            return
         if started >= lease.visible_at:
             lease.lose(f"renewals failed until the lease ran out: {error}")
             return
@@ -272,3 +297,22 @@ class LeaseKeeper:
         self._wake.set()
         if self._thread is not None:
             self._thread.join(timeout=10)
+
+
+def _receipt_lost(lease: Lease, started: float) -> None:
+    """A renewal sent before the lease ran out found its receipt stale.
+
+    Nobody else can have received the message while it was invisible, so the receipt was
+    rotated by a renewal of our own that was applied although its answer was lost (the
+    SDK then retried it with the old receipt). That renewal was made after ``started``,
+    so the message stays invisible until at least ``started + lease_seconds``: the task
+    keeps its lease until then, and hands the chunk back shortly before.
+    """
+    log.warning(
+        "renewing message %s: our own renewal was applied but its answer lost (the pop "
+        "receipt is unknown now); the chunk is handed back before the lease runs out",
+        lease.message_id,
+    )
+    lease.receipt_lost = True
+    lease.visible_at = max(lease.visible_at, started + lease.lease_seconds)
+    lease.next_renewal_at = float("inf")

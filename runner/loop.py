@@ -8,6 +8,7 @@ loop then waits for them up to ``stop_timeout_seconds``.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import queue
@@ -16,6 +17,8 @@ import socket
 import threading
 from dataclasses import dataclass
 
+from checkpoint import retries
+from checkpoint.retries import Budget
 from checkpoint.storage import QueueMessage, Storage
 from checkpoint.store import CheckpointStore
 from jobs.clock import Clock, SystemClock
@@ -123,7 +126,12 @@ class WorkerLoop:
 
     def run(self) -> int:
         """Serve until stopped; returns an exit code."""
-        self._prepare()
+        try:
+            self._prepare()
+        except StorageError:
+            if self._stop.is_set():
+                return EXIT_OK  # stopped while waiting for the store
+            raise
         keeper = self.context.keeper
         keeper.start()
         self.context.finisher.start()
@@ -144,10 +152,16 @@ class WorkerLoop:
         return EXIT_OK if finished else EXIT_STOP_TIMEOUT
 
     def _prepare(self) -> None:
-        self.context.store.ensure()
-        for cls in self._classes:
-            self.storage.queues.create_queue(cls.queue)
-            self.storage.queues.create_queue(cls.poison_queue())
+        """Tables, container and queues, tried until they exist or the worker is
+        stopped: a store out of reach at start-up is waited for (a line per try), never
+        a reason to exit."""
+        budget = Budget(retries.START_UP, self.clock, stopping=self._stop)
+        self.context.store.ensure(budget)
+        queues = [cls.queue for cls in self._classes] + [
+            cls.poison_queue() for cls in self._classes
+        ]
+        for name in queues:
+            budget.call(functools.partial(self.storage.queues.create_queue, name))
 
     def _serve(self) -> None:
         idle_seconds = POLL_MIN_SECONDS

@@ -10,17 +10,22 @@ page of payloads, whatever the job's size.
 from __future__ import annotations
 
 import itertools
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, TypeVar
 
-from checkpoint import messages
+from checkpoint import messages, retries
 from checkpoint.messages import INLINE_PAYLOAD_BYTES
 from checkpoint.records import JobRecord
+from checkpoint.retries import Budget
 from checkpoint.storage import NEVER_EXPIRES
+from jobs.errors import LeaseLost, StorageError, StorageTrouble
 from jobs.job import ChunkedJob
 from runner.control import TaskControl
 
 if TYPE_CHECKING:
     from runner.tasks import Context
+
+T = TypeVar("T")
 
 #: Chunks recorded and enqueued per step (16 shards x 25 rows per batch).
 PAGE_CHUNKS = 400
@@ -31,22 +36,35 @@ def run_plan(
 ) -> int:
     """Enqueue every chunk ``split`` yields from where the last attempt stopped; return
     the job's chunk count."""
-    params = worker.store.params(job)
+    budget = control.lease_budget(retries.PLANNING)
+    params = runner_side(lambda: worker.store.params(job), "reading the job's params")
     enqueued = int(control.newest_state or 0)
     payloads = itertools.islice(iter(job_class().split(params)), enqueued, None)
     while True:
         page = list(itertools.islice(payloads, PAGE_CHUNKS))
         if not page:
             return enqueued
-        _enqueue(worker, job, enqueued, page)
+        runner_side(lambda: _enqueue(worker, job, enqueued, page, budget), "planning a page")  # noqa: B023
         enqueued += len(page)
         control.offer(enqueued)
         control.raise_if_stopped()
 
 
-def _enqueue(worker: Context, job: JobRecord, first: int, page: list[Any]) -> None:
+def runner_side(action: Callable[[], T], what: str) -> T:
+    """Run a storage step of the runner's own inside a task: its failure past the retry
+    budget is :class:`StorageTrouble` (the task is handed back, no attempt spent), never
+    a failure of the user's code."""
+    try:
+        return action()
+    except LeaseLost:
+        raise
+    except StorageError as error:
+        raise StorageTrouble(f"{what}: {error}") from error
+
+
+def _enqueue(worker: Context, job: JobRecord, first: int, page: list[Any], budget: Budget) -> None:
     bodies = []
-    for planned in worker.store.add_chunks(job.job_id, first, page):
+    for planned in worker.store.add_chunks(job.job_id, first, page, budget):
         inline = planned.payload is not None and len(planned.payload) <= INLINE_PAYLOAD_BYTES
         task = messages.TaskMessage(
             "chunk",
@@ -57,4 +75,6 @@ def _enqueue(worker: Context, job: JobRecord, first: int, page: list[Any]) -> No
             planned.payload if inline else None,
         )
         bodies.append(messages.encode(task))
-    worker.queues.send_many(job.queue, bodies, ttl_seconds=NEVER_EXPIRES)
+    # Sent again after a failure, some messages may be duplicates: the claim turns them
+    # into one run (docs/semantics.md §5).
+    budget.call(lambda: worker.queues.send_many(job.queue, bodies, ttl_seconds=NEVER_EXPIRES))

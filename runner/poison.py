@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import logging
 
-from checkpoint import messages
+from checkpoint import messages, retries
+from checkpoint.retries import Budget
 from checkpoint.storage import NEVER_EXPIRES, QueueStore
 from jobs.clock import Clock
 from jobs.job import POISON_SUFFIX
@@ -28,11 +29,14 @@ class PoisonRouter:
 
     def move(self, lease: Lease, body: bytes, reason: str) -> None:
         poison_queue = lease.queue + POISON_SUFFIX
+        budget = Budget(retries.MESSAGE, self._clock, deadline=lambda: lease.visible_at)
         if poison_queue not in self._created:
-            self._queues.create_queue(poison_queue)
+            budget.call(lambda: self._queues.create_queue(poison_queue))
             self._created.add(poison_queue)
         record = messages.poisoned(body, lease.queue, reason, self._clock.now().isoformat())
-        self._queues.send(poison_queue, record, ttl_seconds=NEVER_EXPIRES)
+        # A send applied with its answer lost and sent again leaves two copies in the
+        # poison queue: harmless, both say the same.
+        budget.call(lambda: self._queues.send(poison_queue, record, ttl_seconds=NEVER_EXPIRES))
         if not self._keeper.delete(lease):
             log.warning(
                 "message %s copied to %s but could not be deleted (lease lost)",

@@ -26,8 +26,10 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
-from checkpoint import layout, messages
+from checkpoint import layout, messages, retries
 from checkpoint.records import JobRecord, TaskKind, TaskRecord, error_properties
+from checkpoint.retries import Budget
+from checkpoint.settle import Writer
 from checkpoint.storage import QueueMessage, QueueStore
 from checkpoint.store import CheckpointStore
 from jobs.backoff import compute_backoff
@@ -40,6 +42,8 @@ from jobs.errors import (
     JobNotFound,
     LeaseLost,
     NotFound,
+    StorageError,
+    StorageTrouble,
 )
 from jobs.job import ChunkedJob
 from runner.completion import check_complete, set_job
@@ -124,7 +128,7 @@ def _handle_held(worker: Context, queue: str, message: QueueMessage, lease: Leas
     task_message, job_type = None, None
     try:
         task_message = messages.decode(message.body)
-        job = _job(worker, task_message.job_id)
+        job = _job(worker, task_message.job_id, lease)
         job_type = job.job_type
         job_class = worker.job_classes.get(task_message.job_type)
         if job_class is None or job_class.queue != queue:
@@ -141,6 +145,7 @@ def _handle_held(worker: Context, queue: str, message: QueueMessage, lease: Leas
                 worker.store,
                 task_message.job_id,
                 only_from=_OPEN_STATES,
+                budget=lease_budget(worker, lease, retries.BOOKKEEPING),
                 state="failed",
                 error=f"{task_message.kind} message poisoned: {bad}",
             )
@@ -148,12 +153,17 @@ def _handle_held(worker: Context, queue: str, message: QueueMessage, lease: Leas
     return _run_task(worker, lease, message, job_class, job, task_message)
 
 
-def _job(worker: Context, job_id: str) -> JobRecord:
+def lease_budget(worker: Context, lease: Lease, policy: retries.RetryPolicy) -> Budget:
+    """Retries of ``policy`` for as long as ``lease`` lasts (renewals extend it)."""
+    return Budget(policy, worker.clock, deadline=lambda: lease.visible_at)
+
+
+def _job(worker: Context, job_id: str, lease: Lease) -> JobRecord:
     # Params never change, so a job record read once serves all its chunks here.
     job = worker._jobs.get(job_id)
     if job is None:
         try:
-            job = worker.store.get_job(job_id)
+            job = worker.store.get_job(job_id, lease_budget(worker, lease, retries.READ))
         except JobNotFound as missing:
             raise BadMessage(f"no job {job_id!r} in the checkpoint store") from missing
         if len(worker._jobs) > 256:
@@ -177,12 +187,15 @@ def _run_task(
         # has no checkpoint to stop at: an unrenewed lease would only let a second
         # worker start it while the first still runs.
         lease.max_seconds = None
-    claimed = _claim_planned(worker, lease, message, job_class, task_message)
+    writer = Writer()
+    claimed = _claim_planned(worker, lease, message, job_class, task_message, writer)
     if claimed is not None:
-        _start(worker, lease, message, job_class, job, claimed)
+        _start(worker, lease, message, job_class, job, claimed, writer)
         return kind == "chunk"
     try:
-        task = _task(worker.store, job.job_id, kind, index)
+        task = _task(
+            worker.store, job.job_id, kind, index, lease_budget(worker, lease, retries.READ)
+        )
     except NotFound:
         reason = f"no record of {kind} {index} of job {job.job_id!r}"
         log.error("message %s on %s poisoned: %s", message.id, lease.queue, reason)
@@ -193,18 +206,18 @@ def _run_task(
         log.info("%s %s of %s: %s; message deleted unrun", kind, index, job.job_id, verdict)
         if task.state == "done":
             # The last holder may have died between marking done and what follows it.
-            _after_done(worker, job.job_id, task)
+            _after_done(worker, job.job_id, task, lease_budget(worker, lease, retries.BOOKKEEPING))
         worker.keeper.delete(lease)
         return False
     exhausted = _exhausted(task, message, job_class)
     if exhausted is not None:
         _poison_task(worker, lease, message, job, task, None, exhausted)
         return False
-    claimed = _claim(worker, task, message, lease)
+    claimed = _claim(worker, task, message, lease, writer)
     if claimed is None:
         worker.keeper.release(lease, job_class.lease_seconds)
         return False
-    _start(worker, lease, message, job_class, job, claimed)
+    _start(worker, lease, message, job_class, job, claimed, writer)
     return kind == "chunk"
 
 
@@ -215,6 +228,7 @@ def _start(
     job_class: type[ChunkedJob],
     job: JobRecord,
     claimed: TaskRecord,
+    writer: Writer,
 ) -> None:
     control = TaskControl(
         worker.store,
@@ -223,6 +237,7 @@ def _start(
         worker.clock,
         job_class.checkpoint_interval_seconds,
         worker.stopping,
+        writer,
     )
     lease.on_renewed = control.on_renewed
     _execute(worker, lease, message, job_class, job, control)
@@ -245,10 +260,12 @@ def _exhausted(task: TaskRecord, message: QueueMessage, job_class: type[ChunkedJ
     return None
 
 
-def _task(store: CheckpointStore, job_id: str, kind: TaskKind, index: int) -> TaskRecord:
+def _task(
+    store: CheckpointStore, job_id: str, kind: TaskKind, index: int, budget: Budget
+) -> TaskRecord:
     if kind == "chunk":
-        return store.get_task(job_id, kind, index)
-    return store.ensure_task(job_id, kind)
+        return store.get_task(job_id, kind, index, budget)
+    return store.ensure_task(job_id, kind, budget)
 
 
 def _verdict(worker: Context, task: TaskRecord, message: QueueMessage) -> str | None:
@@ -274,6 +291,7 @@ def _claim_planned(
     message: QueueMessage,
     job_class: type[ChunkedJob],
     task_message: messages.TaskMessage,
+    writer: Writer,
 ) -> TaskRecord | None:
     """Claim a chunk from the planned record its message carries, without reading it.
 
@@ -293,7 +311,12 @@ def _claim_planned(
     if _exhausted(planned, message, job_class) is not None:
         return None
     try:
-        return worker.store.write_task(planned, _claim_changes(worker, planned, message, lease))
+        return worker.store.write_task(
+            planned,
+            _claim_changes(worker, planned, message, lease),
+            token=writer.next(),
+            budget=lease_budget(worker, lease, retries.CLAIM),
+        )
     except (Conflict, NotFound):
         return None
 
@@ -313,11 +336,12 @@ def _claim_changes(
 
 
 def _claim(
-    worker: Context, task: TaskRecord, message: QueueMessage, lease: Lease
+    worker: Context, task: TaskRecord, message: QueueMessage, lease: Lease, writer: Writer
 ) -> TaskRecord | None:
     changes = _claim_changes(worker, task, message, lease)
+    budget = lease_budget(worker, lease, retries.CLAIM)
     try:
-        return worker.store.write_task(task, changes)
+        return worker.store.write_task(task, changes, token=writer.next(), budget=budget)
     except Conflict:
         log.info("%s %s of %s claimed by another worker first", task.kind, task.index, task.job_id)
         return None
@@ -344,6 +368,10 @@ def _execute(
     except ChunkStopped:
         _stopped(worker, lease, control)
         return
+    except StorageTrouble as trouble:
+        log.warning("%s %s of %s handed back: %s", task.kind, task.index, job.job_id, trouble)
+        _stopped(worker, lease, control)
+        return
     except BaseException as error:  # noqa: BLE001 - user code failed (even sys.exit): record it
         _failed(worker, lease, message, job_class, job, control, error, traceback.format_exc())
         return
@@ -359,12 +387,24 @@ def _execute(
 
 
 def _stopped(worker: Context, lease: Lease, control: TaskControl) -> None:
+    """Hand the task back unfailed: newest state written, the claim's attempt given back
+    (only the user's code spends attempts), message visible again at once."""
+    refund = max(0, control.task.attempt - 1)
     try:
-        control.write({"state": "waiting", "owner": ""})
+        control.write({"state": "waiting", "owner": "", "attempt": refund})
     except LeaseLost:
         worker.keeper.drop(lease)
         return
+    except StorageError as error:
+        # The store is out of reach past the lease: the message lapses and comes back.
+        log.warning("handing back %s %s failed: %s", *_name(control.task), error)
+        worker.keeper.drop(lease)
+        return
     worker.keeper.release(lease, 0)
+
+
+def _name(task: TaskRecord) -> tuple[str, int]:
+    return task.kind, task.index
 
 
 def _succeeded(
@@ -375,29 +415,28 @@ def _succeeded(
         # From here the finisher writes the record: a renewal must not change its ETag.
         task = control.end()
         values = {"result": outcome, "progress": control.newest_state}
-        final = worker.store.final_changes(task, done, values)  # CodecError: it failed
+        token = control.writer.next()
+        final = worker.store.final_changes(task, done, values, token)  # CodecError: failed
         lease.handed_over = True
         worker.finisher.add(Ended(task, final, lease))
         return
     task = control.write(done, {"progress": outcome} if task.kind == "plan" else {})
     # Marked done before the message is deleted: a crash in between re-delivers a message
     # that is deleted unrun, after _after_done has run again.
-    _after_done(worker, job.job_id, task)
+    _after_done(worker, job.job_id, task, lease_budget(worker, lease, retries.BOOKKEEPING))
     worker.keeper.delete(lease)
 
 
-def _after_done(
-    worker: Context, job_id: str, task: TaskRecord, shard_counts: dict[str, int] | None = None
-) -> None:
+def _after_done(worker: Context, job_id: str, task: TaskRecord, budget: Budget) -> None:
     """What follows a task's completion (idempotent: it may run again after a crash)."""
     if task.kind == "chunk":
-        check_complete(worker, job_id, layout.shard_of(task.index), shard_counts)
+        check_complete(worker, job_id, budget, layout.shard_of(task.index))
     elif task.kind == "plan":
         total = int(worker.store.value(task.properties, "progress") or 0)
-        set_job(worker.store, job_id, total=total, state="running", only_from=("planning",))
-        check_complete(worker, job_id)
+        set_job(worker.store, job_id, budget, total=total, state="running", only_from=("planning",))
+        check_complete(worker, job_id, budget)
     else:
-        set_job(worker.store, job_id, state="done", only_from=("running", "finalizing"))
+        set_job(worker.store, job_id, budget, state="done", only_from=("running", "finalizing"))
 
 
 def _failed(
@@ -450,11 +489,13 @@ def _poison_task(
     changes = {"state": "poisoned", "owner": "", **error_properties(error, trace)}
     values = {"progress": control.newest_state} if control and control.has_unwritten_state else {}
     current = control.end() if control else task
+    writer = control.writer if control else Writer()
+    budget = lease_budget(worker, lease, retries.TASK_WRITE)
     try:
         try:
-            _write_poisoned(worker, job, current, changes, values, reason)
+            _write_poisoned(worker, job, current, changes, values, reason, writer, budget)
         except CodecError:  # the unwritten state itself cannot be stored: keep the last good
-            _write_poisoned(worker, job, current, changes, {}, reason)
+            _write_poisoned(worker, job, current, changes, {}, reason, writer, budget)
     except (Conflict, NotFound):
         log.warning(
             "%s %s of %s changed while poisoning; left to its owner",
@@ -467,7 +508,7 @@ def _poison_task(
     log.error("%s %s of %s poisoned: %s", task.kind, task.index, job.job_id, reason)
     worker.poison.move(lease, message.body, reason)
     if task.kind == "chunk":
-        check_complete(worker, job.job_id, layout.shard_of(task.index))
+        check_complete(worker, job.job_id, budget, layout.shard_of(task.index))
 
 
 def _write_poisoned(
@@ -477,9 +518,18 @@ def _write_poisoned(
     changes: dict[str, Any],
     values: dict[str, Any],
     reason: str,
+    writer: Writer,
+    budget: Budget,
 ) -> None:
+    token = writer.next()
     if task.kind == "chunk":
-        worker.store.count_chunk(task, changes, values, "poisoned")
+        worker.store.count_chunk(task, changes, values, "poisoned", token=token, budget=budget)
     else:
-        worker.store.write_task(task, changes, values)
-        set_job(worker.store, job.job_id, state="failed", error=f"{task.kind} poisoned: {reason}")
+        worker.store.write_task(task, changes, values, token=token, budget=budget)
+        set_job(
+            worker.store,
+            job.job_id,
+            budget,
+            state="failed",
+            error=f"{task.kind} poisoned: {reason}",
+        )

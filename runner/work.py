@@ -4,11 +4,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from checkpoint import retries
 from checkpoint.records import JobRecord
 from jobs.chunk import Chunk
 from jobs.job import ChunkedJob
 from jobs.summary import JobSummary
 from runner.control import TaskControl
+from runner.plan import runner_side
 
 if TYPE_CHECKING:
     from runner.tasks import Context
@@ -19,22 +21,28 @@ def run_user_code(
 ) -> Any:
     """Run one chunk's ``process`` or the job's ``finalize``; return its outcome."""
     store, task = worker.store, control.task
-    params = store.params(job)
+    budget = control.lease_budget(retries.READ)
+    params = runner_side(lambda: store.params(job), "reading the job's params")
     instance = job_class()
     if task.kind == "final":
-        job = store.get_job(job.job_id)  # fresh: the cached record predates the total
-        counts = store.counts(job.job_id)
+        # Fresh: the cached record predates the total.
+        job = runner_side(lambda: store.get_job(job.job_id, budget), "reading the job")
+        counts = runner_side(lambda: store.counts(job.job_id, budget), "counting chunks")
         summary = JobSummary(
             job.job_id, job.total or 0, counts["done"], lambda: store.results(job.job_id)
         )
         instance.finalize(params, summary)
         return None
+    payload, state = runner_side(
+        lambda: (store.value(task.properties, "payload"), store.value(task.properties, "progress")),
+        "reading the chunk's payload and state",
+    )
     chunk = Chunk(
         job_id=job.job_id,
         index=task.index,
-        payload=store.value(task.properties, "payload"),
+        payload=payload,
         params=params,
-        state=store.value(task.properties, "progress"),
+        state=state,
         attempt=task.attempt,
         control=control,
     )

@@ -383,12 +383,28 @@ def test_a_transient_failure_leaves_the_state_for_the_failure_path_to_flush(worl
     assert world.stored().state == "retrying"
 
 
-def test_a_failed_flush_raises_and_keeps_the_state(world: World):
+def test_a_flush_retries_passing_trouble_in_place_while_the_lease_lasts(world: World):
+    # Given a store busy for three tries
     world.control.offer({"row": 7})
-    world.records.merge_failures.append(Throttled("server busy"))
+    world.records.merge_failures.extend([Throttled("server busy")] * 3)
+
+    # When the state is flushed (a stop, a failure), it is retried in place and written
+    world.control.flush()
+    assert world.stored_progress() == {"row": 7}
+    # after backing off on the (fake) clock, within the lease
+    assert len(world.clock.sleeps) == 3
+    assert world.clock.monotonic() < world.lease.visible_at
+
+
+def test_a_flush_raises_once_the_lease_has_no_time_left_and_keeps_the_state(world: World):
+    world.control.offer({"row": 7})
+    world.records.merge_failures.extend([Throttled("server busy")] * 1_000)
     with pytest.raises(Throttled):
         world.control.flush()
+    # It gave up before the lease ran out, and the state is still there to write
+    assert world.clock.monotonic() < world.lease.visible_at
     assert world.control.newest_state == {"row": 7}
+    world.records.merge_failures.clear()
     world.control.flush()
     assert world.stored_progress() == {"row": 7}
 

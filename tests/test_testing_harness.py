@@ -516,9 +516,9 @@ class RecordingStore(CheckpointStore):
         super().__init__(*args, **kwargs)
         self.progress: list[Any] = []
 
-    def write_task(self, task: Any, changes: Any, values: Any = None) -> Any:
+    def write_task(self, task: Any, changes: Any, values: Any = None, **kwargs: Any) -> Any:
         values = values or {}
-        written = super().write_task(task, changes, values)
+        written = super().write_task(task, changes, values, **kwargs)
         if "progress" in values:
             self.progress.append(values["progress"])
         return written
