@@ -142,8 +142,8 @@ class LeaseKeeper:
             self._leases.discard(lease)
         with lease.lock:
             lease.active = False
-            if lease.lost:
-                return False
+            if lease.lost or lease.receipt_lost:
+                return False  # not ours to act on, or no receipt to act with
             try:
                 action(lease.pop_receipt)
             except LeaseLost as lost:
