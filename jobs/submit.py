@@ -76,11 +76,16 @@ def submit(
         if record.state == "planning":
             # Also on a re-submit: if the first submit died before sending, this is the
             # plan message; if not, the duplicate is dropped unrun when received.
-            opened.queues.create_queue(job_class.queue)
-            opened.queues.create_queue(job_class.poison_queue())
+            # Retried on transient trouble; a send applied with its answer lost and sent
+            # again only duplicates the planning message (the claim runs it once).
+            budget = store.budget()
+            budget.call(lambda: opened.queues.create_queue(job_class.queue))
+            budget.call(lambda: opened.queues.create_queue(job_class.poison_queue()))
             body = messages.encode(messages.TaskMessage("plan", record.job_type, job_id))
-            opened.queues.send(
-                job_class.queue, body, delay_seconds=delay_seconds, ttl_seconds=NEVER_EXPIRES
+            budget.call(
+                lambda: opened.queues.send(
+                    job_class.queue, body, delay_seconds=delay_seconds, ttl_seconds=NEVER_EXPIRES
+                )
             )
         return job_id
     finally:

@@ -1,4 +1,4 @@
-"""What ``finalize`` is told about its job: counts, and the chunks' results."""
+"""What ``finalize`` is told about its job: counts, the chunks' results, and when to stop."""
 
 from __future__ import annotations
 
@@ -6,10 +6,20 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from jobs.chunk import ChunkControl
+
 
 @dataclass(frozen=True)
 class JobSummary:
     """The finished job as ``finalize`` sees it.
+
+    ``finalize`` runs under a lease like a chunk, but has no state to checkpoint. Its
+    cancellation points are reading :meth:`results` (checked before each result) and
+    :meth:`raise_if_stopped`: a finalize whose lease was lost (the worker was paused past
+    it, and another worker has taken finalize over) stops there with
+    :class:`~jobs.errors.LeaseLost`, so its remainder does not run beside the new owner's.
+    Call :meth:`raise_if_stopped` before each side effect of a long finalize that does
+    not read results.
 
     Attributes:
         job_id: the job's id.
@@ -21,8 +31,22 @@ class JobSummary:
     total: int
     done: int
     _results: Callable[[], Iterator[tuple[int, Any]]] = field(repr=False, compare=False)
+    _control: ChunkControl | None = field(default=None, repr=False, compare=False)
 
     def results(self) -> Iterator[tuple[int, Any]]:
         """``(index, result)`` of every chunk in index order, read lazily from the
         checkpoint store (so a million results are never all in memory)."""
-        return self._results()
+        for item in self._results():
+            self.raise_if_stopped()
+            yield item
+
+    def raise_if_stopped(self) -> None:
+        """Raise LeaseLost (the lease is gone: someone else may run finalize now) or
+        ChunkStopped (the worker is stopping; finalize runs again elsewhere)."""
+        if self._control is not None:
+            self._control.raise_if_stopped()
+
+    @property
+    def stopping(self) -> bool:
+        """True once finalize should stop."""
+        return self._control is not None and self._control.stopping

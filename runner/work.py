@@ -29,7 +29,11 @@ def run_user_code(
         job = runner_side(lambda: store.get_job(job.job_id, budget), "reading the job")
         counts = runner_side(lambda: store.counts(job.job_id, budget), "counting chunks")
         summary = JobSummary(
-            job.job_id, job.total or 0, counts["done"], lambda: store.results(job.job_id)
+            job.job_id,
+            job.total or 0,
+            counts["done"],
+            lambda: store.results(job.job_id),
+            control,
         )
         instance.finalize(params, summary)
         return None

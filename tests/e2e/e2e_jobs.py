@@ -98,8 +98,12 @@ class Items(ChunkedJob):
 
     def finalize(self, params: dict[str, Any], summary: JobSummary) -> None:
         record(params, "finalize_start", total=summary.total, done=summary.done)
-        time.sleep(params.get("finalize_seconds", 0.0))
-        items = sum(result["items"] for _, result in summary.results())
+        try:
+            time.sleep(params.get("finalize_seconds", 0.0))
+            items = sum(result["items"] for _, result in summary.results())
+        except BaseException as error:
+            record(params, "finalize_exit", error=type(error).__name__)
+            raise
         body = json.dumps({"job_id": summary.job_id, "chunks": summary.total, "items": items})
         write_atomically(Path(params["dir"]) / SUMMARY_FILE, body)
         record(params, "finalize_end")

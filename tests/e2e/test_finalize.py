@@ -82,3 +82,33 @@ def test_worker_killed_inside_finalize_makes_one_more_run(cluster: Cluster) -> N
     assert starts[1]["pid"] == ended["pid"] != victim.pid
     assert_never_overlapping([(first["at"], killed_at), (starts[1]["at"], ended["at"])])
     assert summary(cluster) == {"job_id": job_id, "chunks": 6, "items": 12}
+
+
+def test_a_finalizer_paused_past_its_lease_stops_at_its_next_result(cluster: Cluster) -> None:
+    # Given a job whose finalize sleeps, then reads the chunks' results, and two workers
+    params = cluster.params(chunks=4, items=2, finalize_seconds=FINALIZE_SECONDS)
+    job_id = cluster.submit("Finalized", params)
+    workers = [cluster.start("Finalized") for _ in range(2)]
+
+    # When the worker running finalize is paused past its lease, another worker takes
+    # finalize over, and the paused one is then continued
+    first = cluster.wait_event("finalize_start")[0]
+    paused = cluster.worker_of(first["pid"])
+    cluster.pause(paused)
+    (other,) = [worker for worker in workers if worker is not paused]
+    cluster.wait_until(
+        lambda: cluster.events("finalize_start", pid=other.pid), "another finalize", 30
+    )
+    continued_at = paused.send(signal.SIGCONT)
+
+    # Then the continued finalizer stops at its first look at the results (LeaseLost),
+    # runs none of its remainder, and never records finalize as done over the new owner
+    (stopped,) = cluster.wait_event("finalize_exit", pid=paused.pid)
+    assert stopped["error"] == "LeaseLost"
+    assert stopped["at"] - continued_at < 5
+    for worker in workers:
+        assert worker.wait_exit(60) == 0, cluster.diagnostics()
+    (ended,) = cluster.events("finalize_end")
+    assert ended["pid"] == other.pid
+    assert cluster.job_state(job_id) == "done"
+    assert summary(cluster) == {"job_id": job_id, "chunks": 4, "items": 8}
