@@ -17,7 +17,10 @@ if TYPE_CHECKING:
 def run_user_code(
     worker: Context, job_class: type[ChunkedJob], job: JobRecord, control: TaskControl
 ) -> Any:
-    """Run one chunk's ``process`` or the job's ``finalize``; return its outcome."""
+    """Run one chunk's ``process`` or the job's ``finalize``; return its outcome.
+
+    Raises BadRecord, before any user code runs, if the params, payload or state as
+    stored cannot be read."""
     store, task = worker.store, control.task
     params = store.params(job)
     instance = job_class()
@@ -32,9 +35,9 @@ def run_user_code(
     chunk = Chunk(
         job_id=job.job_id,
         index=task.index,
-        payload=store.value(task.properties, "payload"),
+        payload=store.value(task.properties, "payload", of=task.name),
         params=params,
-        state=store.value(task.properties, "progress"),
+        state=store.value(task.properties, "progress", of=task.name),
         attempt=task.attempt,
         control=control,
     )
