@@ -12,6 +12,7 @@ from datetime import datetime
 from typing import Any, Literal
 
 from checkpoint.storage import PropertyValue, Record
+from jobs.errors import BadRecord
 
 TaskKind = Literal["plan", "chunk", "final"]
 TaskState = Literal["waiting", "running", "retrying", "done", "poisoned"]
@@ -24,6 +25,11 @@ SPILL_BYTES = 48 * 1024
 SPILLABLE = ("params", "payload", "progress", "result")
 #: Longest error text kept (characters); tracebacks keep their end, where the cause is.
 MAX_ERROR_CHARS = 8_000
+
+
+#: The states a record may be in, in the order status shows them.
+TASK_STATES: tuple[TaskState, ...] = ("waiting", "running", "retrying", "done", "poisoned")
+JOB_STATES: tuple[JobState, ...] = ("planning", "running", "finalizing", "done", "failed")
 
 
 @dataclass(frozen=True)
@@ -41,20 +47,25 @@ class JobRecord:
     etag: str
     properties: dict[str, PropertyValue]
 
+    @property
+    def name(self) -> str:
+        return record_name(self.job_id, "job")
+
     @classmethod
     def from_record(cls, record: Record) -> JobRecord:
-        p = dict(record.properties)
+        """The job a stored record holds. Raises BadRecord naming what is wrong with it."""
+        p = _Properties(record, record_name(record.row_key, "job"))
         return cls(
             job_id=record.row_key,
-            job_type=str(p.get("job_type", "")),
-            queue=str(p.get("queue", "")),
-            state=p.get("state", "planning"),  # type: ignore[arg-type]
-            total=p.get("total"),  # type: ignore[arg-type]
-            created_on=p.get("created_on"),  # type: ignore[arg-type]
-            updated_on=p.get("updated_on"),  # type: ignore[arg-type]
-            error=p.get("error") or None,  # type: ignore[arg-type]
+            job_type=p.text("job_type", required=True),
+            queue=p.text("queue", required=True),
+            state=p.state("state", JOB_STATES),  # type: ignore[arg-type]
+            total=p.count("total"),
+            created_on=p.time("created_on"),
+            updated_on=p.time("updated_on"),
+            error=p.text("error") or None,
             etag=record.etag,
-            properties=p,
+            properties=p.properties,
         )
 
 
@@ -75,34 +86,125 @@ class TaskRecord:
     etag: str
     properties: dict[str, PropertyValue]
 
+    @property
+    def name(self) -> str:
+        return record_name(self.job_id, self.kind, self.index)
+
     @classmethod
     def from_record(cls, job_id: str, kind: TaskKind, index: int, record: Record) -> TaskRecord:
-        p = dict(record.properties)
+        """The task a stored record holds. Raises BadRecord naming what is wrong with it."""
+        p = _Properties(record, record_name(job_id, kind, index))
         error = None
-        if p.get("error_type"):
+        if p.text("error_type"):
             error = {
-                "type": str(p.get("error_type", "")),
-                "message": str(p.get("error_message", "")),
-                "traceback": str(p.get("error_traceback", "")),
+                "type": p.text("error_type"),
+                "message": p.text("error_message"),
+                "traceback": p.text("error_traceback"),
             }
         return cls(
             job_id=job_id,
             kind=kind,
             index=index,
-            state=p.get("state", "waiting"),  # type: ignore[arg-type]
-            attempt=int(p.get("attempt", 0) or 0),  # type: ignore[arg-type]
-            owner=p.get("owner") or None,  # type: ignore[arg-type]
-            message_id=p.get("message_id") or None,  # type: ignore[arg-type]
-            lease_until=p.get("lease_until"),  # type: ignore[arg-type]
+            state=p.state("state", TASK_STATES),  # type: ignore[arg-type]
+            attempt=p.count("attempt", required=True),
+            owner=p.text("owner") or None,
+            message_id=p.text("message_id") or None,
+            lease_until=p.time("lease_until"),
             error=error,
-            updated_on=p.get("updated_on"),  # type: ignore[arg-type]
+            updated_on=p.time("updated_on"),
             etag=record.etag,
-            properties=p,
+            properties=p.properties,
+        )
+
+    @classmethod
+    def as_found(cls, job_id: str, kind: TaskKind, index: int, record: Record) -> TaskRecord:
+        """A task record too garbled for :meth:`from_record`, as something to write over:
+        only its ETag and raw properties are real (a write conditional on that ETag
+        succeeds only if nobody changed it since); state and attempt are stand-ins."""
+        return cls(
+            job_id=job_id,
+            kind=kind,
+            index=index,
+            state="waiting",
+            attempt=0,
+            owner=None,
+            message_id=None,
+            lease_until=None,
+            error=None,
+            updated_on=None,
+            etag=record.etag,
+            properties=dict(record.properties),
         )
 
     @property
     def has_progress(self) -> bool:
         return bool(self.properties.get("progress") or self.properties.get("progress_blob"))
+
+
+def record_name(job_id: str, kind: str, index: int = 0) -> str:
+    """How messages name a record: ``job 'x'``, ``chunk 7 of job 'x'``, ``plan of job 'x'``."""
+    if kind == "job":
+        return f"job {job_id!r}"
+    if kind == "chunk":
+        return f"chunk {index} of job {job_id!r}"
+    return f"{kind} of job {job_id!r}"
+
+
+class _Properties:
+    """Reads a record's properties, checking each is what we write there.
+
+    Records come from storage that other versions and people can edit (a storage
+    explorer, a script), so nothing is taken on trust: a property of the wrong type
+    raises BadRecord naming the record, the property and the value found.
+    """
+
+    def __init__(self, record: Record, name: str):
+        self.properties = dict(record.properties)
+        self._name = name
+
+    def bad(self, problem: str) -> BadRecord:
+        return BadRecord(f"{self._name}: {problem}")
+
+    def _get(self, field: str, required: bool) -> Any:
+        value = self.properties.get(field)
+        if value is None and required:
+            raise self.bad(f"{field} is missing")
+        return value
+
+    def text(self, field: str, required: bool = False) -> str:
+        value = self._get(field, required)
+        if value is None:
+            return ""
+        if not isinstance(value, str) or (required and not value):
+            raise self.bad(f"{field} {_shown(value)} is not a text")
+        return value
+
+    def state(self, field: str, known: tuple[str, ...]) -> str:
+        value = self._get(field, required=True)
+        if value not in known or not isinstance(value, str):
+            raise self.bad(f"{field} {_shown(value)} is not one of {', '.join(known)}")
+        return value
+
+    def count(self, field: str, required: bool = False) -> Any:
+        value = self._get(field, required)
+        # A whole-number double passes: Azure reads back an Int32 set by hand (a storage
+        # explorer's default) as a double, and 3.0 attempts mean 3.
+        if isinstance(value, float) and value.is_integer():
+            value = int(value)
+        if value is None or (type(value) is int and value >= 0):
+            return value
+        raise self.bad(f"{field} {_shown(value)} is not a whole number >= 0")
+
+    def time(self, field: str) -> datetime | None:
+        value = self._get(field, required=False)
+        if value is None or (isinstance(value, datetime) and value.tzinfo is not None):
+            return value
+        raise self.bad(f"{field} {_shown(value)} is not a UTC date and time")
+
+
+def _shown(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def error_properties(error: BaseException | None, traceback_text: str = "") -> dict[str, Any]:

@@ -10,6 +10,7 @@ blob intact; the loser deletes its own.
 
 from __future__ import annotations
 
+import functools
 import heapq
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
@@ -23,7 +24,9 @@ from checkpoint.settle import WRITER, token_of
 from checkpoint.storage import BatchOp, Record, Storage, Where
 from jobs.clock import Clock, SystemClock
 from jobs.errors import (
+    BadRecord,
     BatchFailed,
+    CodecError,
     Conflict,
     JobNotFound,
     NotFound,
@@ -32,6 +35,8 @@ from jobs.errors import (
 
 #: The counts a shard's counter row holds.
 COUNTERS = ("done", "poisoned")
+#: Rows read per query page (each page is retried on its own).
+QUERY_PAGE_ROWS = 1000
 #: Records written per batch (Azure allows 100 per partition batch).
 BATCH_ROWS = 100
 #: Bytes of records per batch, under Azure's 4 MiB per batch with room for the counter.
@@ -90,13 +95,29 @@ class CheckpointStore:
         self.storage.blobs.put(layout.DATA_CONTAINER, name, data)
         return {field: b"", f"{field}_blob": name}
 
-    def value(self, properties: Mapping[str, Any], field: str, default: Any = None) -> Any:
-        """A stored field's value, read from its blob if it was spilled."""
-        blob = properties.get(f"{field}_blob")
-        if blob:
-            return codec.decode(self.storage.blobs.get(layout.DATA_CONTAINER, blob), field)
-        data = properties.get(field)
-        return codec.decode(data, field) if data else default
+    def value(
+        self, properties: Mapping[str, Any], field: str, default: Any = None, of: str = "record"
+    ) -> Any:
+        """A stored field's value, read from its blob if it was spilled.
+
+        Raises BadRecord naming ``of`` (the record, as ``TaskRecord.name`` says it) and
+        the field if what is stored there is not a msgpack value or its blob is gone.
+        """
+        blob, data = properties.get(f"{field}_blob"), properties.get(field)
+        try:
+            if blob:
+                if not isinstance(blob, str):
+                    raise BadRecord(f"{of}: {field}_blob {blob!r} is not a blob name")
+                data = self.storage.blobs.get(layout.DATA_CONTAINER, blob)
+            if not data:
+                return default
+            if not isinstance(data, bytes):
+                raise BadRecord(f"{of}: {field} is a {type(data).__name__}, not msgpack bytes")
+            return codec.decode(data, field)
+        except CodecError as error:
+            raise BadRecord(f"{of}: {error}") from error
+        except NotFound as missing:
+            raise BadRecord(f"{of}: {field}_blob {blob!r} names no blob") from missing
 
     def _drop_replaced_blobs(self, old: Mapping[str, Any], new: Mapping[str, Any]) -> None:
         for key, name in old.items():
@@ -174,15 +195,27 @@ class CheckpointStore:
         return JobRecord.from_record(record)
 
     def list_jobs(self, budget: Budget | None = None) -> list[JobRecord]:
+        """Every job whose record can be read (see :meth:`scan_jobs` for the others)."""
+        return [job for _, job in self.scan_jobs(budget) if isinstance(job, JobRecord)]
+
+    def scan_jobs(self, budget: Budget | None = None) -> list[tuple[str, JobRecord | BadRecord]]:
+        """``(job id, job)`` of every job, with a BadRecord saying why for a record that
+        cannot be read."""
         budget = self._given(budget)
         self.ensure(budget)
         records = budget.call(
             lambda: list(self._records.query(layout.JOBS_TABLE, layout.JOBS_PARTITION))
         )
-        return [JobRecord.from_record(record) for record in records]
+        found: list[tuple[str, JobRecord | BadRecord]] = []
+        for record in records:
+            try:
+                found.append((record.row_key, JobRecord.from_record(record)))
+            except BadRecord as bad:
+                found.append((record.row_key, bad))
+        return found
 
     def params(self, job: JobRecord) -> Any:
-        return self.value(job.properties, "params")
+        return self.value(job.properties, "params", of=job.name)
 
     def update_job(self, job: JobRecord, budget: Budget | None = None, **changes: Any) -> JobRecord:
         """Merge ``changes`` into the job if nobody changed it since ``job`` was read.
@@ -274,6 +307,12 @@ class CheckpointStore:
             lambda: self._records.get(layout.TASKS_TABLE, partition, row)
         )
         return TaskRecord.from_record(job_id, kind, index, record)
+
+    def task_as_found(self, job_id: str, kind: TaskKind, index: int) -> TaskRecord:
+        """The task record however garbled, to write over it (TaskRecord.as_found)."""
+        partition, row = self._keys(job_id, kind, index)
+        record = self._records.get(layout.TASKS_TABLE, partition, row)
+        return TaskRecord.as_found(job_id, kind, index, record)
 
     def write_task(
         self,
@@ -498,7 +537,10 @@ class CheckpointStore:
         record = self._given(budget).call(
             lambda: self._records.get(layout.TASKS_TABLE, partition, layout.COUNTS_ROW)
         )
-        return _whole(record.properties)
+        counts = {name: record.properties.get(name, 0) for name in COUNTERS}
+        if not all(type(v) is int for v in counts.values()):
+            raise BadRecord(f"shard {shard} counter of job {job_id!r}: {counts!r} is not counts")
+        return counts  # type: ignore[return-value]
 
     def counts(self, job_id: str, budget: Budget | None = None) -> dict[str, int]:
         """Done and poisoned chunks of the job, summed over its shards."""
@@ -508,22 +550,62 @@ class CheckpointStore:
                 total[name] = total.get(name, 0) + value
         return total
 
-    def chunks(self, job_id: str, states: Sequence[str] = ()) -> Iterator[TaskRecord]:
-        """The job's chunk records, in index order, optionally only those in ``states``."""
-        streams = [self._shard_chunks(job_id, shard, states) for shard in range(layout.SHARDS)]
-        return heapq.merge(*streams, key=lambda task: task.index)
+    def chunks(
+        self, job_id: str, states: Sequence[str] = (), budget: Budget | None = None
+    ) -> Iterator[TaskRecord]:
+        """The job's chunk records, in index order, optionally only those in ``states``.
 
-    def _shard_chunks(self, job_id: str, shard: int, states: Sequence[str]) -> Iterator[TaskRecord]:
+        Raises BadRecord at the first record that cannot be read (:meth:`scan_chunks`
+        goes past them)."""
+        for _, task in self.scan_chunks(job_id, states, budget):
+            if isinstance(task, BadRecord):
+                raise task
+            yield task
+
+    def scan_chunks(
+        self, job_id: str, states: Sequence[str] = (), budget: Budget | None = None
+    ) -> Iterator[tuple[int, TaskRecord | BadRecord]]:
+        """``(index, chunk)`` as :meth:`chunks`, with a BadRecord for a chunk whose record
+        cannot be read (it is included whatever ``states`` asks for, unless one state is
+        asked for and its stored state is another)."""
+        budget = self._given(budget)
+        streams = [
+            self._shard_chunks(job_id, shard, states, budget) for shard in range(layout.SHARDS)
+        ]
+        return heapq.merge(*streams, key=lambda found: found[0])
+
+    def _shard_chunks(
+        self, job_id: str, shard: int, states: Sequence[str], budget: Budget
+    ) -> Iterator[tuple[int, TaskRecord | BadRecord]]:
         partition = layout.shard_partition(job_id, shard)
-        where = [Where("RowKey", "ge", "c"), Where("RowKey", "lt", "d")]
+        where = [Where("RowKey", "lt", "d")]
         if len(states) == 1:
             where.append(Where("state", "eq", states[0]))
-        for record in self._records.query(layout.TASKS_TABLE, partition, where):
-            task = TaskRecord.from_record(
-                job_id, "chunk", layout.index_of_row(record.row_key), record
-            )
+        for record in self._pages(partition, where, budget):
+            index = layout.index_of_row(record.row_key)
+            try:
+                task = TaskRecord.from_record(job_id, "chunk", index, record)
+            except BadRecord as bad:
+                yield index, bad
+                continue
             if not states or task.state in states:
-                yield task
+                yield index, task
+
+    def _pages(self, partition: str, where: list[Where], budget: Budget) -> Iterator[Record]:
+        """The chunk rows of ``partition`` matching ``where``, a page of QUERY_PAGE_ROWS
+        read at a time, each page retried on transient trouble from where the last ended
+        (a query of a million rows must not start again, nor fail, for one busy reply)."""
+        first = Where("RowKey", "ge", "c")
+        while True:
+            page = budget.call(functools.partial(self._page, partition, [first, *where]))
+            yield from page
+            if len(page) < QUERY_PAGE_ROWS:
+                return
+            first = Where("RowKey", "gt", page[-1].row_key)
+
+    def _page(self, partition: str, where: list[Where]) -> list[Record]:
+        query = self._records.query(layout.TASKS_TABLE, partition, where, limit=QUERY_PAGE_ROWS)
+        return list(query)
 
     def poisoned_tasks(self, job_id: str) -> Iterator[TaskRecord]:
         """The job's poisoned chunks in index order, then its planning or finalize if
@@ -537,10 +619,10 @@ class CheckpointStore:
             if task.state == "poisoned":
                 yield task
 
-    def results(self, job_id: str) -> Iterator[tuple[int, Any]]:
+    def results(self, job_id: str, budget: Budget | None = None) -> Iterator[tuple[int, Any]]:
         """``(index, result)`` of every done chunk, in index order."""
-        for task in self.chunks(job_id, ("done",)):
-            yield task.index, self.value(task.properties, "result")
+        for task in self.chunks(job_id, ("done",), budget):
+            yield task.index, self.value(task.properties, "result", of=task.name)
 
 
 def _whole(counts: Mapping[str, Any]) -> dict[str, int]:

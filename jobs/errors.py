@@ -131,5 +131,16 @@ class CodecError(RunnerError, ValueError):
     """A value cannot be encoded with msgpack (or decoded back)."""
 
 
+class BadRecord(RunnerError):
+    """A stored job or task record, or a value stored in one, that cannot be read.
+
+    A property is missing or of the wrong type, a state is not one we know, or a stored
+    value is not msgpack: what another version or a hand edit in a storage explorer
+    leaves behind. Reading it again will not mend it, so the task it belongs to is
+    poisoned with this error as the reason. The message names the record and what is
+    wrong with it (``chunk 7 of job 'x': state 42 is not one of waiting, ...``).
+    """
+
+
 class MetricsUnavailable(RunnerError):
     """Spark did not deliver a finished action's observed metrics (``DataFrame.observe``)."""

@@ -19,9 +19,10 @@ import click
 
 from checkpoint.backends import open_storage
 from checkpoint.location import parse_location
+from checkpoint.records import JobRecord
 from checkpoint.storage import Storage
 from checkpoint.store import CheckpointStore
-from jobs.errors import RunnerError
+from jobs.errors import BadRecord, RunnerError
 from runner.loop import (
     DEFAULT_CONCURRENCY,
     DEFAULT_POLL_MAX_SECONDS,
@@ -253,17 +254,30 @@ def start(
 def status(job_id: str | None, as_json: bool, storage: str | None) -> None:
     """Show jobs: state, chunk counts, running chunks (worker, lease, progress), failures."""
     from runner.render import render_status
-    from runner.status import job_status
+    from runner.status import job_status, unreadable_job
 
     with open_storage(storage) as opened:
         store = CheckpointStore(opened)
-        found = [store.get_job(job_id)] if job_id else store.list_jobs()
+        found = [(job_id, _job_or_bad(store, job_id))] if job_id else store.scan_jobs()
         now = store.clock.now()
-        report = [job_status(store, job, now) for job in found]
+        report = [
+            unreadable_job(found_id, job)
+            if isinstance(job, BadRecord)
+            else job_status(store, job, now)
+            for found_id, job in found
+        ]
     if as_json:
         click.echo(json.dumps(report if not job_id else report[0], indent=2))
     else:
         click.echo(render_status(report, color=sys.stdout.isatty()))
+
+
+def _job_or_bad(store: CheckpointStore, job_id: str) -> JobRecord | BadRecord:
+    """The job, or why its record cannot be read (status shows that, not a traceback)."""
+    try:
+        return store.get_job(job_id)
+    except BadRecord as bad:
+        return bad
 
 
 @cli.group()

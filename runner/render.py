@@ -28,6 +28,8 @@ def render_status(report: list[dict[str, Any]], color: bool = False) -> str:
 
 
 def _job(job: dict[str, Any], color: bool) -> str:
+    if job["state"] == "unreadable":
+        return f"{job['job_id']}  unreadable: {job['error']}"
     chunks = job["chunks"]
     state = job["state"]
     if color:
@@ -62,6 +64,8 @@ def _job(job: dict[str, Any], color: bool) -> str:
             f"  poisoned {_task_name(task)} after {task['attempt']} attempt(s): "
             f"{task['error_type']}: {task['error_message']}"
         )
+    for bad in job.get("unreadable", []):
+        lines.append(f"  unreadable: {bad['problem']}")
     return "\n".join(lines)
 
 

@@ -3,6 +3,9 @@
 Azure cannot list invisible messages; the checkpoint store can say which chunks are
 done, running (by whom, lease until when, how far), waiting, failed and retrying, or
 poisoned — so status reads records, never queues.
+
+A record that cannot be read (garbled by another version or a hand edit) never stops a
+report: it is listed under ``unreadable`` with what is wrong, and the rest is shown.
 """
 
 from __future__ import annotations
@@ -11,9 +14,9 @@ import json
 from datetime import datetime
 from typing import Any
 
-from checkpoint.records import JobRecord, TaskRecord
+from checkpoint.records import JobRecord, TaskKind, TaskRecord
 from checkpoint.store import CheckpointStore
-from jobs.errors import NotFound
+from jobs.errors import BadRecord, NotFound
 
 #: Longest progress text shown per running chunk.
 PROGRESS_CHARS = 80
@@ -23,10 +26,11 @@ PROGRESS_JSON_BYTES = 4096
 
 def job_status(store: CheckpointStore, job: JobRecord, now: datetime) -> dict[str, Any]:
     """One job's state, chunk counts and running / failed chunks, JSON-ready."""
-    counts = store.counts(job.job_id)
-    running = list(store.chunks(job.job_id, ("running",)))
-    retrying = list(store.chunks(job.job_id, ("retrying",)))
-    planned = _planned(store, job)
+    bad: list[dict[str, Any]] = []
+    counts = _counts(store, job.job_id, bad)
+    running = _chunks(store, job.job_id, "running", bad)
+    retrying = _chunks(store, job.job_id, "retrying", bad)
+    planned = _planned(store, job, bad)
     total = job.total if job.total is not None else planned
     settled = counts["done"] + counts["poisoned"] + len(running) + len(retrying)
     return {
@@ -46,37 +50,107 @@ def job_status(store: CheckpointStore, job: JobRecord, now: datetime) -> dict[st
             "failed": len(retrying),
             "poisoned": counts["poisoned"],
         },
-        "running": [_running(store, task, now) for task in running],
+        "running": [_running(store, task, now, bad) for task in running],
         "failed": [_failed(task) for task in retrying],
-        "poisoned": poisoned_chunks(store, job.job_id)
+        "poisoned": poisoned_chunks(store, job.job_id, bad)
         if counts["poisoned"] or job.state == "failed"
         else [],
-        "finalize": _task_state(store, job.job_id, "final"),
+        "finalize": _task_state(store, job.job_id, "final", bad),
+        "unreadable": list({(b["kind"], b["index"]): b for b in bad}.values()),
     }
 
 
-def poisoned_chunks(store: CheckpointStore, job_id: str) -> list[dict[str, Any]]:
-    """Poisoned chunks of a job with their last error (planning / finalize included)."""
-    return [_failed(task) for task in store.poisoned_tasks(job_id)]
+def unreadable_job(job_id: str, bad: BadRecord) -> dict[str, Any]:
+    """What status says of a job whose record cannot be read."""
+    return {
+        "job_id": job_id,
+        "state": "unreadable",
+        "error": str(bad),
+        "unreadable": [_unreadable("job", 0, bad)],
+    }
 
 
-def _planned(store: CheckpointStore, job: JobRecord) -> int:
+def poisoned_chunks(
+    store: CheckpointStore, job_id: str, bad: list[dict[str, Any]] | None = None
+) -> list[dict[str, Any]]:
+    """Poisoned chunks of a job with their last error (planning / finalize included).
+
+    Records that cannot be read are left out, and added to ``bad`` if given."""
+    bad = [] if bad is None else bad
+    found = [_failed(task) for task in _chunks(store, job_id, "poisoned", bad)]
+    for kind in ("plan", "final"):
+        task = _control_task(store, job_id, kind, bad)  # type: ignore[arg-type]
+        if task is not None and task.state == "poisoned":
+            found.append(_failed(task))
+    return found
+
+
+def _counts(store: CheckpointStore, job_id: str, bad: list[dict[str, Any]]) -> dict[str, int]:
     try:
-        plan = store.get_task(job.job_id, "plan", 0)
-    except NotFound:
-        return 0
-    return int(store.value(plan.properties, "progress") or 0)
+        return store.counts(job_id)
+    except BadRecord as unreadable:
+        bad.append(_unreadable("counter", 0, unreadable))
+        return {"done": 0, "poisoned": 0}
 
 
-def _task_state(store: CheckpointStore, job_id: str, kind: str) -> str | None:
+def _chunks(
+    store: CheckpointStore, job_id: str, state: str, bad: list[dict[str, Any]]
+) -> list[TaskRecord]:
+    """The job's chunks in ``state``; those that cannot be read go to ``bad``."""
+    found = []
+    for index, task in store.scan_chunks(job_id, (state,)):
+        if isinstance(task, BadRecord):
+            bad.append(_unreadable("chunk", index, task))
+        else:
+            found.append(task)
+    return found
+
+
+def _control_task(
+    store: CheckpointStore, job_id: str, kind: TaskKind, bad: list[dict[str, Any]]
+) -> TaskRecord | None:
+    """The job's planning or finalize record, or None if absent or unreadable (then in
+    ``bad``)."""
     try:
-        return store.get_task(job_id, kind, 0).state  # type: ignore[arg-type]
+        return store.get_task(job_id, kind, 0)
     except NotFound:
+        return None
+    except BadRecord as unreadable:
+        bad.append(_unreadable(kind, 0, unreadable))
         return None
 
 
-def _running(store: CheckpointStore, task: TaskRecord, now: datetime) -> dict[str, Any]:
-    progress = store.value(task.properties, "progress")
+def _unreadable(kind: str, index: int, bad: BadRecord) -> dict[str, Any]:
+    return {"kind": kind, "index": index, "problem": str(bad)}
+
+
+def _planned(store: CheckpointStore, job: JobRecord, bad: list[dict[str, Any]]) -> int:
+    plan = _control_task(store, job.job_id, "plan", bad)
+    if plan is None:
+        return 0
+    try:
+        progress = store.value(plan.properties, "progress", of=plan.name)
+    except BadRecord as unreadable:
+        bad.append(_unreadable("plan", 0, unreadable))
+        return 0
+    return progress if type(progress) is int else 0
+
+
+def _task_state(
+    store: CheckpointStore, job_id: str, kind: TaskKind, bad: list[dict[str, Any]]
+) -> str | None:
+    task = _control_task(store, job_id, kind, bad)
+    return task.state if task is not None else None
+
+
+def _running(
+    store: CheckpointStore, task: TaskRecord, now: datetime, bad: list[dict[str, Any]]
+) -> dict[str, Any]:
+    try:
+        progress = store.value(task.properties, "progress", of=task.name)
+    except BadRecord as unreadable:
+        bad.append(_unreadable("chunk", task.index, unreadable))
+        progress = None
     text = repr(progress)
     value = _as_json(progress)
     return {

@@ -36,6 +36,7 @@ from jobs.backoff import compute_backoff
 from jobs.clock import Clock
 from jobs.errors import (
     BadMessage,
+    BadRecord,
     ChunkStopped,
     CodecError,
     Conflict,
@@ -116,6 +117,9 @@ def handle(
         lease = hold(worker, queue, message, received_at)
     try:
         return _handle_held(worker, queue, message, lease)
+    except BadRecord as bad:
+        _unreadable_after_all(worker, lease, message, bad)
+        return False
     finally:
         # Whatever happened (a storage outage mid-way, say), never renew a message
         # nobody works on: it lapses and is retried. A finished chunk's message is the
@@ -166,6 +170,9 @@ def _job(worker: Context, job_id: str, lease: Lease) -> JobRecord:
             job = worker.store.get_job(job_id, lease_budget(worker, lease, retries.READ))
         except JobNotFound as missing:
             raise BadMessage(f"no job {job_id!r} in the checkpoint store") from missing
+        except BadRecord as bad:
+            # Nothing can be written to a job nobody can read: poison the message only.
+            raise BadMessage(str(bad)) from bad
         if len(worker._jobs) > 256:
             worker._jobs.clear()
         worker._jobs[job_id] = job
@@ -200,6 +207,9 @@ def _run_task(
         reason = f"no record of {kind} {index} of job {job.job_id!r}"
         log.error("message %s on %s poisoned: %s", message.id, lease.queue, reason)
         worker.poison.move(lease, message.body, reason)
+        return False
+    except BadRecord as bad:
+        _poison_unreadable(worker, lease, message, job, kind, index, bad)
         return False
     verdict = _verdict(worker, task, message)
     if verdict is not None:
@@ -371,6 +381,9 @@ def _execute(
     except StorageTrouble as trouble:
         log.warning("%s %s of %s handed back: %s", task.kind, task.index, job.job_id, trouble)
         _stopped(worker, lease, control)
+    except BadRecord as bad:  # its payload, state or params cannot be read: no retry mends it
+        # No traceback kept: the reason names the record and field, the stack is ours.
+        _poison_task(worker, lease, message, job, task, (bad, ""), str(bad), control)
         return
     except BaseException as error:  # noqa: BLE001 - user code failed (even sys.exit): record it
         _failed(worker, lease, message, job_class, job, control, error, traceback.format_exc())
@@ -533,3 +546,62 @@ def _write_poisoned(
             state="failed",
             error=f"{task.kind} poisoned: {reason}",
         )
+
+
+# --------------------------------------------------------------------------- bad records
+
+
+def _poison_unreadable(
+    worker: Context,
+    lease: Lease,
+    message: QueueMessage,
+    job: JobRecord,
+    kind: TaskKind,
+    index: int,
+    bad: BadRecord,
+) -> None:
+    """Poison a task whose record cannot be read, writing over it with the ETag it has.
+
+    The write gives every property a reader checks a readable value, so the record reads
+    as poisoned from then on and is counted once. A record that says it ended already
+    (done or poisoned) was counted then: only its message is poisoned.
+    """
+    reason = str(bad)
+    try:
+        found = worker.store.task_as_found(job.job_id, kind, index)
+        if found.properties.get("state") not in ("done", "poisoned"):
+            attempt = found.properties.get("attempt")
+            changes = {
+                "state": "poisoned",
+                "attempt": attempt if type(attempt) is int and attempt >= 0 else 0,
+                "owner": "",
+                "message_id": "",
+                "lease_until": worker.clock.now(),
+                **error_properties(bad),
+            }
+            budget = lease_budget(worker, lease, retries.TASK_WRITE)
+            _write_poisoned(worker, job, found, changes, {}, reason, Writer(), budget)
+    except (Conflict, NotFound):
+        log.warning("%s changed while poisoning; left to its owner", bad)
+        worker.keeper.drop(lease)
+        return
+    log.error("%s %s of %s poisoned: %s", kind, index, job.job_id, reason)
+    worker.poison.move(lease, message.body, reason)
+    if kind == "chunk":
+        check_complete(
+            worker,
+            job.job_id,
+            lease_budget(worker, lease, retries.BOOKKEEPING),
+            layout.shard_of(index),
+        )
+
+
+def _unreadable_after_all(
+    worker: Context, lease: Lease, message: QueueMessage, bad: BadRecord
+) -> None:
+    """A record read on the way (the job's, a counter, a value) cannot be read: the
+    message would fail the same way each time, so it is poisoned unless it was dealt
+    with already (deleted, released, or handed to the finisher)."""
+    log.error("message %s on %s: %s", message.id, lease.queue, bad)
+    if lease.active and not lease.lost and not lease.handed_over:
+        worker.poison.move(lease, message.body, str(bad))

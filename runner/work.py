@@ -19,7 +19,10 @@ if TYPE_CHECKING:
 def run_user_code(
     worker: Context, job_class: type[ChunkedJob], job: JobRecord, control: TaskControl
 ) -> Any:
-    """Run one chunk's ``process`` or the job's ``finalize``; return its outcome."""
+    """Run one chunk's ``process`` or the job's ``finalize``; return its outcome.
+
+    Raises BadRecord, before any user code runs, if the params, payload or state as
+    stored cannot be read."""
     store, task = worker.store, control.task
     budget = control.lease_budget(retries.READ)
     params = runner_side(lambda: store.params(job), "reading the job's params")
@@ -32,13 +35,16 @@ def run_user_code(
             job.job_id,
             job.total or 0,
             counts["done"],
-            lambda: store.results(job.job_id),
+            lambda: store.results(job.job_id, budget),
             control,
         )
         instance.finalize(params, summary)
         return None
     payload, state = runner_side(
-        lambda: (store.value(task.properties, "payload"), store.value(task.properties, "progress")),
+        lambda: (
+            store.value(task.properties, "payload", of=task.name),
+            store.value(task.properties, "progress", of=task.name),
+        ),
         "reading the chunk's payload and state",
     )
     chunk = Chunk(

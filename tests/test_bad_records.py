@@ -1,0 +1,288 @@
+"""Bad stored data never stops a worker: garbled job and task records, and stored values
+that do not decode, poison their one task with a clear reason (semantics §8).
+
+Records are garbled the way another version or a hand edit in a storage explorer would
+leave them, by writing to the record store directly; a burst worker then runs in this
+process, on both backends.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+from checkpoint import codec, layout, messages
+from checkpoint.records import JobRecord, TaskRecord
+from checkpoint.storage import ANY_ETAG, Record, Storage
+from checkpoint.store import CheckpointStore
+from jobs.chunk import Chunk
+from jobs.errors import BadRecord
+from jobs.job import ChunkedJob
+from jobs.submit import submit
+from runner.cli import cli
+from runner.loop import WorkerLoop, WorkerSettings
+from runner.render import render_status
+from runner.status import job_status
+from runner.tasks import handle
+from tests.conftest import Backend
+
+NOW = datetime(2030, 1, 1, tzinfo=UTC)
+STATES = "waiting, running, retrying, done, poisoned"
+
+
+class Doubling(ChunkedJob):
+    queue = "bad-records"
+    lease_seconds = 30
+
+    def split(self, params: dict[str, Any]) -> Any:
+        return ({"n": n} for n in range(params["chunks"]))
+
+    def process(self, chunk: Chunk) -> Any:
+        return chunk.payload["n"] * 2
+
+
+def _record(**properties: Any) -> Record:
+    return Record(partition_key="p", row_key="job-x", properties=properties, etag="e1")
+
+
+def _task(**properties: Any) -> TaskRecord:
+    return TaskRecord.from_record("job-x", "chunk", 7, _record(**properties))
+
+
+# --------------------------------------------------------------------------- parsing
+
+
+@pytest.mark.parametrize(
+    ("properties", "problem"),
+    [
+        ({"state": 42, "attempt": 0}, f"state 42 is not one of {STATES}"),
+        ({"state": "sleeping", "attempt": 0}, f"state 'sleeping' is not one of {STATES}"),
+        ({"attempt": 0}, "state is missing"),
+        ({"state": "waiting", "attempt": "x"}, "attempt 'x' is not a whole number >= 0"),
+        ({"state": "waiting", "attempt": True}, "attempt True is not a whole number >= 0"),
+        ({"state": "waiting", "attempt": -1}, "attempt -1 is not a whole number >= 0"),
+        ({"state": "waiting"}, "attempt is missing"),
+        ({"state": "running", "attempt": 1, "owner": 5}, "owner 5 is not a text"),
+        ({"state": "running", "attempt": 1, "message_id": b"m"}, "message_id b'm' is not a text"),
+        (
+            {"state": "running", "attempt": 1, "lease_until": "tomorrow"},
+            "lease_until 'tomorrow' is not a UTC date and time",
+        ),
+        ({"state": "done", "attempt": 1, "updated_on": 3}, "updated_on 3 is not a UTC date"),
+        ({"state": "retrying", "attempt": 1, "error_type": 9}, "error_type 9 is not a text"),
+    ],
+)
+def test_a_garbled_task_record_is_a_bad_record_naming_it_and_the_problem(properties, problem):
+    with pytest.raises(BadRecord, match="^chunk 7 of job 'job-x': ") as raised:
+        _task(**properties)
+    assert problem in str(raised.value)
+
+
+def test_a_whole_number_read_back_as_a_double_is_a_count():
+    # Azure reads an Int32 set by hand back as a double.
+    assert _task(state="waiting", attempt=3.0).attempt == 3
+
+
+@pytest.mark.parametrize(
+    ("properties", "problem"),
+    [
+        ({"queue": "q", "state": "running"}, "job_type is missing"),
+        ({"job_type": "m:C", "queue": "", "state": "running"}, "queue '' is not a text"),
+        ({"job_type": "m:C", "queue": "q", "state": "stuck"}, "state 'stuck' is not one of"),
+        ({"job_type": "m:C", "queue": "q", "state": "running", "total": "9"}, "total '9'"),
+        ({"job_type": "m:C", "queue": "q", "state": "failed", "error": 1}, "error 1 is not"),
+    ],
+)
+def test_a_garbled_job_record_is_a_bad_record_naming_it(properties, problem):
+    with pytest.raises(BadRecord, match="^job 'job-x': ") as raised:
+        JobRecord.from_record(_record(**properties))
+    assert problem in str(raised.value)
+
+
+@pytest.mark.parametrize(
+    ("stored", "problem"),
+    [
+        ({"payload": b"\xc1"}, "payload is not valid msgpack"),
+        ({"payload": "typed by hand"}, "payload is a str, not msgpack bytes"),
+        ({"payload": b"", "payload_blob": 7}, "payload_blob 7 is not a blob name"),
+        ({"payload": b"", "payload_blob": "job-x/chunk/7/gone"}, "names no blob"),
+    ],
+)
+def test_a_stored_value_that_cannot_be_read_is_a_bad_record_naming_the_field(
+    backend: Backend, stored, problem
+):
+    store = CheckpointStore(backend.storage)
+    store.ensure()
+    task = _task(state="waiting", attempt=0, **stored)
+
+    with pytest.raises(BadRecord, match="^chunk 7 of job 'job-x': ") as raised:
+        store.value(task.properties, "payload", of=task.name)
+    assert problem in str(raised.value)
+
+
+# --------------------------------------------------------------------------- a worker
+
+
+def _planned(storage: Storage, chunks: int) -> str:
+    """A submitted job, planned by a worker in this process (chunks recorded and
+    enqueued, none run yet)."""
+    job_id = submit(
+        Doubling, {"chunks": chunks}, job_id=f"bad-{uuid.uuid4().hex[:8]}", storage=storage
+    )
+    context = WorkerLoop(storage, [Doubling]).context
+    (plan,) = storage.queues.receive(Doubling.queue, visibility_seconds=60)
+    handle(context, Doubling.queue, plan, context.clock.monotonic())
+    return job_id
+
+
+def _garble(storage: Storage, job_id: str, index: int, changes: dict[str, Any]) -> None:
+    partition = layout.shard_partition(job_id, layout.shard_of(index))
+    storage.records.merge(
+        layout.TASKS_TABLE, partition, layout.chunk_row(index), changes, etag=ANY_ETAG
+    )
+
+
+def _poison_reasons(storage: Storage, job_id: str) -> dict[int, str]:
+    """Chunk index to reason of the job's messages in the poison queue."""
+    found = storage.queues.peek(Doubling.poison_queue(), max_messages=32)
+    reasons = {}
+    for message in found:
+        poisoned = messages.read_poisoned(message.body)
+        assert poisoned is not None
+        original = messages.decode(bytes(poisoned["original"]))
+        if original.job_id == job_id:
+            assert original.index not in reasons, "poisoned twice"
+            reasons[original.index] = poisoned["reason"]
+    return reasons
+
+
+def _status(backend: Backend, location: str, *args: str) -> Any:
+    result = CliRunner().invoke(cli, ["status", *args, "--storage", location])
+    assert result.exception is None, result.output
+    assert result.exit_code == 0 and "Traceback" not in result.output
+    return result.output
+
+
+def _location(backend: Backend, request: pytest.FixtureRequest, tmp_path) -> str:
+    if backend.name == "embedded":
+        return str(tmp_path / "store")  # where the backend fixture opened it
+    return request.getfixturevalue("azurite").connection_string
+
+
+def test_three_garbled_chunks_are_poisoned_and_the_job_ends_failed(
+    backend: Backend, request: pytest.FixtureRequest, tmp_path
+):
+    # Given a planned job of six chunks, three of whose records were then garbled
+    storage = backend.storage
+    job_id = _planned(storage, chunks=6)
+    _garble(storage, job_id, 1, {"payload": "typed in a storage explorer"})
+    _garble(storage, job_id, 2, {"state": 42, "attempt": "x"})
+    _garble(storage, job_id, 3, {"payload": codec.encode({"n": 3})[:-1]})
+
+    # When a burst worker runs until no work is left
+    exit_code = WorkerLoop(storage, [Doubling], WorkerSettings(burst=True)).run()
+
+    # Then each garbled chunk is poisoned with what is wrong with it, once
+    assert exit_code == 0
+    store = CheckpointStore(storage)
+    expected = {
+        1: f"chunk 1 of job {job_id!r}: payload is a str, not msgpack bytes",
+        2: f"chunk 2 of job {job_id!r}: state 42 is not one of {STATES}",
+        3: f"chunk 3 of job {job_id!r}: payload is not valid msgpack",
+    }
+    for index, reason in expected.items():
+        task = store.get_task(job_id, "chunk", index)
+        assert task.state == "poisoned"
+        assert task.error is not None and task.error["type"] == "BadRecord"
+        assert task.error["message"].startswith(reason)
+    reasons = _poison_reasons(storage, job_id)
+    assert sorted(reasons) == [1, 2, 3]
+    assert all(reasons[i].startswith(reason) for i, reason in expected.items())
+    # and the others are done, and the job failed instead of waiting for ever
+    assert list(store.results(job_id)) == [(0, 0), (4, 8), (5, 10)]
+    assert store.counts(job_id) == {"done": 3, "poisoned": 3}
+    job = store.get_job(job_id)
+    assert job.state == "failed" and job.error is not None and "3 chunk(s)" in job.error
+
+    # And status shows them, one line each, without a traceback
+    location = _location(backend, request, tmp_path)
+    text = _status(backend, location, job_id)
+    for index, reason in expected.items():
+        assert f"poisoned chunk #{index} after" in text and reason in text
+    report = json.loads(_status(backend, location, job_id, "--json"))
+    assert report["state"] == "failed"
+    assert {c["index"] for c in report["poisoned"]} == {1, 2, 3}
+
+
+def test_status_shows_unreadable_records_without_a_traceback(
+    backend: Backend, request: pytest.FixtureRequest, tmp_path
+):
+    # Given a running job with one chunk garbled while running, and a garbled job
+    storage = backend.storage
+    store = CheckpointStore(storage)
+    good = f"ok-{uuid.uuid4().hex[:8]}"
+    job, _ = store.create_job(good, "tests:Job", "status-q", {})
+    store.add_chunks(good, 0, [0, 1])
+    store.update_job(job, state="running", total=2)
+    _garble(storage, good, 1, {"state": "running", "attempt": "x"})
+    bad = f"bad-{uuid.uuid4().hex[:8]}"
+    store.create_job(bad, "tests:Job", "status-q", {})
+    storage.records.merge(
+        layout.JOBS_TABLE, layout.JOBS_PARTITION, bad, {"state": 42}, etag=ANY_ETAG
+    )
+    location = _location(backend, request, tmp_path)
+    try:
+        # When status is asked for, then each shows its problem in one line
+        text = _status(backend, location, good)
+        assert f"unreadable: chunk 1 of job {good!r}: attempt 'x' is not a whole" in text
+        assert _status(backend, location, bad).strip() == (
+            f"{bad}  unreadable: job {bad!r}: state 42 is not one of planning, running, "
+            "finalizing, done, failed"
+        )
+        everything = json.loads(_status(backend, location, "--json"))
+        by_id = {entry["job_id"]: entry for entry in everything}
+        assert by_id[bad]["state"] == "unreadable"
+        assert by_id[good]["unreadable"] == [
+            {
+                "kind": "chunk",
+                "index": 1,
+                "problem": f"chunk 1 of job {good!r}: attempt 'x' is not a whole number >= 0",
+            }
+        ]
+        # and the good chunk is still counted
+        report = job_status(store, store.get_job(good), NOW)
+        assert report["chunks"]["waiting"] == 2
+        assert "unreadable" in render_status([report])
+        # and a worker's list of jobs leaves the unreadable one out
+        assert bad not in {j.job_id for j in store.list_jobs()}
+    finally:
+        # Azurite's tables are shared by the session: leave no unreadable job behind
+        storage.records.delete(layout.JOBS_TABLE, layout.JOBS_PARTITION, bad, etag=ANY_ETAG)
+
+
+def test_a_garbled_job_record_poisons_its_message_and_the_worker_goes_on(backend: Backend):
+    # Given a planned job whose record was then garbled
+    storage = backend.storage
+    job_id = _planned(storage, chunks=2)
+    storage.records.merge(
+        layout.JOBS_TABLE, layout.JOBS_PARTITION, job_id, {"total": "two"}, etag=ANY_ETAG
+    )
+    try:
+        # When a worker receives its chunk messages
+        context = WorkerLoop(storage, [Doubling]).context
+        received = storage.queues.receive(Doubling.queue, max_messages=2, visibility_seconds=60)
+        for message in received:
+            assert handle(context, Doubling.queue, message, context.clock.monotonic()) is False
+
+        # Then both are poisoned with the reason, and nothing was raised
+        reasons = _poison_reasons(storage, job_id)
+        assert sorted(reasons) == [0, 1]
+        assert all(f"job {job_id!r}: total 'two'" in reason for reason in reasons.values())
+        assert storage.queues.approximate_length(Doubling.queue) == 0
+    finally:
+        storage.records.delete(layout.JOBS_TABLE, layout.JOBS_PARTITION, job_id, etag=ANY_ETAG)
