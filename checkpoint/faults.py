@@ -71,7 +71,9 @@ _PUBLIC = {
         "create_queue delete_queue list_queues send send_many receive update delete "
         "delete_many peek approximate_length"
     ).split(),
-    "records": "create_table delete_table get insert replace merge upsert delete query batch".split(),
+    "records": (
+        "create_table delete_table get insert replace merge upsert delete query batch"
+    ).split(),
     "blobs": "create_container delete_container put get info delete list".split(),
 }
 
