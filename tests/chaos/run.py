@@ -24,7 +24,14 @@ HEADING = (
     "# Reliability\n\nFigures from `make chaos` (`python -m tests.chaos.run`): a job whose "
     "every item's effect is counted in an idempotent sink, on real worker processes with "
     "SIGKILLs, a SIGSTOP past the lease and injected storage faults. Each section says its "
-    "machine and command.\n"
+    "machine and command.\n\n"
+    "Targets: no item lost (every item's sink file exists); finalize run exactly once; no "
+    "worker exit other than the kills (a non-zero exit code); no chunk fenced by its own "
+    "write (a fenced or lease-lost stop, from the worker logs, with no other claim of that "
+    "chunk started before it, the paused worker's own chunk excepted); re-applied items at "
+    "most one checkpoint interval of items per kill or stop; completion within 2x the same "
+    "run without faults (reported, not judged). `make test` runs a small version "
+    "(tests/chaos/test_chaos.py).\n"
 )
 
 
