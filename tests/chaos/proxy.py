@@ -28,6 +28,7 @@ import http.client
 import json
 import random
 import socket
+import sys
 import threading
 import time
 from collections import Counter
@@ -97,6 +98,12 @@ class ProxyCounts:
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
     proxy: FaultProxy
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        # A client that resets its connection (a SIGKILLed worker) is expected here;
+        # anything else is printed as the base class does.
+        if not isinstance(sys.exc_info()[1], ConnectionError):
+            super().handle_error(request, client_address)
 
 
 class FaultProxy:
