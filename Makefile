@@ -14,7 +14,7 @@ DEMO_ARGS ?=
 export AZURITE_BIN := $(abspath $(AZURITE_BIN))
 export SPARK_LOCAL_IP := 127.0.0.1
 
-.PHONY: help venv azurite test lint typecheck bench demo demo-azure clean
+.PHONY: help venv azurite test lint typecheck bench chaos demo demo-azure clean
 
 help:
 	@echo "make demo       run the main job on the embedded default (DEMO_ARGS='--rows 200000')"
@@ -22,6 +22,8 @@ help:
 	@echo "make test       install everything, then run the full test suite (both backends)"
 	@echo "make bench      storage operations, the chunk engine (both backends) and the"
 	@echo "                migration chunked vs one plain Spark job -> BENCHMARKS.md"
+	@echo "make chaos      fault-injection runs (kills, a pause, storage faults) on both"
+	@echo "                backends at two fault levels -> RELIABILITY.md"
 	@echo "make lint       ruff; make typecheck: mypy"
 	@echo "make clean      remove .venv, .tools and the default embedded store"
 
@@ -56,6 +58,19 @@ bench: venv azurite
 	$(BIN)/python -m tests.bench.migration --output BENCHMARKS.md
 	$(BIN)/python -m tests.bench.migration --files-per-batch 3 --output BENCHMARKS.md
 	$(BIN)/python -m tests.bench.migration --files-per-batch 3 --rows 8000000 --output BENCHMARKS.md
+
+# The chaos job with SIGKILLs, a SIGSTOP past the lease and storage faults, each run
+# after its fault-free twin (tests/chaos/run.py). All four run; fails if any missed a
+# correctness target.
+CHAOS := $(BIN)/python -m tests.chaos.run --items 6000 --chunks 60 --workers 3 --kills 2 \
+	--stops 1 --seed 1 --output RELIABILITY.md
+chaos: venv azurite
+	@failed=; \
+	for backend in embedded azurite; do \
+		$(CHAOS) --backend $$backend --busy 0.05 --ambiguous 0.03 --delayed 0.05 || failed=1; \
+		$(CHAOS) --backend $$backend --busy 0.10 --ambiguous 0.05 --delayed 0.10 || failed=1; \
+	done; \
+	test -z "$$failed"
 
 # The batch-migration sample end to end (samples/migration/README.md): generate the data,
 # submit, 2 workers, one SIGKILLed and resumed, verified against a one-shot Spark run.

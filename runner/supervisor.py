@@ -22,9 +22,15 @@ from types import FrameType
 
 from checkpoint.backends import open_storage
 from jobs.registry import load_job_class
+from runner.faults import injected_faults
 from runner.loop import EXIT_ERROR, EXIT_FORCED, WorkerLoop, WorkerSettings
 
 log = logging.getLogger(__name__)
+
+#: Storage faults to inject in each worker (chaos runs; docs/cli.md): a spec such as
+#: ``busy=0.05,ambiguous=0.03,delayed=0.05,seed=7``, and where to keep their counts.
+FAULTS_ENV = "RUNNER_FAULTS"
+FAULTS_REPORT_ENV = "RUNNER_FAULTS_REPORT"
 
 LOG_FORMAT = "%(asctime)s %(levelname)s [%(processName)s] %(name)s: %(message)s"
 
@@ -50,7 +56,8 @@ class StartOptions:
 def run_in_this_process(options: StartOptions) -> int:
     """Run one worker here until it stops; install the signal handlers."""
     classes = [load_job_class(path) for path in options.job_paths]
-    with open_storage(options.storage) as storage:
+    faults = os.environ.get(FAULTS_ENV, ""), os.environ.get(FAULTS_REPORT_ENV, "")
+    with open_storage(options.storage) as opened, injected_faults(opened, *faults) as storage:
         loop = WorkerLoop(storage, classes, options.settings)
         signals = {"count": 0}
 

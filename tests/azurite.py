@@ -75,6 +75,18 @@ def _accepts(port: int) -> bool:
         return False
 
 
+def connection_string(blob_port: int, queue_port: int, table_port: int) -> str:
+    """The connection string of the development account on these loopback ports (an
+    Azurite's own, or a proxy's in front of it)."""
+    base = "http://127.0.0.1"
+    return (
+        f"DefaultEndpointsProtocol=http;AccountName={ACCOUNT};AccountKey={ACCOUNT_KEY};"
+        f"BlobEndpoint={base}:{blob_port}/{ACCOUNT};"
+        f"QueueEndpoint={base}:{queue_port}/{ACCOUNT};"
+        f"TableEndpoint={base}:{table_port}/{ACCOUNT};"
+    )
+
+
 @dataclass
 class Azurite:
     """A running Azurite; use :func:`start` to make one and :meth:`stop` to end it."""
@@ -88,13 +100,7 @@ class Azurite:
 
     @property
     def connection_string(self) -> str:
-        base = "http://127.0.0.1"
-        return (
-            f"DefaultEndpointsProtocol=http;AccountName={ACCOUNT};AccountKey={ACCOUNT_KEY};"
-            f"BlobEndpoint={base}:{self.blob_port}/{ACCOUNT};"
-            f"QueueEndpoint={base}:{self.queue_port}/{ACCOUNT};"
-            f"TableEndpoint={base}:{self.table_port}/{ACCOUNT};"
-        )
+        return connection_string(self.blob_port, self.queue_port, self.table_port)
 
     def stop(self, timeout_seconds: float = 10.0) -> None:
         """SIGTERM, wait for the process to exit (SIGKILL after the bound), clean up."""

@@ -38,9 +38,10 @@ def spread(values: list[float], digits: int = 0) -> str:
     return f"{mid:,.{digits}f} ({low:,.{digits}f}-{high:,.{digits}f})"
 
 
-def write_section(path: Path, title: str, lines: list[str]) -> None:
-    """Replace (or append) the ``## title`` section of the Markdown file at ``path``."""
-    text = path.read_text() if path.exists() else TITLE
+def write_section(path: Path, title: str, lines: list[str], heading: str = TITLE) -> None:
+    """Replace (or append) the ``## title`` section of the Markdown file at ``path``
+    (a new file starts with ``heading``)."""
+    text = path.read_text() if path.exists() else heading
     section = f"## {title}\n\n" + "\n".join(lines).rstrip() + "\n"
     pattern = re.compile(rf"^## {re.escape(title)}\n.*?(?=^## |\Z)", re.MULTILINE | re.DOTALL)
     if pattern.search(text):

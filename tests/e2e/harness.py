@@ -54,13 +54,17 @@ class Cluster:
         storage: the ``--storage`` value.
         workdir: the test's directory: event log, sink, worker logs.
         tag: makes this test's queue names unique on a shared account.
+        jobs_module: the module of the jobs :meth:`job` names.
     """
 
-    def __init__(self, backend: str, storage: str, workdir: Path, tag: str):
+    def __init__(
+        self, backend: str, storage: str, workdir: Path, tag: str, jobs_module: str = JOBS_MODULE
+    ):
         self.backend = backend
         self.storage = storage
         self.workdir = workdir
         self.tag = tag
+        self.jobs_module = jobs_module
         self.workers: list[Worker] = []
         self._opened: Storage | None = None
         self._store: CheckpointStore | None = None
@@ -69,7 +73,7 @@ class Cluster:
 
     def job(self, name: str) -> str:
         """The ``module:Class`` of a test job."""
-        return f"{JOBS_MODULE}:{name}"
+        return f"{self.jobs_module}:{name}"
 
     def queue(self, name: str) -> str:
         """The queue of a test job in this test (see ``e2e_jobs.queue_for``)."""
@@ -181,8 +185,11 @@ class Cluster:
         burst: bool = True,
         workers: int = 1,
         ready: bool = False,
+        env: dict[str, str] | None = None,
+        storage: str | None = None,
     ) -> Worker:
-        """``runner start`` in the background (``--burst`` unless told otherwise)."""
+        """``runner start`` in the background (``--burst`` unless told otherwise), with
+        ``env`` added to its environment and on ``storage`` (default: the cluster's)."""
         label = f"worker-{len(self.workers) + 1}"
         log_path = self.workdir / f"{label}.log"
         command = [
@@ -190,7 +197,7 @@ class Cluster:
             "start",
             self.job(name),
             "--storage",
-            self.storage,
+            storage or self.storage,
             "--workers",
             str(workers),
             "--poll-max",
@@ -202,7 +209,7 @@ class Cluster:
             process = subprocess.Popen(
                 command,
                 cwd=ROOT,
-                env=self.env(),
+                env={**self.env(), **(env or {})},
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,
