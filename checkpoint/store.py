@@ -468,7 +468,9 @@ class CheckpointStore:
             self._counters[partition] = counts
             for i, record in zip(group, written[:-1], strict=True):
                 task = ended[i][0]
-                outcome[i] = TaskRecord.from_record(task.job_id, "chunk", task.index, record)
+                # A merge's answer holds only what it changed; a read, the whole record.
+                whole = replace(record, properties={**task.properties, **record.properties})
+                outcome[i] = TaskRecord.from_record(task.job_id, "chunk", task.index, whole)
             return _whole(counts.properties)
 
     def _batch_settled(self, partition: str, ops: list[BatchOp]) -> list[Record]:

@@ -152,9 +152,14 @@ class LeaseKeeper:
         return True
 
     def delete(self, lease: Lease) -> bool:
-        """Delete the held message (the task is done or moved)."""
+        """Delete the held message (the task is done or moved), retried while the lease
+        lasts (a delete applied with its answer lost comes back as a lost lease)."""
+        budget = Budget(retries.MESSAGE, self._clock, deadline=lambda: lease.visible_at)
         return self.finish(
-            lease, lambda receipt: self._queues.delete(lease.queue, lease.message_id, receipt)
+            lease,
+            lambda receipt: budget.call(
+                lambda: self._queues.delete(lease.queue, lease.message_id, receipt)
+            ),
         )
 
     def delete_many(self, leases: list[Lease]) -> None:
@@ -194,9 +199,13 @@ class LeaseKeeper:
     def release(self, lease: Lease, visibility_seconds: int = 0) -> bool:
         """Stop holding; the message becomes visible after ``visibility_seconds``."""
 
+        budget = Budget(retries.MESSAGE, self._clock, deadline=lambda: lease.visible_at)
+
         def update(receipt: str) -> None:
-            self._queues.update(
-                lease.queue, lease.message_id, receipt, visibility_seconds=visibility_seconds
+            budget.call(
+                lambda: self._queues.update(
+                    lease.queue, lease.message_id, receipt, visibility_seconds=visibility_seconds
+                )
             )
 
         return self.finish(lease, update)

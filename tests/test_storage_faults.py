@@ -13,17 +13,21 @@ import logging
 import threading
 import uuid
 from collections import Counter
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
+from checkpoint.backends import open_storage
 from checkpoint.faults import FaultyStorage, RandomFaults, ScriptedFaults
+from checkpoint.storage import Storage
 from checkpoint.store import CheckpointStore
 from jobs.chunk import Chunk
 from jobs.job import ChunkedJob
 from jobs.submit import submit
 from jobs.summary import JobSummary
 from runner.loop import WorkerLoop, WorkerSettings
+from tests.conftest import BACKENDS
 
 ITEMS_PER_CHUNK = 10
 #: Every item applied, by (job, item); finalize runs by job (one process, so a dict).
@@ -55,6 +59,20 @@ class Faulted(ChunkedJob):
             FINALIZED[summary.job_id] += 1
 
 
+@pytest.fixture(params=BACKENDS)
+def storage(request: pytest.FixtureRequest, tmp_path) -> Iterator[Storage]:
+    """Each backend on the real clock: the worker loops wait out real visibility times
+    (the contract suite's embedded store runs on a fake clock, which nothing advances
+    here)."""
+    if request.param == "embedded":
+        opened = open_storage(str(tmp_path / "store"))
+    else:
+        server = request.getfixturevalue("azurite")
+        opened = open_storage(server.connection_string, azure_retry_total=1)
+    yield opened
+    opened.close()
+
+
 def _run_workers(storage: Any, workers: int) -> None:
     settings = WorkerSettings(concurrency=2, burst=True, poll_max_seconds=0.1)
     loops = [WorkerLoop(storage, [Faulted], settings) for _ in range(workers)]
@@ -68,11 +86,11 @@ def _run_workers(storage: Any, workers: int) -> None:
 
 @pytest.mark.timeout(300)
 def test_a_job_completes_exactly_once_under_busy_ambiguous_and_slow_storage(
-    backend, caplog: pytest.LogCaptureFixture
+    storage: Storage, caplog: pytest.LogCaptureFixture
 ):
     # Given storage where 10 % of calls are busy, 5 % applied-then-lost, 10 % slow
     plan = RandomFaults(seed=13, busy=0.10, ambiguous=0.05, delayed=0.10, delay_seconds=(0, 0.05))
-    faulty = FaultyStorage(backend.storage, plan)
+    faulty = FaultyStorage(storage, plan)
     chunks = 12
     job_id = f"faulted-{uuid.uuid4().hex[:8]}"
 
@@ -82,7 +100,7 @@ def test_a_job_completes_exactly_once_under_busy_ambiguous_and_slow_storage(
     _run_workers(faulty.storage, workers=2)
 
     # Then it is done, every item applied, each exactly once (nothing killed: no redo)
-    job = CheckpointStore(backend.storage).get_job(job_id)
+    job = CheckpointStore(storage).get_job(job_id)
     assert (job.state, job.error) == ("done", None)
     applied = {item: n for (job, item), n in APPLIED.items() if job == job_id}
     assert sorted(applied) == list(range(chunks * ITEMS_PER_CHUNK))
@@ -97,7 +115,7 @@ def test_a_job_completes_exactly_once_under_busy_ambiguous_and_slow_storage(
 
 
 def test_a_worker_waits_for_storage_at_start_up_instead_of_exiting(
-    backend, caplog: pytest.LogCaptureFixture
+    storage: Storage, caplog: pytest.LogCaptureFixture
 ):
     # Given storage whose table creation fails three times (busy, then lost connections)
     script = ScriptedFaults(
@@ -105,7 +123,7 @@ def test_a_worker_waits_for_storage_at_start_up_instead_of_exiting(
         ("records.create_table", "busy"),
         ("records.create_table", "busy"),
     )
-    faulty = FaultyStorage(backend.storage, script)
+    faulty = FaultyStorage(storage, script)
     caplog.set_level(logging.WARNING)
 
     # When a worker starts in burst mode, it waits (a line per try), then serves
@@ -117,10 +135,10 @@ def test_a_worker_waits_for_storage_at_start_up_instead_of_exiting(
     assert len(tries) == 3
 
 
-def test_a_worker_stopped_while_waiting_for_storage_exits_cleanly(backend):
+def test_a_worker_stopped_while_waiting_for_storage_exits_cleanly(storage: Storage):
     # Given storage that never lets a table be created
     script = ScriptedFaults(*[("records.create_table", "busy")] * 1_000)
-    loop = WorkerLoop(FaultyStorage(backend.storage, script).storage, [Faulted])
+    loop = WorkerLoop(FaultyStorage(storage, script).storage, [Faulted])
 
     # When it is stopped while waiting, it exits 0 without having served
     threading.Timer(1.0, loop.request_stop).start()
