@@ -62,6 +62,20 @@ def _claim(store: CheckpointStore, task: TaskRecord, writer: Writer) -> TaskReco
     return store.write_task(task, changes, token=writer.next())
 
 
+def _claimed_chunk(faulty: Faulty) -> tuple[TaskRecord, Writer]:
+    """One chunk of the job, claimed (through the fault-free store) by a new writer."""
+    (task,) = _chunks(faulty, 1)
+    writer = Writer()
+    return _claim(faulty.plain, task, writer), writer
+
+
+def _progress_is(faulty: Faulty, written: TaskRecord, progress: int) -> None:
+    """The stored record is ``written`` (same ETag), holding ``progress``."""
+    stored = faulty.plain.get_task(faulty.job_id, "chunk", 0)
+    assert stored.etag == written.etag
+    assert faulty.plain.value(stored.properties, "progress") == progress
+
+
 # --------------------------------------------------------------------------- task writes
 
 
@@ -77,9 +91,7 @@ def test_a_claim_applied_and_lost_is_recognised_as_our_claim(faulty: Faulty):
 
 
 def test_a_checkpoint_applied_and_lost_never_fences_its_own_writer(faulty: Faulty):
-    (task,) = _chunks(faulty, 1)
-    writer = Writer()
-    claimed = _claim(faulty.plain, task, writer)
+    claimed, writer = _claimed_chunk(faulty)
 
     # Given a checkpoint that was applied although the worker saw the connection drop
     faulty.faults.add("records.merge", "ambiguous")
@@ -88,15 +100,11 @@ def test_a_checkpoint_applied_and_lost_never_fences_its_own_writer(faulty: Fault
     # Then it is known as written, and the next write builds on it without a conflict
     assert faulty.store.value(written.properties, "progress") == 40
     again = faulty.store.write_task(written, {}, {"progress": 80}, token=writer.next())
-    stored = faulty.plain.get_task(faulty.job_id, "chunk", 0)
-    assert stored.etag == again.etag
-    assert faulty.plain.value(stored.properties, "progress") == 80
+    _progress_is(faulty, again, 80)
 
 
 def test_an_earlier_write_of_ours_found_applied_is_written_over_not_a_conflict(faulty: Faulty):
-    (task,) = _chunks(faulty, 1)
-    writer = Writer()
-    claimed = _claim(faulty.plain, task, writer)
+    claimed, writer = _claimed_chunk(faulty)
 
     # Given a checkpoint applied and lost whose settling read failed too (so the worker
     # could not tell, and kept the old ETag)
@@ -108,9 +116,7 @@ def test_an_earlier_write_of_ours_found_applied_is_written_over_not_a_conflict(f
 
     # When the next write goes with that stale ETag, it finds our own write and goes on
     written = faulty.store.write_task(claimed, {}, {"progress": 80}, token=writer.next())
-    stored = faulty.plain.get_task(faulty.job_id, "chunk", 0)
-    assert stored.etag == written.etag
-    assert faulty.plain.value(stored.properties, "progress") == 80
+    _progress_is(faulty, written, 80)
 
 
 def test_a_write_by_another_claim_is_still_a_conflict(faulty: Faulty):
@@ -123,9 +129,7 @@ def test_a_write_by_another_claim_is_still_a_conflict(faulty: Faulty):
 
 
 def test_a_write_lost_before_it_was_applied_is_retried_in_place(faulty: Faulty):
-    (task,) = _chunks(faulty, 1)
-    writer = Writer()
-    claimed = _claim(faulty.plain, task, writer)
+    claimed, writer = _claimed_chunk(faulty)
     faulty.faults.add("records.merge", "busy")
     faulty.faults.add("records.merge", "busy")
 
@@ -156,9 +160,7 @@ def test_a_done_batch_applied_and_lost_counts_each_chunk_once(faulty: Faulty):
 
 
 def test_a_done_mark_after_an_unknown_checkpoint_of_its_own_is_not_fenced(faulty: Faulty):
-    (task,) = _chunks(faulty, 1)
-    writer = Writer()
-    claimed = _claim(faulty.plain, task, writer)
+    claimed, writer = _claimed_chunk(faulty)
     # A checkpoint of ours applied while we kept the ETag from before it
     faulty.plain.write_task(claimed, {}, {"progress": 9}, token=writer.next())
 
@@ -276,9 +278,7 @@ def test_a_renewal_applied_and_lost_keeps_the_lease_and_hands_the_chunk_back(que
 
 
 def test_a_handed_back_chunk_keeps_its_state_and_spends_no_attempt(faulty: Faulty):
-    (task,) = _chunks(faulty, 1)
-    writer = Writer()
-    claimed = _claim(faulty.plain, task, writer)
+    claimed, writer = _claimed_chunk(faulty)
     clock = SystemClock()
     now = clock.monotonic()
     lease = Lease("amb-q", "m", "r", LEASE_SECONDS, acquired_at=now, visible_at=now + 5)
