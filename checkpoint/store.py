@@ -35,8 +35,10 @@ from jobs.errors import (
 
 #: The counts a shard's counter row holds.
 COUNTERS = ("done", "poisoned")
-#: Rows read per query page (each page is retried on its own).
-QUERY_PAGE_ROWS = 1000
+#: Rows read per query page (each page is retried on its own). A scan of a job's chunks
+#: holds a page per shard (16) at once, and a row may hold up to 48 KiB inline each of
+#: payload, state and result: 250 keeps that bounded where Azure's own 1,000 would not.
+QUERY_PAGE_ROWS = 250
 #: Records written per batch (Azure allows 100 per partition batch).
 BATCH_ROWS = 100
 #: Bytes of records per batch, under Azure's 4 MiB per batch with room for the counter.

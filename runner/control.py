@@ -187,6 +187,10 @@ class TaskControl:
                 self._newest = _NOTHING
         except LeaseLost:
             pass  # the lease is marked lost; the chunk learns at its next checkpoint
+        except StorageError as error:
+            # Runs on the lease keeper's thread: raising would cost the other leases
+            # their renewals. The next due checkpoint writes the newest state.
+            log.warning("refreshing %s %s after a renewal failed: %s", *self._name(), error)
 
     def _write_locked(self) -> None:
         # Forget the state only once written: after a failed write (a busy service) the

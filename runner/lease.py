@@ -228,7 +228,10 @@ class LeaseKeeper:
         now = self._clock.monotonic()
         for lease in self.held():
             if now >= lease.next_renewal_at:
-                self._renew(lease)
+                try:
+                    self._renew(lease)
+                except Exception:  # one lease's trouble must not cost the others theirs
+                    log.exception("renewing message %s failed", lease.message_id)
         upcoming = [lease.next_renewal_at for lease in self.held() if not lease.lost]
         return max(0.0, min(upcoming) - self._clock.monotonic()) if upcoming else 3600.0
 

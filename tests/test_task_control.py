@@ -415,6 +415,22 @@ def _renewed(world: World) -> None:
     world.control.on_renewed(world.lease)
 
 
+def test_a_record_refresh_that_fails_for_a_passing_reason_never_raises_into_the_keeper(
+    world: World,
+):
+    # Given a store busy when a renewal refreshes the record (on the keeper's thread)
+    world.control.offer("early")
+    world.clock.advance(LEASE_SECONDS * 0.7)
+    world.records.merge_failures.append(Throttled("server busy"))
+
+    # When the keeper calls back, nothing is raised (the keeper renews other leases in
+    # the same pass), and the state waits for the next checkpoint
+    _renewed(world)
+    assert world.control.newest_state == "early"
+    assert world.control.has_unwritten_state
+    assert not world.lease.lost
+
+
 def test_on_renewed_records_each_new_deadline_once(world: World):
     world.control.offer("early")
     world.clock.advance(LEASE_SECONDS * 0.7)
