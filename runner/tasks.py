@@ -381,6 +381,7 @@ def _execute(
     except StorageTrouble as trouble:
         log.warning("%s %s of %s handed back: %s", task.kind, task.index, job.job_id, trouble)
         _stopped(worker, lease, control)
+        return
     except BadRecord as bad:  # its payload, state or params cannot be read: no retry mends it
         # No traceback kept: the reason names the record and field, the stack is ours.
         _poison_task(worker, lease, message, job, task, (bad, ""), str(bad), control)

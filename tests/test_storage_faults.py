@@ -23,6 +23,7 @@ from checkpoint.faults import FaultyStorage, RandomFaults, ScriptedFaults
 from checkpoint.storage import Storage
 from checkpoint.store import CheckpointStore
 from jobs.chunk import Chunk
+from jobs.clock import FakeClock
 from jobs.job import ChunkedJob
 from jobs.submit import submit
 from jobs.summary import JobSummary
@@ -143,3 +144,30 @@ def test_a_worker_stopped_while_waiting_for_storage_exits_cleanly(storage: Stora
     # When it is stopped while waiting, it exits 0 without having served
     threading.Timer(1.0, loop.request_stop).start()
     assert loop.run() == 0
+
+
+def test_planning_that_cannot_reach_storage_for_a_whole_lease_is_handed_back_unfailed(
+    tmp_path, caplog: pytest.LogCaptureFixture
+):
+    # Given a store (on a fake clock: the retries' waits pass at once) whose batches stay
+    # busy for longer than the planning lease's retry budget, then recover
+    clock = FakeClock()
+    storage = open_storage(str(tmp_path / "store"), clock=clock)
+    script = ScriptedFaults(*[("records.batch", "busy")] * 40)
+    faulty = FaultyStorage(storage, script, sleep=clock.sleep)
+    job_id = submit(Faulted, {"chunks": 3}, storage=faulty.storage)
+    caplog.set_level(logging.WARNING)
+
+    # When a worker plans it (burst: to the end), with the clock on the worker's side
+    settings = WorkerSettings(burst=True, poll_max_seconds=0.05)
+    WorkerLoop(faulty.storage, [Faulted], settings, clock=clock).run()
+
+    # Then planning was handed back (not failed), ran again, and the job is done with no
+    # attempt spent on the store's trouble
+    store = CheckpointStore(storage)
+    assert store.get_job(job_id).state == "done"
+    plan = store.get_task(job_id, "plan", 0)
+    assert (plan.attempt, plan.error) == (1, None)
+    assert any("handed back" in r.getMessage() for r in caplog.records)
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR] == []
+    assert script.pending == []
