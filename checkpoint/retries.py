@@ -15,6 +15,7 @@ below these and cost at most a few seconds per call.
 from __future__ import annotations
 
 import logging
+import random
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -103,24 +104,38 @@ class Budget:
         """``action()``, tried again after transient trouble while the budget allows.
 
         Raises the last error once the budget is spent (or at once if not transient).
+        The first try is made directly: tenacity is entered only after a transient
+        failure, so a call that succeeds costs nothing more than the call.
         """
         started = self.clock.monotonic()
+        try:
+            return action()
+        except TRANSIENT as error:
+            first_wait = self.policy.first_wait_seconds * (1 + random.random())
+            if self._spent_at(started, first_wait):
+                raise
+            log.warning(
+                "%s: %s; try 1 failed, next in %.1f s", what or self.policy.name, error, first_wait
+            )
+            self._sleep(first_wait)
+        # Tries 2, 3, ... wait twice the first wait, then doubling, capped, with jitter.
         retrying = tenacity.Retrying(
             retry=retry_if_exception_type(TRANSIENT),
             wait=wait_exponential_jitter(
-                multiplier=self.policy.first_wait_seconds,
+                multiplier=2 * self.policy.first_wait_seconds,
                 max=self.policy.max_wait_seconds,
                 jitter=self.policy.first_wait_seconds,
             ),
-            stop=lambda state: self._spent(state, started),
+            stop=lambda state: self._spent_at(started, state.upcoming_sleep or 0.0),
             sleep=self._sleep,
             before_sleep=lambda state: _log_retry(state, what or self.policy.name),
             reraise=True,
         )
         return retrying(action)
 
-    def _spent(self, state: RetryCallState, started: float) -> bool:
-        resume_at = self.clock.monotonic() + (state.upcoming_sleep or 0.0)
+    def _spent_at(self, started: float, upcoming_sleep: float) -> bool:
+        """Whether no try may follow a wait of ``upcoming_sleep`` from now."""
+        resume_at = self.clock.monotonic() + upcoming_sleep
         if self.stopping is not None and self.stopping.is_set():
             return True
         limit = self.policy.give_up_after_seconds
@@ -141,7 +156,7 @@ def _log_retry(state: RetryCallState, what: str) -> None:
         "%s: %s; try %d failed, next in %.1f s",
         what,
         error,
-        state.attempt_number,
+        state.attempt_number + 1,  # the first try was made before tenacity
         state.upcoming_sleep or 0.0,
     )
 
