@@ -7,9 +7,9 @@ under a lease until that lease's local deadline, a worker's start-up until it is
 Nothing here decides whether a failed *write* was applied: the caller settles that by
 reading (see :mod:`checkpoint.store`) before it tries again.
 
-The budgets are data (:class:`RetryPolicy`), listed once in :data:`POLICIES` and in
-docs/semantics.md; the SDK's own retries (``checkpoint/backends/azure/retry.py``) sit
-below these and cost at most a few seconds per call.
+The budgets are data (:class:`RetryPolicy`), one module constant per kind of call, and
+docs/semantics.md §15 tabulates them; the SDK's own retries
+(``checkpoint/backends/azure/retry.py``) sit below these and cost a few seconds per call.
 """
 
 from __future__ import annotations
@@ -68,18 +68,6 @@ START_UP = RetryPolicy("start-up", first_wait_seconds=0.5, max_wait_seconds=30.0
 #: A checkpoint during ``process`` is not retried in place: the user's thread goes on and
 #: the newest state is written at the next due checkpoint instead.
 CHECKPOINT = RetryPolicy("checkpoint", give_up_after_seconds=0.0)
-POLICIES = (
-    CLAIM,
-    TASK_WRITE,
-    CHECKPOINT,
-    DONE_MARK,
-    PLANNING,
-    BOOKKEEPING,
-    MESSAGE,
-    READ,
-    START_UP,
-    STANDALONE,
-)
 
 
 @dataclass(frozen=True)
