@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, TypeVar
 
 from checkpoint import codec, retries
 from checkpoint.records import TaskRecord
@@ -20,10 +21,11 @@ from checkpoint.retries import Budget
 from checkpoint.settle import Writer
 from checkpoint.store import CheckpointStore
 from jobs.clock import Clock
-from jobs.errors import ChunkStopped, Conflict, LeaseLost, NotFound, StorageError
+from jobs.errors import ChunkStopped, Conflict, LeaseLost, NotFound, StorageError, StorageTrouble
 from runner.lease import Lease
 
 _NOTHING = object()
+T = TypeVar("T")
 log = logging.getLogger(__name__)
 
 
@@ -121,7 +123,7 @@ class TaskControl:
 
     def lease_budget(self, policy: retries.RetryPolicy = retries.TASK_WRITE) -> Budget:
         """Retries of ``policy`` for as long as the lease lasts (renewals extend it)."""
-        return Budget(policy, self._clock, deadline=lambda: self.lease.visible_at)
+        return self.lease.budget(policy, self._clock)
 
     def _name(self) -> tuple[str, int]:
         return self.task.kind, self.task.index
@@ -220,3 +222,15 @@ class TaskControl:
     def _lease_until(self) -> datetime:
         remaining = max(0.0, self.lease.visible_at - self._clock.monotonic())
         return self._clock.now() + timedelta(seconds=remaining)
+
+
+def runner_side(action: Callable[[], T], what: str) -> T:
+    """Run a storage step of the runner's own inside a task: its failure past the retry
+    budget is :class:`StorageTrouble` (the task is handed back, no attempt spent), never
+    a failure of the user's code."""
+    try:
+        return action()
+    except LeaseLost:
+        raise
+    except StorageError as error:
+        raise StorageTrouble(f"{what}: {error}") from error

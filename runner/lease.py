@@ -80,6 +80,10 @@ class Lease:
         margin = self.lease_seconds * HAND_BACK_FRACTION
         return self.receipt_lost and now >= self.visible_at - margin
 
+    def budget(self, policy: retries.RetryPolicy, clock: Clock) -> Budget:
+        """Retries of ``policy`` for as long as this lease lasts (renewals extend it)."""
+        return Budget(policy, clock, deadline=lambda: self.visible_at)
+
     def why_lost(self, now: float) -> str:
         if self.lost_reason:
             return self.lost_reason
@@ -154,7 +158,7 @@ class LeaseKeeper:
     def delete(self, lease: Lease) -> bool:
         """Delete the held message (the task is done or moved), retried while the lease
         lasts (a delete applied with its answer lost comes back as a lost lease)."""
-        budget = Budget(retries.MESSAGE, self._clock, deadline=lambda: lease.visible_at)
+        budget = lease.budget(retries.MESSAGE, self._clock)
         return self.finish(
             lease,
             lambda receipt: budget.call(
@@ -192,14 +196,14 @@ class LeaseKeeper:
         # Retried while the leases last; a delete applied with its answer lost is sent
         # again by the SDK and then finds the message gone: LeaseLost, harmless.
         first_to_lapse = min(held, key=lambda lease: lease.visible_at)
-        budget = Budget(retries.MESSAGE, self._clock, deadline=lambda: first_to_lapse.visible_at)
+        budget = first_to_lapse.budget(retries.MESSAGE, self._clock)
         pairs = [(lease.message_id, lease.pop_receipt) for lease in held]
         return budget.call(lambda: self._queues.delete_many(queue, pairs))
 
     def release(self, lease: Lease, visibility_seconds: int = 0) -> bool:
         """Stop holding; the message becomes visible after ``visibility_seconds``."""
 
-        budget = Budget(retries.MESSAGE, self._clock, deadline=lambda: lease.visible_at)
+        budget = lease.budget(retries.MESSAGE, self._clock)
 
         def update(receipt: str) -> None:
             budget.call(

@@ -10,22 +10,18 @@ page of payloads, whatever the job's size.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
 from checkpoint import messages, retries
 from checkpoint.messages import INLINE_PAYLOAD_BYTES
 from checkpoint.records import JobRecord
 from checkpoint.retries import Budget
 from checkpoint.storage import NEVER_EXPIRES
-from jobs.errors import LeaseLost, StorageError, StorageTrouble
 from jobs.job import ChunkedJob
-from runner.control import TaskControl
+from runner.control import TaskControl, runner_side
 
 if TYPE_CHECKING:
     from runner.tasks import Context
-
-T = TypeVar("T")
 
 #: Chunks recorded and enqueued per step (16 shards x 25 rows per batch).
 PAGE_CHUNKS = 400
@@ -48,18 +44,6 @@ def run_plan(
         enqueued += len(page)
         control.offer(enqueued)
         control.raise_if_stopped()
-
-
-def runner_side(action: Callable[[], T], what: str) -> T:
-    """Run a storage step of the runner's own inside a task: its failure past the retry
-    budget is :class:`StorageTrouble` (the task is handed back, no attempt spent), never
-    a failure of the user's code."""
-    try:
-        return action()
-    except LeaseLost:
-        raise
-    except StorageError as error:
-        raise StorageTrouble(f"{what}: {error}") from error
 
 
 def _enqueue(worker: Context, job: JobRecord, first: int, page: list[Any], budget: Budget) -> None:

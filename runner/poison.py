@@ -5,7 +5,6 @@ from __future__ import annotations
 import logging
 
 from checkpoint import messages, retries
-from checkpoint.retries import Budget
 from checkpoint.storage import NEVER_EXPIRES, QueueStore
 from jobs.clock import Clock
 from jobs.job import POISON_SUFFIX
@@ -29,7 +28,7 @@ class PoisonRouter:
 
     def move(self, lease: Lease, body: bytes, reason: str) -> None:
         poison_queue = lease.queue + POISON_SUFFIX
-        budget = Budget(retries.MESSAGE, self._clock, deadline=lambda: lease.visible_at)
+        budget = lease.budget(retries.MESSAGE, self._clock)
         if poison_queue not in self._created:
             budget.call(lambda: self._queues.create_queue(poison_queue))
             self._created.add(poison_queue)

@@ -149,7 +149,7 @@ def _handle_held(worker: Context, queue: str, message: QueueMessage, lease: Leas
                 worker.store,
                 task_message.job_id,
                 only_from=_OPEN_STATES,
-                budget=lease_budget(worker, lease, retries.BOOKKEEPING),
+                budget=lease.budget(retries.BOOKKEEPING, worker.clock),
                 state="failed",
                 error=f"{task_message.kind} message poisoned: {bad}",
             )
@@ -157,17 +157,12 @@ def _handle_held(worker: Context, queue: str, message: QueueMessage, lease: Leas
     return _run_task(worker, lease, message, job_class, job, task_message)
 
 
-def lease_budget(worker: Context, lease: Lease, policy: retries.RetryPolicy) -> Budget:
-    """Retries of ``policy`` for as long as ``lease`` lasts (renewals extend it)."""
-    return Budget(policy, worker.clock, deadline=lambda: lease.visible_at)
-
-
 def _job(worker: Context, job_id: str, lease: Lease) -> JobRecord:
     # Params never change, so a job record read once serves all its chunks here.
     job = worker._jobs.get(job_id)
     if job is None:
         try:
-            job = worker.store.get_job(job_id, lease_budget(worker, lease, retries.READ))
+            job = worker.store.get_job(job_id, lease.budget(retries.READ, worker.clock))
         except JobNotFound as missing:
             raise BadMessage(f"no job {job_id!r} in the checkpoint store") from missing
         except BadRecord as bad:
@@ -201,7 +196,7 @@ def _run_task(
         return kind == "chunk"
     try:
         task = _task(
-            worker.store, job.job_id, kind, index, lease_budget(worker, lease, retries.READ)
+            worker.store, job.job_id, kind, index, lease.budget(retries.READ, worker.clock)
         )
     except NotFound:
         reason = f"no record of {kind} {index} of job {job.job_id!r}"
@@ -216,7 +211,7 @@ def _run_task(
         log.info("%s %s of %s: %s; message deleted unrun", kind, index, job.job_id, verdict)
         if task.state == "done":
             # The last holder may have died between marking done and what follows it.
-            _after_done(worker, job.job_id, task, lease_budget(worker, lease, retries.BOOKKEEPING))
+            _after_done(worker, job.job_id, task, lease.budget(retries.BOOKKEEPING, worker.clock))
         worker.keeper.delete(lease)
         return False
     exhausted = _exhausted(task, message, job_class)
@@ -325,7 +320,7 @@ def _claim_planned(
             planned,
             _claim_changes(worker, planned, message, lease),
             token=writer.next(),
-            budget=lease_budget(worker, lease, retries.CLAIM),
+            budget=lease.budget(retries.CLAIM, worker.clock),
         )
     except (Conflict, NotFound):
         return None
@@ -349,7 +344,7 @@ def _claim(
     worker: Context, task: TaskRecord, message: QueueMessage, lease: Lease, writer: Writer
 ) -> TaskRecord | None:
     changes = _claim_changes(worker, task, message, lease)
-    budget = lease_budget(worker, lease, retries.CLAIM)
+    budget = lease.budget(retries.CLAIM, worker.clock)
     try:
         return worker.store.write_task(task, changes, token=writer.next(), budget=budget)
     except Conflict:
@@ -437,7 +432,7 @@ def _succeeded(
     task = control.write(done, {"progress": outcome} if task.kind == "plan" else {})
     # Marked done before the message is deleted: a crash in between re-delivers a message
     # that is deleted unrun, after _after_done has run again.
-    _after_done(worker, job.job_id, task, lease_budget(worker, lease, retries.BOOKKEEPING))
+    _after_done(worker, job.job_id, task, lease.budget(retries.BOOKKEEPING, worker.clock))
     worker.keeper.delete(lease)
 
 
@@ -504,7 +499,7 @@ def _poison_task(
     values = {"progress": control.newest_state} if control and control.has_unwritten_state else {}
     current = control.end() if control else task
     writer = control.writer if control else Writer()
-    budget = lease_budget(worker, lease, retries.TASK_WRITE)
+    budget = lease.budget(retries.TASK_WRITE, worker.clock)
     try:
         try:
             _write_poisoned(worker, job, current, changes, values, reason, writer, budget)
@@ -580,7 +575,7 @@ def _poison_unreadable(
                 "lease_until": worker.clock.now(),
                 **error_properties(bad),
             }
-            budget = lease_budget(worker, lease, retries.TASK_WRITE)
+            budget = lease.budget(retries.TASK_WRITE, worker.clock)
             _write_poisoned(worker, job, found, changes, {}, reason, Writer(), budget)
     except (Conflict, NotFound):
         log.warning("%s changed while poisoning; left to its owner", bad)
@@ -592,7 +587,7 @@ def _poison_unreadable(
         check_complete(
             worker,
             job.job_id,
-            lease_budget(worker, lease, retries.BOOKKEEPING),
+            lease.budget(retries.BOOKKEEPING, worker.clock),
             layout.shard_of(index),
         )
 

@@ -9,8 +9,7 @@ from checkpoint.records import JobRecord
 from jobs.chunk import Chunk
 from jobs.job import ChunkedJob
 from jobs.summary import JobSummary
-from runner.control import TaskControl
-from runner.plan import runner_side
+from runner.control import TaskControl, runner_side
 
 if TYPE_CHECKING:
     from runner.tasks import Context
