@@ -11,7 +11,7 @@ from typing import Any
 
 import msgpack
 
-from jobs.errors import CodecError
+from checkpoint.errors import CodecError
 
 
 def encode(value: Any, what: str = "value") -> bytes:

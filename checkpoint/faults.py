@@ -3,8 +3,8 @@
 :class:`FaultyStorage` wraps any :class:`~checkpoint.storage.Storage` and, per call, as a
 :class:`FaultPlan` decides, does one of three things a real storage service does:
 
-- ``busy``: raise :class:`~jobs.errors.Throttled` (503 ServerBusy) *without* applying;
-- ``ambiguous``: apply the call, then raise :class:`~jobs.errors.Unavailable` as a lost
+- ``busy``: raise :class:`~checkpoint.errors.Throttled` (503 ServerBusy) *without* applying;
+- ``ambiguous``: apply the call, then raise :class:`~checkpoint.errors.Unavailable` as a lost
   connection does: the write happened, the caller was told it did not;
 - ``delay``: wait, then apply.
 
@@ -30,8 +30,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
+from checkpoint.errors import ConfigurationError, Throttled, Unavailable
 from checkpoint.storage import Storage
-from jobs.errors import ConfigurationError, Throttled, Unavailable
 
 FaultKind = Literal["busy", "ambiguous", "delay"]
 Service = Literal["queues", "records", "blobs"]
@@ -244,7 +244,7 @@ class FaultyStorage:
     Args:
         storage: the real storage (embedded or Azure).
         plan: decides each call's fault.
-        sleep: how a ``delay`` waits (a :class:`~jobs.clock.FakeClock`'s ``sleep`` in
+        sleep: how a ``delay`` waits (a :class:`~checkpoint.clock.FakeClock`'s ``sleep`` in
             tests, so nothing really sleeps).
     """
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import re
 
-from jobs.errors import ConfigurationError
+from checkpoint.errors import ConfigurationError
 
 JOBS_TABLE = "runnerjobs"
 TASKS_TABLE = "runnertasks"
@@ -30,6 +30,9 @@ SHARD_BLOCK = 32
 COUNTS_ROW = "zcounts"
 PLAN_ROW = "plan"
 FINAL_ROW = "final"
+#: A job queue's poison queue is its name with this suffix, so a job queue name leaves
+#: room for it within Azure's 63 characters.
+POISON_SUFFIX = "-poison"
 
 _JOB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
 

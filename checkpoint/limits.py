@@ -3,7 +3,7 @@
 Azurite is laxer than Azure in places (it accepts more than 252 properties, answers 500
 to a ``/`` in a RowKey) and the embedded backend has no limits of its own, so both
 backends call these checks before each request and refuse the same input with the same
-:class:`~jobs.errors.InvalidRequest` or :class:`~jobs.errors.TooLarge`. Figures are
+:class:`~checkpoint.errors.InvalidRequest` or :class:`~checkpoint.errors.TooLarge`. Figures are
 Azure's published targets; sizes of strings are counted as Azure counts them, in UTF-16.
 """
 
@@ -15,8 +15,9 @@ import re
 from collections.abc import Mapping, Sequence
 from datetime import datetime
 
+from checkpoint import checks
+from checkpoint.errors import InvalidRequest, TooLarge
 from checkpoint.storage import Where
-from jobs.errors import InvalidRequest, TooLarge
 
 #: Largest message body in bytes: 64 KiB of base64 text, which is how bodies travel.
 MAX_MESSAGE_BYTES = 48 * 1024
@@ -60,9 +61,15 @@ def _utf16_bytes(text: str) -> int:
 # --------------------------------------------------------------------------- names
 
 
+def is_queue_name(name: object) -> bool:
+    """3-63 lowercase letters, digits and single hyphens, starting and ending alphanumeric
+    (Azure's rule for queues and blob containers alike)."""
+    return isinstance(name, str) and _QUEUE_OR_CONTAINER.match(name) is not None
+
+
 def check_queue_name(name: str) -> str:
     """3-63 lowercase letters, digits and single hyphens, starting and ending alphanumeric."""
-    if not isinstance(name, str) or not _QUEUE_OR_CONTAINER.match(name):
+    if not is_queue_name(name):
         raise InvalidRequest(
             f"invalid queue name {name!r}: use 3-63 lowercase letters, digits and single "
             "hyphens, starting and ending with a letter or digit",
@@ -73,7 +80,7 @@ def check_queue_name(name: str) -> str:
 
 def check_container_name(name: str) -> str:
     """Same rule as queues: 3-63 lowercase letters, digits and single hyphens."""
-    if not isinstance(name, str) or not _QUEUE_OR_CONTAINER.match(name):
+    if not is_queue_name(name):
         raise InvalidRequest(
             f"invalid container name {name!r}: use 3-63 lowercase letters, digits and "
             "single hyphens, starting and ending with a letter or digit",
@@ -139,20 +146,18 @@ def check_whole(
     value: int, what: str, lowest: int, highest: int = MAX_VISIBILITY_SECONDS, unit: str = "seconds"
 ) -> int:
     """A whole number within ``[lowest, highest]`` (Azure counts visibility in whole seconds)."""
-    if isinstance(value, bool) or not isinstance(value, int) or not lowest <= value <= highest:
-        raise InvalidRequest(
-            f"{what} must be a whole number of {unit} from {lowest} to {highest}, not {value!r}",
-            code="OutOfRangeQueryParameterValue",
-        )
-    return value
+    return checks.whole(value, what, lowest=lowest, highest=highest, unit=unit, error=_out_of_range)
+
+
+def _out_of_range(message: str) -> InvalidRequest:
+    return InvalidRequest(message, code="OutOfRangeQueryParameterValue")
 
 
 def check_ttl(ttl_seconds: int | None, delay_seconds: int) -> int:
     """TTL in seconds: None for the 7-day default, -1 for never, else >= 1 and > delay."""
     if ttl_seconds is None:
         ttl_seconds = DEFAULT_TTL_SECONDS
-    if isinstance(ttl_seconds, bool) or not isinstance(ttl_seconds, int):
-        raise InvalidRequest(f"ttl_seconds must be a whole number, not {ttl_seconds!r}")
+    checks.whole(ttl_seconds, "ttl_seconds", error=InvalidRequest)
     if ttl_seconds == -1:
         return ttl_seconds
     if ttl_seconds < 1 or ttl_seconds <= delay_seconds:
@@ -270,7 +275,7 @@ def check_entity(partition_key: str, row_key: str, properties: Mapping[str, obje
             size = 4 + len(value)
         elif type(value) is str and value.isascii() and 2 * len(value) <= MAX_PROPERTY_BYTES:
             size = 4 + 2 * len(value)
-        elif (type(value) is int and INT64_MIN <= value <= INT64_MAX) or type(value) is float:
+        elif (checks.is_whole(value) and INT64_MIN <= value <= INT64_MAX) or type(value) is float:
             size = 8
         else:
             size = _value_bytes(name, value)
@@ -369,6 +374,4 @@ def check_select(select: Sequence[str] | None) -> list[str] | None:
 
 def check_limit(limit: int | None) -> int | None:
     """None (no limit) or a positive whole number of records."""
-    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
-        raise InvalidRequest(f"limit must be a positive whole number, not {limit!r}")
-    return limit
+    return None if limit is None else checks.whole(limit, "limit", lowest=1, error=InvalidRequest)

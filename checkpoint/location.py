@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from jobs.errors import ConfigurationError
+from checkpoint.errors import ConfigurationError
 
 ENV_VAR = "RUNNER_STORAGE"
 DEFAULT_DIRECTORY = ".runner"

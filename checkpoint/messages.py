@@ -2,7 +2,7 @@
 
 Payloads and params live in the checkpoint store (spilled to blob when large), so a
 message is a claim check whatever the payload's size. Anything that is not exactly our
-envelope is a :class:`~jobs.errors.BadMessage`.
+envelope is a :class:`~checkpoint.errors.BadMessage`.
 
 A chunk message sent at planning also carries the chunk record *as planned*: its ETag
 and, when small, its encoded payload (:data:`INLINE_PAYLOAD_BYTES`). A worker can then
@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from checkpoint import codec, layout
+from checkpoint.errors import BadMessage, CodecError, ConfigurationError
 from checkpoint.records import TaskKind
-from jobs.errors import BadMessage, CodecError, ConfigurationError
 
 #: Marks our messages; the value is the envelope version.
 MAGIC = "chunkrunner"

@@ -11,8 +11,9 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
 
+from checkpoint import checks
+from checkpoint.errors import BadRecord
 from checkpoint.storage import PropertyValue, Record
-from jobs.errors import BadRecord
 
 TaskKind = Literal["plan", "chunk", "final"]
 TaskState = Literal["waiting", "running", "retrying", "done", "poisoned"]
@@ -191,7 +192,7 @@ class _Properties:
         # explorer's default) as a double, and 3.0 attempts mean 3.
         if isinstance(value, float) and value.is_integer():
             value = int(value)
-        if value is None or (type(value) is int and value >= 0):
+        if value is None or (checks.is_whole(value) and value >= 0):
             return value
         raise self.bad(f"{field} {_shown(value)} is not a whole number >= 0")
 

@@ -24,8 +24,8 @@ from typing import TypeVar
 import tenacity
 from tenacity import RetryCallState, retry_if_exception_type, wait_exponential_jitter
 
-from jobs.clock import Clock
-from jobs.errors import StorageError, Throttled, Unavailable
+from checkpoint.clock import Clock
+from checkpoint.errors import StorageError, Throttled, Unavailable
 
 log = logging.getLogger(__name__)
 
@@ -77,7 +77,7 @@ class Budget:
     Args:
         policy: waits and overall limit.
         clock: whose ``monotonic`` the deadline is on, and whose ``wait`` sleeps (a
-            :class:`~jobs.clock.FakeClock` in tests: nothing really sleeps).
+            :class:`~checkpoint.clock.FakeClock` in tests: nothing really sleeps).
         deadline: monotonic time after which no try starts (a lease's local deadline),
             read afresh at each try because renewals move it; None: no deadline.
         stopping: set when the worker stops; a wait ends early and no try follows.

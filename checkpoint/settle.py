@@ -25,9 +25,9 @@ import threading
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from checkpoint.errors import AlreadyExists, BatchFailed, Conflict, NotFound
 from checkpoint.retries import TRANSIENT, Budget
 from checkpoint.storage import BatchOp, Record, RecordStore, Where
-from jobs.errors import AlreadyExists, BatchFailed, Conflict, NotFound
 
 #: The property holding the token of the write that last changed a record.
 WRITER = "writer"

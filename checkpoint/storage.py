@@ -15,10 +15,9 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, Literal, Protocol
+from typing import Any, Literal, Protocol
 
-if TYPE_CHECKING:
-    from jobs.errors import StorageError
+from checkpoint.errors import StorageError
 
 #: A property value a record can hold. ``None`` means "no such property": Azure does not
 #: store nulls, so a property set to None is simply absent when read back.

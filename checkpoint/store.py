@@ -2,7 +2,7 @@
 
 Every write of a task record is conditional on the ETag its writer last saw, so a
 worker that lost its chunk can never overwrite the new owner's progress: the write
-raises :class:`~jobs.errors.Conflict` and the runner turns that into ``LeaseLost``.
+raises :class:`~checkpoint.errors.Conflict` and the runner turns that into ``LeaseLost``.
 Values larger than :data:`~checkpoint.records.SPILL_BYTES` are spilled to a blob that
 is never overwritten (each write gets a fresh name), so a lost race leaves the winner's
 blob intact; the loser deletes its own.
@@ -18,12 +18,8 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from checkpoint import codec, layout, retries, settle
-from checkpoint.records import SPILL_BYTES, JobRecord, TaskKind, TaskRecord
-from checkpoint.retries import TRANSIENT, Budget
-from checkpoint.settle import WRITER, token_of
-from checkpoint.storage import BatchOp, Record, Storage, Where
-from jobs.clock import Clock, SystemClock
-from jobs.errors import (
+from checkpoint.clock import Clock, SystemClock
+from checkpoint.errors import (
     BadRecord,
     BatchFailed,
     CodecError,
@@ -32,6 +28,10 @@ from jobs.errors import (
     NotFound,
     StorageError,
 )
+from checkpoint.records import SPILL_BYTES, JobRecord, TaskKind, TaskRecord
+from checkpoint.retries import TRANSIENT, Budget
+from checkpoint.settle import WRITER, token_of
+from checkpoint.storage import BatchOp, Record, Storage, Where
 
 #: The counts a shard's counter row holds.
 COUNTERS = ("done", "poisoned")

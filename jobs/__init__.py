@@ -1,4 +1,4 @@
-"""The user's side of chunkrunner: write a ChunkedJob, submit it, let workers run it.
+"""The job author's side of chunkrunner: write a ChunkedJob, submit it, let workers run it.
 
 from jobs import ChunkedJob, Chunk
 
@@ -6,57 +6,28 @@ class MigrateOrders(ChunkedJob):
     lease_seconds = 30
     def split(self, params): ...
     def process(self, chunk: Chunk): ...
+
+Only what a job's code touches is exported here. The storage layer's errors are in
+:mod:`checkpoint.errors` (all derive from :class:`RunnerError`); a whole job runs in a
+test's own process with :mod:`jobs.testing`.
 """
 
-from jobs.backoff import Backoff, compute_backoff
+from checkpoint.errors import LeaseLost, RunnerError
+from jobs.backoff import Backoff
 from jobs.chunk import Chunk
-from jobs.errors import (
-    AlreadyExists,
-    BadMessage,
-    BatchFailed,
-    ChunkStopped,
-    CodecError,
-    ConfigurationError,
-    Conflict,
-    InvalidRequest,
-    JobDefinitionError,
-    JobNotFound,
-    LeaseLost,
-    MetricsUnavailable,
-    NotFound,
-    RunnerError,
-    StorageError,
-    Throttled,
-    TooLarge,
-    Unavailable,
-)
+from jobs.errors import ChunkStopped, JobDefinitionError
 from jobs.job import ChunkedJob
 from jobs.submit import submit
 from jobs.summary import JobSummary
 
 __all__ = [
-    "AlreadyExists",
     "Backoff",
-    "BadMessage",
-    "BatchFailed",
     "Chunk",
     "ChunkStopped",
     "ChunkedJob",
-    "CodecError",
-    "ConfigurationError",
-    "Conflict",
-    "InvalidRequest",
     "JobDefinitionError",
-    "JobNotFound",
     "JobSummary",
     "LeaseLost",
-    "MetricsUnavailable",
-    "NotFound",
     "RunnerError",
-    "StorageError",
-    "Throttled",
-    "TooLarge",
-    "Unavailable",
-    "compute_backoff",
     "submit",
 ]

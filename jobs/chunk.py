@@ -66,7 +66,7 @@ class Chunk:
         Cheap to call often: a write happens at most once per checkpoint interval and
         always holds the newest state; the newest state is also flushed when the chunk
         ends, fails or is stopped. This is the cancellation point: after flushing it
-        raises :class:`~jobs.errors.LeaseLost` when the lease is lost (another worker
+        raises :class:`~checkpoint.errors.LeaseLost` when the lease is lost (another worker
         may own the chunk now) or :class:`~jobs.errors.ChunkStopped` when the worker is
         stopping, so ``process`` needs no other check.
         """

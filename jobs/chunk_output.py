@@ -30,7 +30,11 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from jobs.errors import ConfigurationError, MetricsUnavailable
+from checkpoint import checks
+from checkpoint.errors import ConfigurationError
+from checkpoint.layout import check_job_id
+from jobs.errors import MetricsUnavailable
+from jobs.spark_session import spark_session
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, Observation, SparkSession
@@ -65,7 +69,6 @@ OBSERVED_METRICS_WAIT_SECONDS = 60.0
 #: How often :func:`observed_metrics` asks whether they have come.
 _METRICS_POLL_SECONDS = 0.005
 _URI = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]+://")
-_JOB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")  # as checkpoint.layout allows
 
 
 @dataclass(frozen=True)
@@ -100,10 +103,8 @@ def chunk_output_path(base: str, job_id: str, index: int) -> str:
     """
     if not isinstance(base, str) or not base.strip("/"):
         raise ConfigurationError(f"output base must be a non-empty path, not {base!r}")
-    if not isinstance(job_id, str) or not _JOB_ID.match(job_id):
-        raise ConfigurationError(f"invalid job id {job_id!r} for an output path")
-    if isinstance(index, bool) or not isinstance(index, int) or index < 0:
-        raise ConfigurationError(f"chunk index must be a whole number >= 0, not {index!r}")
+    check_job_id(job_id)
+    checks.whole(index, "chunk index", lowest=0, error=ConfigurationError)
     return f"{base.rstrip('/')}/{job_id}/chunk-{index:06d}"
 
 
@@ -319,8 +320,6 @@ def _files(path: str, spark: SparkSession | None) -> _Files:
     if not _URI.match(path):
         return _LocalFiles(Path(path))
     if spark is None:
-        from jobs.spark import spark_session  # lazily: jobs.spark imports this module
-
         spark = spark_session()
     return _HadoopFiles(spark, path)
 

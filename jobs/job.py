@@ -4,19 +4,15 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar
 
+from checkpoint import checks, limits
+from checkpoint.layout import POISON_SUFFIX
+from checkpoint.limits import MAX_VISIBILITY_SECONDS
 from jobs.backoff import Backoff
+from jobs.chunk import Chunk
 from jobs.errors import JobDefinitionError
-
-if TYPE_CHECKING:
-    from jobs.chunk import Chunk
-    from jobs.summary import JobSummary
-
-#: The poison queue's suffix; a job queue name leaves room for it within 63 characters.
-POISON_SUFFIX = "-poison"
-_MAX_QUEUE_CHARS = 63 - len(POISON_SUFFIX)
-_QUEUE = re.compile(r"^[a-z0-9](?:[a-z0-9]|-(?=[a-z0-9])){2,55}$")
+from jobs.summary import JobSummary
 
 
 def kebab_case(name: str) -> str:
@@ -98,29 +94,30 @@ class ChunkedJob:
 def check_job_class(cls: type[ChunkedJob]) -> None:
     """Refuse a job class whose settings Azure or the runner cannot honour."""
     name = cls.__qualname__
-    if not isinstance(cls.queue, str) or not _QUEUE.match(cls.queue):
+    if not limits.is_queue_name(cls.queue) or not limits.is_queue_name(cls.poison_queue()):
         raise JobDefinitionError(
-            f"{name}.queue = {cls.queue!r}: use 3-{_MAX_QUEUE_CHARS} lowercase letters, "
+            f"{name}.queue = {cls.queue!r}: use 3-{63 - len(POISON_SUFFIX)} lowercase letters, "
             "digits and single hyphens, starting and ending with a letter or digit (room "
             f"is left for {POISON_SUFFIX!r}); set `queue = ...` on the class"
         )
-    lease = cls.lease_seconds
-    if isinstance(lease, bool) or not isinstance(lease, int) or not 1 <= lease <= 604_800:
-        raise JobDefinitionError(
-            f"{name}.lease_seconds must be whole seconds 1-604800, not {lease!r}"
+    checks.whole(
+        cls.lease_seconds,
+        f"{name}.lease_seconds",
+        lowest=1,
+        highest=MAX_VISIBILITY_SECONDS,  # the longest Azure can hide a message
+        unit="seconds",
+        error=JobDefinitionError,
+    )
+    checks.whole(cls.max_attempts, f"{name}.max_attempts", lowest=1, error=JobDefinitionError)
+    checks.number(
+        cls.checkpoint_interval_seconds,
+        f"{name}.checkpoint_interval_seconds",
+        lowest=0,
+        error=JobDefinitionError,
+    )
+    if cls.max_chunk_seconds is not None:
+        checks.number(
+            cls.max_chunk_seconds, f"{name}.max_chunk_seconds", above=0, error=JobDefinitionError
         )
-    attempts = cls.max_attempts
-    if isinstance(attempts, bool) or not isinstance(attempts, int) or attempts < 1:
-        raise JobDefinitionError(
-            f"{name}.max_attempts must be a whole number >= 1, not {attempts!r}"
-        )
-    interval = cls.checkpoint_interval_seconds
-    if isinstance(interval, bool) or not isinstance(interval, (int, float)) or interval < 0:
-        raise JobDefinitionError(
-            f"{name}.checkpoint_interval_seconds must be >= 0, not {interval!r}"
-        )
-    cap = cls.max_chunk_seconds
-    if cap is not None and (isinstance(cap, bool) or not isinstance(cap, (int, float)) or cap <= 0):
-        raise JobDefinitionError(f"{name}.max_chunk_seconds must be > 0 or None, not {cap!r}")
     if not isinstance(cls.backoff, Backoff):
         raise JobDefinitionError(f"{name}.backoff must be a jobs.Backoff")

@@ -16,6 +16,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
+from checkpoint import checks
+
 __all__ = ["split_files", "split_key_range"]
 
 
@@ -47,10 +49,9 @@ def split_files(
         ValueError: a bad target or limit, a negative size, or a path listed twice
             (it would be processed twice).
     """
-    if isinstance(target_bytes, bool) or not isinstance(target_bytes, int) or target_bytes <= 0:
-        raise ValueError(f"target_bytes must be a whole number > 0, not {target_bytes!r}")
-    if max_files is not None and (isinstance(max_files, bool) or max_files < 1):
-        raise ValueError(f"max_files must be >= 1 or None, not {max_files!r}")
+    checks.whole(target_bytes, "target_bytes", lowest=1)
+    if max_files is not None:
+        checks.whole(max_files, "max_files", lowest=1)
     files: list[str] = []
     size = 0
     for path, file_bytes in _sorted_files(paths_with_sizes):
@@ -74,8 +75,7 @@ def _sorted_files(
     for number, (path, file_bytes) in enumerate(pairs):
         if not isinstance(path, str) or not path:
             raise ValueError(f"file path must be a non-empty string, not {path!r}")
-        if isinstance(file_bytes, bool) or not isinstance(file_bytes, int) or file_bytes < 0:
-            raise ValueError(f"size of {path!r} must be a whole number >= 0, not {file_bytes!r}")
+        checks.whole(file_bytes, f"size of {path!r}", lowest=0)
         if number and pairs[number - 1][0] == path:
             raise ValueError(f"file {path!r} is listed twice")
     return pairs
@@ -109,17 +109,14 @@ def split_key_range(
         ValueError: bounds that are not whole numbers or out of order, or not exactly
             one of ``slices`` / ``slice_size`` given as a whole number >= 1.
     """
-    for name, value in (("first", first), ("last", last)):
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise ValueError(f"{name} must be a whole number, not {value!r}")
+    checks.whole(first, "first")
+    checks.whole(last, "last")
     if last < first:
         raise ValueError(f"last ({last}) must not be below first ({first})")
     if (slices is None) == (slice_size is None):
         raise ValueError("give exactly one of slices= and slice_size=")
     step = slices if slices is not None else slice_size
-    if isinstance(step, bool) or not isinstance(step, int) or step < 1:
-        name = "slices" if slices is not None else "slice_size"
-        raise ValueError(f"{name} must be a whole number >= 1, not {step!r}")
+    checks.whole(step, "slices" if slices is not None else "slice_size", lowest=1)
     if slice_size is not None:
         for lo in range(first, last, slice_size):
             yield {"lo": lo, "hi": min(lo + slice_size, last)}

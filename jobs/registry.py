@@ -6,7 +6,7 @@ import importlib
 import os
 import sys
 
-from jobs.errors import JobNotFound
+from checkpoint.errors import JobNotFound
 from jobs.job import ChunkedJob
 
 

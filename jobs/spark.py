@@ -25,13 +25,13 @@ process runs, so the JVM starts once per worker, not once per chunk.
 from __future__ import annotations
 
 import logging
-import os
 import threading
 import uuid
 from collections.abc import Mapping
 from types import MappingProxyType, TracebackType
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from checkpoint.errors import ConfigurationError, LeaseLost
 from jobs.chunk import Chunk
 from jobs.chunk_output import (
     COMMIT_MARKER,
@@ -44,9 +44,10 @@ from jobs.chunk_output import (
     read_commit,
     write_chunk_output,
 )
-from jobs.errors import ChunkStopped, ConfigurationError, JobDefinitionError, LeaseLost
+from jobs.errors import ChunkStopped, JobDefinitionError
 from jobs.job import ChunkedJob
 from jobs.planning import split_files, split_key_range
+from jobs.spark_session import spark_session, stop_spark
 from jobs.spark_settings import CONF_ENV, MASTER_ENV, SparkSettings, conf_strings
 
 if TYPE_CHECKING:
@@ -80,93 +81,8 @@ log = logging.getLogger(__name__)
 #: How often a chunk's job-group watcher asks ``chunk.stopping``.
 STOP_POLL_SECONDS = 0.2
 
-_MISSING_PYSPARK = "Spark jobs need PySpark: pip install 'chunkrunner[spark]'"
 #: The local properties a job group sets on the calling thread.
 _GROUP_PROPERTIES = ("spark.jobGroup.id", "spark.job.description", "spark.job.interruptOnCancel")
-
-
-# --------------------------------------------------------------------------- the session
-
-_session_lock = threading.Lock()
-_session: SparkSession | None = None
-_session_settings: SparkSettings | None = None
-_warned_settings: set[str] = set()
-
-
-def spark_session(settings: SparkSettings | None = None) -> SparkSession:
-    """This worker process's SparkSession, built on first use and reused after.
-
-    Chunk threads asking at once wait for one build rather than starting two JVMs. A
-    later caller asking for other settings gets the existing session (a process has
-    one SparkContext) and a warning.
-
-    Args:
-        settings: how to build it; :meth:`SparkSettings.for_job` with no job class if
-            None (the environment over the defaults).
-
-    Raises:
-        ImportError: PySpark is not installed.
-        ConfigurationError: bad settings in the environment.
-    """
-    global _session, _session_settings
-    settings = SparkSettings.for_job() if settings is None else settings
-    with _session_lock:
-        if _session is not None and _is_alive(_session):
-            if settings != _session_settings:
-                _warn_other_settings(settings)
-            return _session
-        _session = _build_session(settings)
-        _session_settings = settings
-        return _session
-
-
-def stop_spark() -> None:
-    """Stop this process's SparkSession, if any; the next :func:`spark_session` builds
-    a new one. For tests and orderly shutdown; workers need not call it."""
-    global _session, _session_settings
-    with _session_lock:
-        if _session is not None:
-            _session.stop()
-        _session = _session_settings = None
-
-
-def _is_alive(session: SparkSession) -> bool:
-    # SparkContext.stop() drops its Java context; a session stopped elsewhere (user
-    # code, a test) must be rebuilt, not handed out dead.
-    return session.sparkContext._jsc is not None
-
-
-def _build_session(settings: SparkSettings) -> SparkSession:
-    try:
-        from pyspark.sql import SparkSession
-    except ImportError as missing:
-        raise ImportError(_MISSING_PYSPARK) from missing
-    if settings.master.startswith("local"):
-        # The JVM picks its bind address from the host name (and warns) unless told;
-        # only for local masters: a cluster's executors must reach the driver.
-        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    builder = SparkSession.builder.master(settings.master).appName(settings.app_name)
-    for key, value in settings.conf.items():
-        builder = builder.config(key, value)
-    py4j_log = logging.getLogger("py4j")
-    if py4j_log.level == logging.NOTSET:
-        # py4j logs every gateway connection at INFO; a worker logging at INFO would
-        # drown in it. Left alone if the user configured it.
-        py4j_log.setLevel(logging.WARNING)
-    log.info("starting SparkSession (master %s)", settings.master)
-    return builder.getOrCreate()
-
-
-def _warn_other_settings(settings: SparkSettings) -> None:
-    key = repr(settings)
-    if key not in _warned_settings:
-        _warned_settings.add(key)
-        log.warning(
-            "SparkSession already running with %r; not rebuilt for %r "
-            "(one session per worker process)",
-            _session_settings,
-            settings,
-        )
 
 
 # --------------------------------------------------------------------------- job groups
@@ -181,7 +97,7 @@ class ChunkJobGroup:
     (lease lost, worker stopping), cancels the group so a running action fails within
     moments instead of running to the end. On leaving, a cancelled group (or an error
     raised while the chunk must stop) becomes the chunk's proper stop exception:
-    :class:`~jobs.errors.LeaseLost` or :class:`~jobs.errors.ChunkStopped` (the Spark
+    :class:`~checkpoint.errors.LeaseLost` or :class:`~jobs.errors.ChunkStopped` (the Spark
     error kept as its cause), raised by ``chunk.checkpoint(chunk.state)``, so the newest
     state is flushed exactly as at any checkpoint.
 

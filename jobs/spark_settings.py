@@ -12,12 +12,10 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from jobs.errors import ConfigurationError
-
-if TYPE_CHECKING:
-    from jobs.job import ChunkedJob
+from checkpoint.errors import ConfigurationError
+from jobs.job import ChunkedJob
 
 __all__ = [
     "CONF_ENV",

@@ -4,18 +4,19 @@ from __future__ import annotations
 
 import logging
 import secrets
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from checkpoint import checks, messages
+from checkpoint.backends import open_storage
+from checkpoint.errors import ConfigurationError
+from checkpoint.limits import MAX_VISIBILITY_SECONDS
+from checkpoint.storage import NEVER_EXPIRES, Storage
+from checkpoint.store import CheckpointStore
 from jobs.job import ChunkedJob
 from jobs.registry import load_job_class
 
-if TYPE_CHECKING:
-    from checkpoint.storage import Storage
-
 log = logging.getLogger(__name__)
 
-#: Longest submit delay: Azure's 7-day visibility limit.
-MAX_DELAY_SECONDS = 7 * 24 * 3600
 
 
 def new_job_id(job_class: type[ChunkedJob], now_text: str) -> str:
@@ -46,21 +47,16 @@ def submit(
     Returns:
         The job id.
     """
-    from checkpoint import messages
-    from checkpoint.backends import open_storage
-    from checkpoint.storage import NEVER_EXPIRES, Storage
-    from checkpoint.store import CheckpointStore
-    from jobs.errors import ConfigurationError
-
     job_class = load_job_class(job) if isinstance(job, str) else job
-    if (
-        isinstance(delay_seconds, bool)
-        or not isinstance(delay_seconds, int)
-        or not 0 <= delay_seconds <= MAX_DELAY_SECONDS
-    ):
-        raise ConfigurationError(
-            f"delay_seconds must be whole seconds 0-{MAX_DELAY_SECONDS}, not {delay_seconds!r}"
-        )
+    # The delay is the planning message's visibility: at most Azure's 7 days.
+    checks.whole(
+        delay_seconds,
+        "delay_seconds",
+        lowest=0,
+        highest=MAX_VISIBILITY_SECONDS,
+        unit="seconds",
+        error=ConfigurationError,
+    )
     opened = storage if isinstance(storage, Storage) else open_storage(storage)
     try:
         store = CheckpointStore(opened)

@@ -17,7 +17,7 @@ class JobSummary:
     cancellation points are reading :meth:`results` (checked before each result) and
     :meth:`raise_if_stopped`: a finalize whose lease was lost (the worker was paused past
     it, and another worker has taken finalize over) stops there with
-    :class:`~jobs.errors.LeaseLost`, so its remainder does not run beside the new owner's.
+    :class:`~checkpoint.errors.LeaseLost`, so its remainder does not run beside the new owner's.
     Call :meth:`raise_if_stopped` before each side effect of a long finalize that does
     not read results.
 

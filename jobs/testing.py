@@ -3,8 +3,8 @@
 :class:`ChunkEnvironment` runs one chunk the way a worker would (after temporalio's
 ``ActivityEnvironment``): it is the chunk's :class:`~jobs.chunk.ChunkControl`, with the
 runner's semantics — checkpoints coalesced to the newest and written at most once per
-checkpoint interval on an injected :class:`~jobs.clock.FakeClock`, a lost lease raising
-:class:`~jobs.errors.LeaseLost` at the next checkpoint without writing anything, and a
+checkpoint interval on an injected :class:`~checkpoint.clock.FakeClock`, a lost lease raising
+:class:`~checkpoint.errors.LeaseLost` at the next checkpoint without writing anything, and a
 stopping worker flushing the newest state before :class:`~jobs.errors.ChunkStopped`.
 Values travel through msgpack as they do in production, so a state, payload or result
 that a worker could not store fails here too.
@@ -12,7 +12,7 @@ that a worker could not store fails here too.
 Example, with the ``MigrateOrders`` job of the design brief (one checkpoint per row)::
 
     import pytest
-    from jobs.errors import LeaseLost
+    from checkpoint.errors import LeaseLost
     from jobs.testing import ChunkEnvironment
 
     def test_migrate_orders_resumes_after_a_lost_lease():
@@ -35,9 +35,11 @@ import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
+from checkpoint import codec
+from checkpoint.clock import FakeClock
+from checkpoint.errors import LeaseLost
 from jobs.chunk import Chunk
-from jobs.clock import FakeClock
-from jobs.errors import ChunkStopped, LeaseLost
+from jobs.errors import ChunkStopped
 from jobs.job import ChunkedJob
 from jobs.summary import JobSummary
 
@@ -53,8 +55,6 @@ def _copy(value: Any, what: str) -> Any:
     Raises:
         CodecError: ``value`` is not msgpack-able.
     """
-    from checkpoint import codec  # lazily: checkpoint imports jobs
-
     return codec.decode(codec.encode(value, what), what)
 
 
@@ -293,8 +293,6 @@ class ChunkEnvironment:
             CodecError: a payload is not msgpack-able; the message names its index.
             AssertionError: ``split`` yielded different payloads the second time.
         """
-        from checkpoint import codec  # lazily: checkpoint imports jobs
-
         params = self.params if params is _UNSET else _copy(params, "params")
         encoded = self._split_encoded(params)
         if check_deterministic and self._split_encoded(params) != encoded:
@@ -305,8 +303,6 @@ class ChunkEnvironment:
         return [codec.decode(data, "chunk payload") for data in encoded]
 
     def _split_encoded(self, params: Any) -> list[bytes]:
-        from checkpoint import codec
-
         return [
             codec.encode(payload, f"payload {index} of split")
             for index, payload in enumerate(self._instance().split(params))

@@ -18,17 +18,24 @@ from pathlib import Path
 import click
 
 from checkpoint.backends import open_storage
+from checkpoint.errors import BadRecord, RunnerError
+from checkpoint.limits import MAX_VISIBILITY_SECONDS
 from checkpoint.location import parse_location
 from checkpoint.records import JobRecord
 from checkpoint.storage import Storage
 from checkpoint.store import CheckpointStore
-from jobs.errors import BadRecord, RunnerError
+from jobs.spark_settings import CONF_ENV, MASTER_ENV
+from jobs.submit import submit as submit_job
 from runner.loop import (
     DEFAULT_CONCURRENCY,
     DEFAULT_POLL_MAX_SECONDS,
     DEFAULT_STOP_TIMEOUT_SECONDS,
     WorkerSettings,
 )
+from runner.redrive import redrive
+from runner.render import render_poisoned, render_status
+from runner.status import job_status, poisoned_chunks, unreadable_job
+from runner.supervisor import StartOptions, configure_logging, run_workers
 
 STORAGE_HELP = (
     "Azure Storage connection string (AccountName=... or UseDevelopmentStorage=true), "
@@ -106,7 +113,7 @@ JOB_HELP = "JOB is module:Class, importable from the working directory."
 @click.option(
     "--delay",
     "delay_seconds",
-    type=click.IntRange(0, 604_800),
+    type=click.IntRange(0, MAX_VISIBILITY_SECONDS),
     default=0,
     show_default=True,
     help="Seconds before planning starts.",
@@ -116,7 +123,6 @@ def submit(
     job: str, params_text: str, job_id: str | None, delay_seconds: int, storage: str | None
 ) -> None:
     """Submit a job; print its id alone on stdout. JOB is module:Class."""
-    from jobs.submit import submit as submit_job
 
     params = _json_params(params_text)
     click.echo(submit_job(job, params, job_id=job_id, delay_seconds=delay_seconds, storage=storage))
@@ -218,8 +224,6 @@ def start(
     First SIGTERM/SIGINT: stop taking work, let running chunks reach their next
     checkpoint, save it, release their messages. Second: exit at once.
     """
-    from jobs.spark_settings import CONF_ENV, MASTER_ENV
-    from runner.supervisor import StartOptions, configure_logging, run_workers
 
     # Through the environment: spawned worker processes inherit it, and jobs.spark
     # reads its settings from there, in one place.
@@ -253,8 +257,6 @@ def start(
 @storage_option
 def status(job_id: str | None, as_json: bool, storage: str | None) -> None:
     """Show jobs: state, chunk counts, running chunks (worker, lease, progress), failures."""
-    from runner.render import render_status
-    from runner.status import job_status, unreadable_job
 
     with open_storage(storage) as opened:
         store = CheckpointStore(opened)
@@ -291,8 +293,6 @@ def poison() -> None:
 @storage_option
 def poison_list(job_id: str, as_json: bool, storage: str | None) -> None:
     """List a job's poisoned chunks with their last error."""
-    from runner.render import render_poisoned
-    from runner.status import poisoned_chunks
 
     with open_storage(storage) as opened:
         store = CheckpointStore(opened)
@@ -306,7 +306,6 @@ def poison_list(job_id: str, as_json: bool, storage: str | None) -> None:
 @storage_option
 def poison_redrive(job_id: str, storage: str | None) -> None:
     """Re-run a job's poisoned chunks (fresh attempts); the job can then finish."""
-    from runner.redrive import redrive
 
     with open_storage(storage) as opened:
         count = redrive(CheckpointStore(opened), opened.queues, job_id)

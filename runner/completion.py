@@ -10,10 +10,10 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from checkpoint import layout, messages
+from checkpoint.errors import Conflict
 from checkpoint.retries import Budget
 from checkpoint.storage import NEVER_EXPIRES
 from checkpoint.store import CheckpointStore
-from jobs.errors import Conflict
 
 if TYPE_CHECKING:
     from runner.tasks import Context

@@ -16,12 +16,13 @@ from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
 from checkpoint import codec, retries
+from checkpoint.clock import Clock
+from checkpoint.errors import Conflict, LeaseLost, NotFound, StorageError, StorageTrouble
 from checkpoint.records import TaskRecord
 from checkpoint.retries import Budget
 from checkpoint.settle import Writer
 from checkpoint.store import CheckpointStore
-from jobs.clock import Clock
-from jobs.errors import ChunkStopped, Conflict, LeaseLost, NotFound, StorageError, StorageTrouble
+from jobs.errors import ChunkStopped
 from runner.lease import Lease
 
 _NOTHING = object()

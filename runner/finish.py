@@ -24,9 +24,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from checkpoint import layout, retries
+from checkpoint.errors import StorageError
 from checkpoint.records import TaskRecord
 from checkpoint.retries import Budget
-from jobs.errors import StorageError
 from runner.completion import check_complete
 from runner.lease import Lease
 

@@ -20,10 +20,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from checkpoint import retries
+from checkpoint.clock import Clock
+from checkpoint.errors import LeaseLost, StorageError
 from checkpoint.retries import Budget
 from checkpoint.storage import QueueMessage, QueueStore
-from jobs.clock import Clock
-from jobs.errors import LeaseLost, StorageError
 
 log = logging.getLogger(__name__)
 

@@ -18,11 +18,11 @@ import threading
 from dataclasses import dataclass
 
 from checkpoint import retries
+from checkpoint.clock import Clock, SystemClock
+from checkpoint.errors import ConfigurationError, StorageError
 from checkpoint.retries import Budget
 from checkpoint.storage import QueueMessage, Storage
 from checkpoint.store import CheckpointStore
-from jobs.clock import Clock, SystemClock
-from jobs.errors import StorageError
 from jobs.job import ChunkedJob
 from runner.lease import Lease, LeaseKeeper
 from runner.prefetch import Prefetch
@@ -279,8 +279,6 @@ class WorkerLoop:
 
 
 def _check_queues(job_classes: list[type[ChunkedJob]]) -> None:
-    from jobs.errors import ConfigurationError
-
     if not job_classes:
         raise ConfigurationError("name at least one job type to serve")
     seen: dict[str, str] = {}

@@ -5,9 +5,9 @@ from __future__ import annotations
 import logging
 
 from checkpoint import messages, retries
+from checkpoint.clock import Clock
+from checkpoint.layout import POISON_SUFFIX
 from checkpoint.storage import NEVER_EXPIRES, QueueStore
-from jobs.clock import Clock
-from jobs.job import POISON_SUFFIX
 from runner.lease import Lease, LeaseKeeper
 
 log = logging.getLogger(__name__)

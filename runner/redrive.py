@@ -12,11 +12,11 @@ The job then leaves ``failed`` and can complete and finalize.
 from __future__ import annotations
 
 from checkpoint import messages
+from checkpoint.errors import BadMessage, Conflict, LeaseLost
+from checkpoint.layout import POISON_SUFFIX
 from checkpoint.records import TaskKind
 from checkpoint.storage import NEVER_EXPIRES, QueueStore
 from checkpoint.store import CheckpointStore
-from jobs.errors import BadMessage, Conflict, LeaseLost
-from jobs.job import POISON_SUFFIX
 
 #: How long poison messages of other jobs stay hidden while we look past them.
 SCAN_VISIBILITY_SECONDS = 30

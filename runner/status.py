@@ -14,9 +14,9 @@ import json
 from datetime import datetime
 from typing import Any
 
+from checkpoint.errors import BadRecord, NotFound
 from checkpoint.records import JobRecord, TaskKind, TaskRecord
 from checkpoint.store import CheckpointStore
-from jobs.errors import BadRecord, NotFound
 
 #: Longest progress text shown per running chunk.
 PROGRESS_CHARS = 80

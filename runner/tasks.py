@@ -27,17 +27,10 @@ from datetime import timedelta
 from typing import Any
 
 from checkpoint import layout, messages, retries
-from checkpoint.records import JobRecord, TaskKind, TaskRecord, error_properties
-from checkpoint.retries import Budget
-from checkpoint.settle import Writer
-from checkpoint.storage import QueueMessage, QueueStore
-from checkpoint.store import CheckpointStore
-from jobs.backoff import compute_backoff
-from jobs.clock import Clock
-from jobs.errors import (
+from checkpoint.clock import Clock
+from checkpoint.errors import (
     BadMessage,
     BadRecord,
-    ChunkStopped,
     CodecError,
     Conflict,
     JobNotFound,
@@ -46,6 +39,14 @@ from jobs.errors import (
     StorageError,
     StorageTrouble,
 )
+from checkpoint.limits import MAX_VISIBILITY_SECONDS
+from checkpoint.records import JobRecord, TaskKind, TaskRecord, error_properties
+from checkpoint.retries import Budget
+from checkpoint.settle import Writer
+from checkpoint.storage import QueueMessage, QueueStore
+from checkpoint.store import CheckpointStore
+from jobs.backoff import compute_backoff
+from jobs.errors import ChunkStopped
 from jobs.job import ChunkedJob
 from runner.completion import check_complete, set_job
 from runner.control import TaskControl
@@ -479,7 +480,8 @@ def _failed(
     except LeaseLost:
         worker.keeper.drop(lease)
         return
-    wait = min(compute_backoff(job_class.backoff, task.attempt, worker.rng), 604_800)
+    # Visible again after the backoff, which Azure caps at 7 days.
+    wait = min(compute_backoff(job_class.backoff, task.attempt, worker.rng), MAX_VISIBILITY_SECONDS)
     worker.keeper.release(lease, wait)
 
 

@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 import pytest
 
 from checkpoint.backends import open_storage
+from checkpoint.clock import FakeClock
 from checkpoint.storage import Storage
-from jobs.clock import FakeClock
 from tests import azurite as azurite_process
 
 BACKENDS = ["embedded", "azurite"]

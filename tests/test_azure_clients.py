@@ -20,8 +20,8 @@ from checkpoint.backends.azure.clients import (
     parse_connection_string,
 )
 from checkpoint.backends.azure.retry import backoff_seconds, storage_retry_policy
+from checkpoint.errors import ConfigurationError
 from checkpoint.location import StorageLocation, parse_location
-from jobs.errors import ConfigurationError
 from tests.azurite import ACCOUNT_KEY
 
 SIG = "AccountUrlSignatureNeverShown0123"

@@ -13,8 +13,8 @@ from azure.data.tables import EdmType, EntityProperty, TableEntity
 from azure.data.tables._deserialize import _convert_to_entity
 
 from checkpoint.backends.azure.entities import build_filter, from_sdk, select_list, to_entity
+from checkpoint.errors import InvalidRequest
 from checkpoint.storage import Where
-from jobs.errors import InvalidRequest
 
 
 def test_every_int_is_written_as_int64_and_none_is_left_out():

@@ -31,9 +31,7 @@ from azure.data.tables import TableTransactionError
 
 from checkpoint.backends.azure import open_azure
 from checkpoint.backends.azure.errors import scrub, translate, translated
-from checkpoint.location import parse_location
-from checkpoint.storage import Storage
-from jobs.errors import (
+from checkpoint.errors import (
     AlreadyExists,
     BatchFailed,
     ConfigurationError,
@@ -46,6 +44,8 @@ from jobs.errors import (
     TooLarge,
     Unavailable,
 )
+from checkpoint.location import parse_location
+from checkpoint.storage import Storage
 from tests.azurite import free_port
 
 #: A well-formed (base64) account key that must never be echoed anywhere.

@@ -17,11 +17,11 @@ import pytest
 from click.testing import CliRunner
 
 from checkpoint import codec, layout, messages
+from checkpoint.errors import BadRecord
 from checkpoint.records import JobRecord, TaskRecord
 from checkpoint.storage import ANY_ETAG, Record, Storage
 from checkpoint.store import CheckpointStore
 from jobs.chunk import Chunk
-from jobs.errors import BadRecord
 from jobs.job import ChunkedJob
 from jobs.submit import submit
 from runner.cli import cli

@@ -7,7 +7,7 @@ from datetime import timedelta
 
 import pytest
 
-from jobs.clock import FakeClock, SystemClock
+from checkpoint.clock import FakeClock, SystemClock
 
 
 def test_fake_clock_advances_wall_and_monotonic_together():

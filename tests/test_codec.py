@@ -11,7 +11,7 @@ import msgpack
 import pytest
 
 from checkpoint import codec
-from jobs.errors import CodecError, RunnerError
+from checkpoint.errors import CodecError, RunnerError
 
 
 @pytest.mark.parametrize(

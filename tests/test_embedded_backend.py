@@ -22,9 +22,8 @@ import pytest
 from checkpoint.backends import open_storage
 from checkpoint.backends.embedded import db as embedded_db
 from checkpoint.backends.embedded import open_embedded
-from checkpoint.storage import ANY_ETAG, BatchOp, PropertyValue, Storage, Where
-from jobs.clock import FakeClock
-from jobs.errors import (
+from checkpoint.clock import FakeClock
+from checkpoint.errors import (
     AlreadyExists,
     BatchFailed,
     Conflict,
@@ -33,6 +32,7 @@ from jobs.errors import (
     StorageError,
     Throttled,
 )
+from checkpoint.storage import ANY_ETAG, BatchOp, PropertyValue, Storage, Where
 
 EVERY_TYPE: dict[str, PropertyValue] = {
     "text": "héllo ✓ 😀",

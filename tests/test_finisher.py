@@ -10,10 +10,10 @@ from dataclasses import replace
 from typing import Any
 
 from checkpoint import messages
+from checkpoint.clock import SystemClock
+from checkpoint.errors import Unavailable
 from checkpoint.records import TaskRecord
 from checkpoint.store import CheckpointStore
-from jobs.clock import SystemClock
-from jobs.errors import Unavailable
 from runner import finish
 from runner.finish import Ended
 from runner.lease import Lease, LeaseKeeper

@@ -13,9 +13,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from checkpoint import codec, messages
+from checkpoint.errors import BadMessage, BadRecord, CodecError
 from checkpoint.records import JobRecord, TaskRecord
 from checkpoint.storage import Record
-from jobs.errors import BadMessage, BadRecord, CodecError
 
 FUZZ = settings(max_examples=200, deadline=None, derandomize=True)
 

@@ -9,10 +9,12 @@ from typing import Any
 
 import pytest
 
+from checkpoint.errors import JobNotFound, LeaseLost
+from checkpoint.layout import POISON_SUFFIX
 from jobs.backoff import Backoff
 from jobs.chunk import Chunk
-from jobs.errors import ChunkStopped, JobDefinitionError, JobNotFound, LeaseLost
-from jobs.job import POISON_SUFFIX, ChunkedJob, kebab_case
+from jobs.errors import ChunkStopped, JobDefinitionError
+from jobs.job import ChunkedJob, kebab_case
 from jobs.registry import load_job_class
 
 

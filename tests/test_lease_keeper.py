@@ -17,9 +17,9 @@ from typing import Any
 import pytest
 
 from checkpoint.backends import open_storage
+from checkpoint.clock import FakeClock, SystemClock
+from checkpoint.errors import LeaseLost, NotFound, Throttled, Unavailable
 from checkpoint.storage import QueueMessage, QueueStore, Receipt, Storage
-from jobs.clock import FakeClock, SystemClock
-from jobs.errors import LeaseLost, NotFound, Throttled, Unavailable
 from runner.lease import RENEW_FRACTION, RETRY_FRACTION, Lease, LeaseKeeper
 
 QUEUE = "work"

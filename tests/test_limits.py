@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 import pytest
 
 from checkpoint import limits
-from jobs.errors import InvalidRequest, TooLarge
+from checkpoint.errors import InvalidRequest, TooLarge
 
 UTC = UTC
 

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
+from checkpoint.errors import ConfigurationError
 from checkpoint.location import DEFAULT_DIRECTORY, ENV_VAR, parse_location, redact
-from jobs.errors import ConfigurationError
 
 KEY = "c2VjcmV0LWtleS1kby1ub3QtbG9n"  # a fake account key that must never be shown
 EXPLICIT = (

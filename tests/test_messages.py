@@ -9,8 +9,8 @@ import msgpack
 import pytest
 
 from checkpoint import layout, limits, messages
+from checkpoint.errors import BadMessage
 from checkpoint.messages import MAGIC, VERSION, TaskMessage
-from jobs.errors import BadMessage
 
 GOOD = {MAGIC: VERSION, "k": "c", "t": "samples.orders:MigrateOrders", "j": "job-1", "i": 3}
 

@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 
 from checkpoint.backends import open_storage
+from checkpoint.clock import FakeClock
 from jobs.chunk import Chunk
-from jobs.clock import FakeClock
 from jobs.job import ChunkedJob
 from jobs.submit import submit
 from runner.loop import WorkerLoop, WorkerSettings

@@ -10,7 +10,7 @@ import time
 import pytest
 
 from checkpoint.backends import open_storage
-from jobs.errors import ConfigurationError
+from checkpoint.errors import ConfigurationError
 from runner import faults
 from runner.faults import injected_faults, report_path
 

@@ -20,7 +20,8 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 import jobs.chunk_output
-from jobs import Chunk, ChunkStopped, LeaseLost, MetricsUnavailable
+from jobs import Chunk, ChunkStopped, LeaseLost
+from jobs.errors import MetricsUnavailable
 from jobs.spark import (
     COMMIT_MARKER,
     EXACT_FORMATS,

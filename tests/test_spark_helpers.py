@@ -11,8 +11,9 @@ from pathlib import Path
 
 import pytest
 
+from checkpoint.errors import ConfigurationError
 from jobs.chunk_output import COMMIT_MARKER, ChunkCommit, chunk_output_path, read_commit
-from jobs.errors import ConfigurationError, JobDefinitionError
+from jobs.errors import JobDefinitionError
 from jobs.planning import split_files, split_key_range
 from jobs.spark import CONF_ENV, MASTER_ENV, SparkChunkedJob, SparkSettings, is_committed
 

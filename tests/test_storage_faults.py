@@ -19,11 +19,11 @@ from typing import Any
 import pytest
 
 from checkpoint.backends import open_storage
+from checkpoint.clock import FakeClock
 from checkpoint.faults import FaultyStorage, RandomFaults, ScriptedFaults
 from checkpoint.storage import Storage
 from checkpoint.store import CheckpointStore
 from jobs.chunk import Chunk
-from jobs.clock import FakeClock
 from jobs.job import ChunkedJob
 from jobs.submit import submit
 from jobs.summary import JobSummary

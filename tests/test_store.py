@@ -11,10 +11,10 @@ from typing import Any
 import pytest
 
 from checkpoint import layout
+from checkpoint.errors import ConfigurationError, Conflict, JobNotFound, NotFound
 from checkpoint.records import SPILL_BYTES
 from checkpoint.storage import ANY_ETAG, Storage
 from checkpoint.store import CheckpointStore
-from jobs.errors import ConfigurationError, Conflict, JobNotFound, NotFound
 from tests.conftest import Backend
 
 #: msgpack of this is well over SPILL_BYTES.

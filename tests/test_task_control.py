@@ -14,12 +14,13 @@ import pytest
 
 from checkpoint import layout
 from checkpoint.backends import open_storage
+from checkpoint.clock import FakeClock
+from checkpoint.errors import LeaseLost, Throttled
 from checkpoint.records import TaskRecord
 from checkpoint.storage import Storage
 from checkpoint.store import CheckpointStore
 from jobs.chunk import Chunk, ChunkControl
-from jobs.clock import FakeClock
-from jobs.errors import ChunkStopped, LeaseLost, Throttled
+from jobs.errors import ChunkStopped
 from runner.control import TaskControl
 from runner.lease import Lease
 
@@ -486,7 +487,7 @@ def test_on_renewed_swallows_a_fence_and_marks_the_lease_lost(world: World):
 def test_offer_snapshots_the_state_and_refuses_what_msgpack_cannot_hold(tmp_path):
     """Mutating a checkpointed object afterwards changes nothing durable; a set fails at
     the checkpoint that gave it, not later in a flush."""
-    from jobs.errors import CodecError
+    from checkpoint.errors import CodecError
 
     clock = FakeClock()
     with open_storage(str(tmp_path / "store"), clock=clock) as storage:

@@ -12,10 +12,11 @@ from typing import Any
 import pytest
 
 from checkpoint.backends import open_storage
+from checkpoint.clock import FakeClock
+from checkpoint.errors import CodecError, LeaseLost
 from checkpoint.store import CheckpointStore
 from jobs.chunk import Chunk, ChunkControl
-from jobs.clock import FakeClock
-from jobs.errors import ChunkStopped, CodecError, LeaseLost
+from jobs.errors import ChunkStopped
 from jobs.job import ChunkedJob
 from jobs.summary import JobSummary
 from jobs.testing import ChunkEnvironment

@@ -6,9 +6,9 @@ SDKs and the Azure backend never loads SQLite.
 
 from __future__ import annotations
 
+from checkpoint.clock import Clock
 from checkpoint.location import StorageLocation, parse_location
 from checkpoint.storage import Storage
-from jobs.clock import Clock
 
 #: Tries azure-core makes of a failed request (after the first) before our error is
 #: raised. Azure SDK defaults (10 tries) wait out ~90 s against a dead endpoint.

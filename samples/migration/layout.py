@@ -25,8 +25,8 @@ from pathlib import Path
 from typing import Any
 
 from checkpoint.backends import open_storage
+from checkpoint.errors import ConfigurationError
 from checkpoint.storage import Storage
-from jobs.errors import ConfigurationError
 from jobs.spark import chunk_output_path
 
 #: Bytes per ranged read while staging: bounded memory whatever the blob's size.

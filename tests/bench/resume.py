@@ -25,9 +25,9 @@ from pathlib import Path
 from typing import TypeVar
 
 from checkpoint.backends import open_storage
+from checkpoint.errors import StorageError
 from checkpoint.records import TaskRecord
 from checkpoint.store import CheckpointStore
-from jobs.errors import StorageError
 from jobs.submit import submit
 from tests.bench.chunk_jobs import Checkpointing
 

@@ -23,7 +23,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from jobs.errors import StorageError
+from checkpoint.errors import StorageError
 from runner.supervisor import FAULTS_ENV, FAULTS_REPORT_ENV
 from tests import azurite as azurite_process
 from tests.chaos import analysis

@@ -10,8 +10,8 @@ from collections.abc import Callable, Iterator
 import pytest
 
 from checkpoint.backends import open_storage
+from checkpoint.errors import NotFound, Throttled, Unavailable
 from checkpoint.storage import BatchOp, Storage
-from jobs.errors import NotFound, Throttled, Unavailable
 from tests import azurite as azurite_process
 from tests.chaos.proxy import FaultChances, FaultProxy
 

@@ -15,8 +15,8 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from checkpoint.errors import StorageError
 from checkpoint.storage import QueueMessage
-from jobs.errors import StorageError
 
 #: One property of each type a record holds, at the edges Azure cares about.
 EVERY_TYPE = {

@@ -18,12 +18,13 @@ from types import SimpleNamespace
 import pytest
 
 from checkpoint import retries
+from checkpoint.clock import SystemClock
+from checkpoint.errors import Conflict, Throttled
 from checkpoint.faults import FaultyStorage, ScriptedFaults
 from checkpoint.records import TaskRecord
 from checkpoint.settle import WRITER, Writer
 from checkpoint.store import CheckpointStore
-from jobs.clock import SystemClock
-from jobs.errors import ChunkStopped, Conflict, Throttled
+from jobs.errors import ChunkStopped
 from runner.control import TaskControl
 from runner.lease import Lease, LeaseKeeper
 from runner.tasks import _stopped

@@ -6,9 +6,7 @@ import uuid
 
 import pytest
 
-from checkpoint.limits import MAX_BATCH_OPERATIONS
-from checkpoint.storage import BatchOp
-from jobs.errors import (
+from checkpoint.errors import (
     AlreadyExists,
     BatchFailed,
     Conflict,
@@ -16,6 +14,8 @@ from jobs.errors import (
     NotFound,
     StorageError,
 )
+from checkpoint.limits import MAX_BATCH_OPERATIONS
+from checkpoint.storage import BatchOp
 from tests.contract import EVERY_TYPE, assert_same_types, fails_with
 
 

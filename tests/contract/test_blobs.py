@@ -7,7 +7,7 @@ import uuid
 
 import pytest
 
-from jobs.errors import AlreadyExists, Conflict, InvalidRequest, NotFound
+from checkpoint.errors import AlreadyExists, Conflict, InvalidRequest, NotFound
 from tests.contract import fails_with
 
 #: 5 MiB of deterministic noise: big enough that an upload takes several blocks.

@@ -10,6 +10,7 @@ from datetime import UTC, datetime
 
 import pytest
 
+from checkpoint.errors import InvalidRequest, TooLarge
 from checkpoint.limits import (
     MAX_ENTITY_BYTES,
     MAX_KEY_BYTES,
@@ -17,7 +18,6 @@ from checkpoint.limits import (
     MAX_PROPERTY_BYTES,
 )
 from checkpoint.storage import ANY_ETAG, BatchOp
-from jobs.errors import InvalidRequest, TooLarge
 from tests.contract import fails_with
 
 #: A string of exactly 64 KiB in UTF-16, the largest property value Azure accepts.

@@ -6,8 +6,8 @@ from datetime import UTC, datetime
 
 import pytest
 
+from checkpoint.errors import InvalidRequest
 from checkpoint.storage import BatchOp, Where
-from jobs.errors import InvalidRequest
 from tests.contract import EVERY_TYPE, assert_same_types, fails_with
 
 

@@ -10,9 +10,9 @@ import uuid
 
 import pytest
 
+from checkpoint.errors import InvalidRequest, LeaseLost, NotFound, TooLarge
 from checkpoint.limits import MAX_MESSAGE_BYTES
 from checkpoint.storage import NEVER_EXPIRES
-from jobs.errors import InvalidRequest, LeaseLost, NotFound, TooLarge
 from tests.contract import fails_with
 
 

@@ -7,8 +7,8 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
+from checkpoint.errors import AlreadyExists, Conflict, InvalidRequest, NotFound
 from checkpoint.storage import ANY_ETAG
-from jobs.errors import AlreadyExists, Conflict, InvalidRequest, NotFound
 from tests.contract import EVERY_TYPE, assert_same_types, fails_with
 
 

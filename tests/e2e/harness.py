@@ -23,10 +23,10 @@ from typing import Any, Literal, TypeVar
 
 from checkpoint.backends import open_storage
 from checkpoint.backends.embedded import DATABASE_FILE
+from checkpoint.errors import StorageError
 from checkpoint.records import TaskRecord
 from checkpoint.storage import QueueStore, Storage
 from checkpoint.store import CheckpointStore
-from jobs.errors import StorageError
 from tests.e2e.e2e_jobs import EVENTS_FILE, SINK_DIR, TAG_ENV, queue_for
 from tests.e2e.processes import (
     DEADLINE_SECONDS,

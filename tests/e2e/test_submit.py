@@ -8,7 +8,7 @@ from collections import Counter
 
 import pytest
 
-from jobs.errors import NotFound
+from checkpoint.errors import NotFound
 from tests.e2e.harness import Cluster
 
 pytestmark = pytest.mark.timeout(120)

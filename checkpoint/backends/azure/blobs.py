@@ -16,8 +16,8 @@ from azure.storage.blob import BlobServiceClient, ContainerClient
 from checkpoint import limits
 from checkpoint.backends.azure.errors import being_deleted, error_code, translated
 from checkpoint.backends.azure.times import as_utc
+from checkpoint.errors import InvalidRequest
 from checkpoint.storage import BlobInfo
-from jobs.errors import InvalidRequest
 
 
 class AzureBlobs:

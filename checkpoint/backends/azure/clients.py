@@ -32,8 +32,8 @@ from checkpoint.backends.azure.retry import (
     storage_retry_policy,
     tables_retry_settings,
 )
+from checkpoint.errors import ConfigurationError
 from checkpoint.location import StorageLocation, redact
-from jobs.errors import ConfigurationError
 
 #: Azurite's and the Storage Emulator's fixed account (public, documented by Microsoft).
 DEV_ACCOUNT = "devstoreaccount1"

@@ -29,8 +29,7 @@ from azure.core.exceptions import (
 )
 from azure.data.tables import TableTransactionError
 
-from checkpoint.location import redact
-from jobs.errors import (
+from checkpoint.errors import (
     AlreadyExists,
     BatchFailed,
     ConfigurationError,
@@ -43,6 +42,7 @@ from jobs.errors import (
     TooLarge,
     Unavailable,
 )
+from checkpoint.location import redact
 
 #: Codes meaning the caller's hold on a queue message is gone (update or delete).
 LEASE_LOST_CODES = frozenset({"PopReceiptMismatch", "MessageNotFound"})

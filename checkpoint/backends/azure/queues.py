@@ -24,8 +24,8 @@ from azure.storage.queue import QueueMessage as SdkMessage
 from checkpoint import limits
 from checkpoint.backends.azure.errors import being_deleted, translated
 from checkpoint.backends.azure.times import as_utc
+from checkpoint.errors import InvalidRequest, LeaseLost, StorageError, Unavailable
 from checkpoint.storage import QueueMessage, Receipt
-from jobs.errors import InvalidRequest, LeaseLost, StorageError, Unavailable
 
 T = TypeVar("T")
 A = TypeVar("A")

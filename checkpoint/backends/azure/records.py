@@ -19,8 +19,8 @@ from azure.data.tables import TableClient, TableServiceClient, UpdateMode
 from checkpoint import limits
 from checkpoint.backends.azure.entities import build_filter, select_list, to_entity, to_record
 from checkpoint.backends.azure.errors import being_deleted, translated
+from checkpoint.errors import InvalidRequest
 from checkpoint.storage import ANY_ETAG, BatchOp, PropertyValue, Record, Where
-from jobs.errors import InvalidRequest
 
 #: Most entities Azure returns in one page of a query.
 MAX_PAGE_SIZE = 1000

@@ -19,7 +19,7 @@ from typing import Any
 from azure.storage.blob import ExponentialRetry as BlobExponentialRetry
 from azure.storage.queue import ExponentialRetry as QueueExponentialRetry
 
-from jobs.errors import ConfigurationError
+from checkpoint.errors import ConfigurationError
 
 #: Wait before the first retry; each further retry waits twice as long, up to the max.
 FIRST_BACKOFF_SECONDS = 0.5

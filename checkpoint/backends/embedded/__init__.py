@@ -13,8 +13,8 @@ from pathlib import Path
 
 from checkpoint.backends.embedded import blobs, queues, records
 from checkpoint.backends.embedded.db import Database
+from checkpoint.clock import Clock, SystemClock
 from checkpoint.storage import Storage
-from jobs.clock import Clock, SystemClock
 
 DATABASE_FILE = "store.sqlite3"
 BLOB_FOLDER = "blobs"

@@ -28,9 +28,9 @@ from pathlib import Path
 
 from checkpoint import limits
 from checkpoint.backends.embedded.db import Database, epoch, utc
+from checkpoint.clock import Clock
+from checkpoint.errors import AlreadyExists, Conflict, InvalidRequest, NotFound
 from checkpoint.storage import ANY_ETAG, BlobInfo
-from jobs.clock import Clock
-from jobs.errors import AlreadyExists, Conflict, InvalidRequest, NotFound
 
 SCHEMA = (
     "CREATE TABLE IF NOT EXISTS containers (name TEXT PRIMARY KEY) WITHOUT ROWID",

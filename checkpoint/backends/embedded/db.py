@@ -8,8 +8,8 @@ front, so a transaction never reads a snapshot that another process then invalid
 a read-then-update (a receive, a compare-and-swap) is atomic across processes.
 
 ``sqlite3`` errors never leave this package: :func:`translated` turns a database that
-stayed locked past the busy timeout into :class:`~jobs.errors.Throttled` (retry later)
-and anything else into a plain :class:`~jobs.errors.StorageError`.
+stayed locked past the busy timeout into :class:`~checkpoint.errors.Throttled` (retry later)
+and anything else into a plain :class:`~checkpoint.errors.StorageError`.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 
-from jobs.errors import StorageError, Throttled
+from checkpoint.errors import StorageError, Throttled
 
 #: How long a statement waits for another connection's write lock before giving up.
 BUSY_TIMEOUT_SECONDS = 30.0

@@ -23,9 +23,9 @@ from collections.abc import Sequence
 
 from checkpoint import limits
 from checkpoint.backends.embedded.db import Database, epoch, utc
+from checkpoint.clock import Clock
+from checkpoint.errors import LeaseLost, NotFound, StorageError
 from checkpoint.storage import NEVER_EXPIRES, QueueMessage, Receipt
-from jobs.clock import Clock
-from jobs.errors import LeaseLost, NotFound, StorageError
 
 SCHEMA = (
     "CREATE TABLE IF NOT EXISTS queues (name TEXT PRIMARY KEY) WITHOUT ROWID",

@@ -22,9 +22,16 @@ from checkpoint.backends.embedded.entities import (
     satisfies,
     unpack,
 )
+from checkpoint.clock import Clock
+from checkpoint.errors import (
+    AlreadyExists,
+    BatchFailed,
+    Conflict,
+    InvalidRequest,
+    NotFound,
+    StorageError,
+)
 from checkpoint.storage import ANY_ETAG, BatchKind, BatchOp, PropertyValue, Record, Where
-from jobs.clock import Clock
-from jobs.errors import AlreadyExists, BatchFailed, Conflict, InvalidRequest, NotFound, StorageError
 
 SCHEMA = (
     "CREATE TABLE IF NOT EXISTS record_tables (name TEXT PRIMARY KEY) WITHOUT ROWID",

@@ -1,0 +1,119 @@
+"""The import rules of docs/architecture.md, checked on the source.
+
+``checkpoint`` is the lowest layer (errors, the clock, storage, its limits), ``jobs``
+builds on it and ``runner`` on both; ``jobs.testing`` alone sits above ``runner``,
+because a whole job run in a test's own process must run the worker's own code, not a
+copy of it. No module imports inside a function or under ``TYPE_CHECKING`` to dodge a
+cycle: the graph of our modules has none. Third-party imports may be deferred (PySpark,
+azure-identity are optional extras).
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGES = ("checkpoint", "jobs", "runner")
+#: Each package and what it may import of ours.
+MAY_IMPORT = {
+    "checkpoint": {"checkpoint"},
+    "jobs": {"checkpoint", "jobs"},
+    "runner": {"checkpoint", "jobs", "runner"},
+}
+#: Modules above the layer their package is in, and what that adds.
+ABOVE_THEIR_PACKAGE = {"jobs.testing": {"runner"}}
+#: Imports of ours deferred on purpose, and why (never to break a cycle).
+DEFERRED = {
+    ("checkpoint.backends", "checkpoint.backends.azure"): "the Azure SDKs load only for Azure",
+    ("checkpoint.backends", "checkpoint.backends.embedded"): "likewise sqlite for the embedded",
+}
+
+
+def _modules() -> dict[str, Path]:
+    found = {}
+    for package in PACKAGES:
+        for path in sorted((ROOT / package).rglob("*.py")):
+            parts = path.relative_to(ROOT).with_suffix("").parts
+            name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+            found[name] = path
+    return found
+
+
+MODULES = _modules()
+
+
+def _imports(path: Path) -> list[tuple[str, int, bool]]:
+    """``(module imported, line, at module level)`` for each import of ours in ``path``."""
+    tree = ast.parse(path.read_text(), str(path))
+    top_level = {id(node) for node in tree.body if isinstance(node, ast.Import | ast.ImportFrom)}
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            # ``from checkpoint import codec`` imports the submodule checkpoint.codec.
+            names = [
+                f"{node.module}.{alias.name}"
+                if f"{node.module}.{alias.name}" in MODULES
+                else node.module
+                for alias in node.names
+            ]
+        else:
+            continue
+        for name in names:
+            if name.split(".")[0] in PACKAGES:
+                found.append((name, node.lineno, id(node) in top_level))
+    return found
+
+
+@pytest.mark.parametrize("module", sorted(MODULES))
+def test_imports_go_down_the_layers(module):
+    allowed = MAY_IMPORT[module.split(".")[0]] | ABOVE_THEIR_PACKAGE.get(module, set())
+    upward = [
+        f"line {line}: {imported}"
+        for imported, line, _ in _imports(MODULES[module])
+        if imported.split(".")[0] not in allowed
+    ]
+    assert not upward, f"{module} imports upward: {upward}"
+
+
+@pytest.mark.parametrize("module", sorted(MODULES))
+def test_our_imports_are_at_module_level(module):
+    deferred = [
+        f"line {line}: {imported}"
+        for imported, line, top in _imports(MODULES[module])
+        if not top and (module, imported) not in DEFERRED
+    ]
+    assert not deferred, f"{module} defers imports of ours (a cycle dodged?): {deferred}"
+
+
+def test_no_module_imports_itself_round_a_cycle():
+    graph = {
+        module: {imported for imported, _, _ in _imports(path) if imported in MODULES}
+        for module, path in MODULES.items()
+    }
+    done: set[str] = set()
+
+    def visit(module: str, trail: list[str]) -> None:
+        if module in trail:
+            raise AssertionError("import cycle: " + " -> ".join(trail[trail.index(module) :] + [module]))
+        if module in done:
+            return
+        for imported in sorted(graph[module]):
+            # A package's __init__ importing its own modules is not a cycle through them.
+            if not module.startswith(imported + ".") and imported != module:
+                visit(imported, trail + [module])
+        done.add(module)
+
+    for module in sorted(graph):
+        visit(module, [])
+
+
+def test_the_rules_see_what_they_check():
+    # Guards the checks above against passing vacuously (a parsing slip finding nothing).
+    imports = {imported for imported, _, _ in _imports(MODULES["runner.tasks"])}
+    assert {"checkpoint.store", "jobs.job", "runner.lease"} <= imports
+    assert len(MODULES) > 40
