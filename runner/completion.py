@@ -7,16 +7,17 @@ reading a million chunk records.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from checkpoint import layout, messages
 from checkpoint.errors import Conflict
 from checkpoint.retries import Budget
-from checkpoint.storage import NEVER_EXPIRES
+from checkpoint.storage import NEVER_EXPIRES, QueueStore
 from checkpoint.store import CheckpointStore
+from runner.recent import Recent
 
-if TYPE_CHECKING:
-    from runner.tasks import Context
+#: Jobs whose chunk total a worker remembers (a total never changes once planned).
+TOTALS_KEPT = 1024
 
 
 def set_job(
@@ -40,26 +41,45 @@ def set_job(
             continue
 
 
-def check_complete(
-    worker: Context,
-    job_id: str,
-    budget: Budget,
-    shard: int | None = None,
-    shard_counts: dict[str, int] | None = None,
-) -> None:
-    """If every chunk of the job has ended, enqueue finalize (or fail the job).
+class Completion:
+    """Sees whether a job is complete after one of its tasks ended, and acts on it."""
 
-    Called after each chunk ends, with its shard's counts as just written: the other
-    shards are read only when that shard is complete, and only until one is found
-    incomplete, so a job's completion costs a few dozen reads, not one per chunk.
-    """
-    store = worker.store
-    total = worker.totals.get(job_id)
-    if total is None:
-        total = store.get_job(job_id, budget).total
+    def __init__(self, store: CheckpointStore, queues: QueueStore, totals_kept: int = TOTALS_KEPT):
+        self._store = store
+        self._queues = queues
+        self._totals: Recent[str, int] = Recent(totals_kept)
+
+    def check(
+        self,
+        job_id: str,
+        budget: Budget,
+        shard: int | None = None,
+        shard_counts: dict[str, int] | None = None,
+    ) -> None:
+        """If every chunk of the job has ended, enqueue finalize (or fail the job).
+
+        Called after each chunk ends, with its shard's counts as just written: the other
+        shards are read only when that shard is complete, and only until one is found
+        incomplete, so a job's completion costs a few dozen reads, not one per chunk.
+        """
+        total = self._totals.get(job_id)
         if total is None:
-            return  # still planning: planning checks when it ends
-        worker.totals[job_id] = total  # a job's total never changes once set
+            total = self._store.get_job(job_id, budget).total
+            if total is None:
+                return  # still planning: planning checks when it ends
+            self._totals.put(job_id, total)  # a job's total never changes once set
+        _check(self._store, self._queues, job_id, total, budget, shard, shard_counts)
+
+
+def _check(
+    store: CheckpointStore,
+    queues: QueueStore,
+    job_id: str,
+    total: int,
+    budget: Budget,
+    shard: int | None,
+    shard_counts: dict[str, int] | None,
+) -> None:
     if shard is not None:
         counts = shard_counts or store.shard_counts(job_id, shard, budget)
         if counts.get("done", 0) + counts.get("poisoned", 0) < layout.chunks_in_shard(total, shard):
@@ -85,7 +105,7 @@ def check_complete(
     # A send applied with its answer lost, then sent again, only duplicates the message:
     # the second delivery finds finalize running or done and is deleted unrun.
     body = messages.encode(messages.TaskMessage("final", job.job_type, job_id))
-    budget.call(lambda: worker.queues.send(job.queue, body, ttl_seconds=NEVER_EXPIRES))
+    budget.call(lambda: queues.send(job.queue, body, ttl_seconds=NEVER_EXPIRES))
     set_job(store, job_id, budget, only_from=("running",), state="finalizing")
 
 

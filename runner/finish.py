@@ -21,17 +21,16 @@ import logging
 import threading
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from checkpoint import layout, retries
+from checkpoint.clock import Clock
 from checkpoint.errors import StorageError
 from checkpoint.records import TaskRecord
 from checkpoint.retries import Budget
-from runner.completion import check_complete
-from runner.lease import Lease
-
-if TYPE_CHECKING:
-    from runner.tasks import Context
+from checkpoint.store import CheckpointStore
+from runner.completion import Completion
+from runner.lease import Lease, LeaseKeeper
 
 log = logging.getLogger(__name__)
 
@@ -58,8 +57,13 @@ class Finisher:
     """Marks finished chunks done and deletes their messages, on its own thread once
     started (before that, and after :meth:`stop`, at once in the caller's thread)."""
 
-    def __init__(self, worker: Context):
-        self._worker = worker
+    def __init__(
+        self, store: CheckpointStore, keeper: LeaseKeeper, completion: Completion, clock: Clock
+    ):
+        self._store = store
+        self._keeper = keeper
+        self._completion = completion
+        self._clock = clock
         self._pending: list[Ended] = []
         self._changed = threading.Condition()
         self._busy = False
@@ -121,7 +125,7 @@ class Finisher:
             except Exception:  # the thread must outlive any one failure; leases lapse
                 log.exception("finishing %d chunk(s) failed; they will be retried", len(group))
                 for ended in group:
-                    self._worker.keeper.drop(ended.lease)
+                    self._keeper.drop(ended.lease)
             finally:
                 with self._changed:
                     self._busy = False
@@ -137,20 +141,19 @@ class Finisher:
         for (job_id, shard), chunks in shards.items():
             to_delete.extend(self._mark_done(job_id, shard, chunks))
         if to_delete:
-            self._worker.keeper.delete_many(to_delete)
+            self._keeper.delete_many(to_delete)
 
     def _mark_done(self, job_id: str, shard: int, chunks: list[Ended]) -> list[Lease]:
         """Write one shard's done marks; return the leases whose messages may go."""
-        worker = self._worker
         # Retried in place while every lease of the group lasts: past the first to run
         # out, that chunk may be someone else's (its mark then fails, fenced).
         budget = Budget(
             retries.DONE_MARK,
-            worker.clock,
+            self._clock,
             deadline=lambda: min(c.lease.visible_at for c in chunks),
         )
         try:
-            written, counts = worker.store.count_chunks(
+            written, counts = self._store.count_chunks(
                 [(c.task, c.final) for c in chunks], "done", budget
             )
         except StorageError as error:
@@ -161,7 +164,7 @@ class Finisher:
                 error,
             )
             for ended in chunks:
-                worker.keeper.drop(ended.lease)
+                self._keeper.drop(ended.lease)
             return []
         done = []
         for ended, result in zip(chunks, written, strict=True):
@@ -171,18 +174,18 @@ class Finisher:
                     "chunk %s of %s finished but fenced: %s", ended.task.index, job_id, reason
                 )
                 ended.lease.lose(reason)
-                worker.keeper.drop(ended.lease)
+                self._keeper.drop(ended.lease)
             else:
                 done.append(ended.lease)
         if not done:
             return []
         try:
-            check_complete(worker, job_id, budget, shard, counts)
+            self._completion.check(job_id, budget, shard, counts)
         except StorageError as error:
             # Kept, not deleted: the messages come back, are found done, and the check
             # is made again then (runner.tasks._after_done).
             log.warning("checking whether %s is complete failed: %s", job_id, error)
             for lease in done:
-                worker.keeper.drop(lease)
+                self._keeper.drop(lease)
             return []
         return done

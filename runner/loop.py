@@ -24,7 +24,10 @@ from checkpoint.retries import Budget
 from checkpoint.storage import QueueMessage, Storage
 from checkpoint.store import CheckpointStore
 from jobs.job import ChunkedJob
+from runner.completion import Completion
+from runner.finish import Finisher
 from runner.lease import Lease, LeaseKeeper
+from runner.poison import PoisonRouter
 from runner.prefetch import Prefetch
 from runner.tasks import Context, handle, hold
 
@@ -78,6 +81,27 @@ def new_worker_id() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(2)}"
 
 
+def assemble(
+    storage: Storage, job_classes: list[type[ChunkedJob]], clock: Clock, worker_id: str
+) -> Context:
+    """The parts one worker's tasks share, each given what it uses. The keeper and the
+    finisher are not started: the loop starts them (a test may drive them by hand)."""
+    store = CheckpointStore(storage, clock)
+    keeper = LeaseKeeper(storage.queues, clock)
+    completion = Completion(store, storage.queues)
+    return Context(
+        store=store,
+        queues=storage.queues,
+        keeper=keeper,
+        clock=clock,
+        worker_id=worker_id,
+        job_classes={cls.job_type(): cls for cls in job_classes},
+        poison=PoisonRouter(storage.queues, keeper, clock),
+        completion=completion,
+        finisher=Finisher(store, keeper, completion, clock),
+    )
+
+
 class WorkerLoop:
     """Serves the queues of ``job_classes`` from one process until stopped (or, in burst
     mode, until no work is left)."""
@@ -94,16 +118,7 @@ class WorkerLoop:
         self.clock = clock or SystemClock()
         self.settings = settings
         self.storage = storage
-        store = CheckpointStore(storage, self.clock)
-        keeper = LeaseKeeper(storage.queues, self.clock)
-        self.context = Context(
-            store,
-            storage.queues,
-            keeper,
-            self.clock,
-            worker_id or new_worker_id(),
-            {cls.job_type(): cls for cls in job_classes},
-        )
+        self.context = assemble(storage, job_classes, self.clock, worker_id or new_worker_id())
         self._classes = job_classes
         self._stop = threading.Event()
         self._work: queue.SimpleQueue[tuple[str, QueueMessage, float, Lease] | None] = (

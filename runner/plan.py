@@ -10,45 +10,57 @@ page of payloads, whatever the job's size.
 from __future__ import annotations
 
 import itertools
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from checkpoint import messages, retries
 from checkpoint.messages import INLINE_PAYLOAD_BYTES
 from checkpoint.records import JobRecord
 from checkpoint.retries import Budget
-from checkpoint.storage import NEVER_EXPIRES
+from checkpoint.storage import NEVER_EXPIRES, QueueStore
+from checkpoint.store import CheckpointStore
 from jobs.job import ChunkedJob
 from runner.control import TaskControl, runner_side
-
-if TYPE_CHECKING:
-    from runner.tasks import Context
 
 #: Chunks recorded and enqueued per step (16 shards x 25 rows per batch).
 PAGE_CHUNKS = 400
 
 
 def run_plan(
-    worker: Context, job_class: type[ChunkedJob], job: JobRecord, control: TaskControl
+    store: CheckpointStore,
+    queues: QueueStore,
+    job_class: type[ChunkedJob],
+    job: JobRecord,
+    control: TaskControl,
 ) -> int:
     """Enqueue every chunk ``split`` yields from where the last attempt stopped; return
     the job's chunk count."""
     budget = control.lease_budget(retries.PLANNING)
-    params = runner_side(lambda: worker.store.params(job), "reading the job's params")
+    params = runner_side(lambda: store.params(job), "reading the job's params")
     enqueued = int(control.newest_state or 0)
     payloads = itertools.islice(iter(job_class().split(params)), enqueued, None)
     while True:
         page = list(itertools.islice(payloads, PAGE_CHUNKS))
         if not page:
             return enqueued
-        runner_side(lambda: _enqueue(worker, job, enqueued, page, budget), "planning a page")  # noqa: B023
+        runner_side(
+            lambda: _enqueue(store, queues, job, enqueued, page, budget),  # noqa: B023
+            "planning a page",
+        )
         enqueued += len(page)
         control.offer(enqueued)
         control.raise_if_stopped()
 
 
-def _enqueue(worker: Context, job: JobRecord, first: int, page: list[Any], budget: Budget) -> None:
+def _enqueue(
+    store: CheckpointStore,
+    queues: QueueStore,
+    job: JobRecord,
+    first: int,
+    page: list[Any],
+    budget: Budget,
+) -> None:
     bodies = []
-    for planned in worker.store.add_chunks(job.job_id, first, page, budget):
+    for planned in store.add_chunks(job.job_id, first, page, budget):
         inline = planned.payload is not None and len(planned.payload) <= INLINE_PAYLOAD_BYTES
         task = messages.TaskMessage(
             "chunk",
@@ -61,4 +73,4 @@ def _enqueue(worker: Context, job: JobRecord, first: int, page: list[Any], budge
         bodies.append(messages.encode(task))
     # Sent again after a failure, some messages may be duplicates: the claim turns them
     # into one run (docs/semantics.md §5).
-    budget.call(lambda: worker.queues.send_many(job.queue, bodies, ttl_seconds=NEVER_EXPIRES))
+    budget.call(lambda: queues.send_many(job.queue, bodies, ttl_seconds=NEVER_EXPIRES))

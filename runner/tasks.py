@@ -48,12 +48,13 @@ from checkpoint.store import CheckpointStore
 from jobs.backoff import compute_backoff
 from jobs.errors import ChunkStopped
 from jobs.job import ChunkedJob
-from runner.completion import check_complete, set_job
+from runner.completion import Completion, set_job
 from runner.control import TaskControl
 from runner.finish import Ended, Finisher
 from runner.lease import Lease, LeaseKeeper
 from runner.plan import run_plan
 from runner.poison import PoisonRouter
+from runner.recent import Recent
 from runner.work import run_user_code
 
 log = logging.getLogger(__name__)
@@ -66,9 +67,14 @@ _OPEN_STATES = ("planning", "running", "finalizing")
 DELIVERIES_PER_ATTEMPT = 4
 
 
+#: Job records a worker remembers (their type, queue and params never change).
+JOBS_KEPT = 256
+
+
 @dataclass
 class Context:
-    """What every task of one worker process shares."""
+    """What every task of one worker process shares; assembled by the worker loop
+    (:func:`runner.loop.assemble`), each part given only what it uses."""
 
     store: CheckpointStore
     queues: QueueStore
@@ -76,15 +82,16 @@ class Context:
     clock: Clock
     worker_id: str
     job_classes: dict[str, type[ChunkedJob]]
+    poison: PoisonRouter
+    completion: Completion
+    finisher: Finisher
     stopping: threading.Event = field(default_factory=threading.Event)
     rng: random.Random = field(default_factory=random.Random)
+    jobs: Recent[str, JobRecord] = field(default_factory=lambda: Recent(JOBS_KEPT))
 
-    def __post_init__(self) -> None:
-        self.poison = PoisonRouter(self.queues, self.keeper, self.clock)
-        self.finisher = Finisher(self)
-        self.by_queue = {cls.queue: cls for cls in self.job_classes.values()}
-        self._jobs: dict[str, JobRecord] = {}
-        self.totals: dict[str, int] = {}
+    @property
+    def by_queue(self) -> dict[str, type[ChunkedJob]]:
+        return {cls.queue: cls for cls in self.job_classes.values()}
 
 
 def hold(worker: Context, queue: str, message: QueueMessage, received_at: float) -> Lease:
@@ -160,7 +167,7 @@ def _handle_held(worker: Context, queue: str, message: QueueMessage, lease: Leas
 
 def _job(worker: Context, job_id: str, lease: Lease) -> JobRecord:
     # Params never change, so a job record read once serves all its chunks here.
-    job = worker._jobs.get(job_id)
+    job = worker.jobs.get(job_id)
     if job is None:
         try:
             job = worker.store.get_job(job_id, lease.budget(retries.READ, worker.clock))
@@ -169,9 +176,7 @@ def _job(worker: Context, job_id: str, lease: Lease) -> JobRecord:
         except BadRecord as bad:
             # Nothing can be written to a job nobody can read: poison the message only.
             raise BadMessage(str(bad)) from bad
-        if len(worker._jobs) > 256:
-            worker._jobs.clear()
-        worker._jobs[job_id] = job
+        worker.jobs.put(job_id, job)
     return job
 
 
@@ -364,9 +369,9 @@ def _execute(
     task = control.task
     try:
         if task.kind == "plan":
-            outcome: Any = run_plan(worker, job_class, job, control)
+            outcome: Any = run_plan(worker.store, worker.queues, job_class, job, control)
         else:
-            outcome = run_user_code(worker, job_class, job, control)
+            outcome = run_user_code(worker.store, job_class, job, control)
     except LeaseLost as lost:
         log.warning("%s %s of %s stopped: lease lost (%s)", task.kind, task.index, job.job_id, lost)
         worker.keeper.drop(lease)
@@ -440,11 +445,11 @@ def _succeeded(
 def _after_done(worker: Context, job_id: str, task: TaskRecord, budget: Budget) -> None:
     """What follows a task's completion (idempotent: it may run again after a crash)."""
     if task.kind == "chunk":
-        check_complete(worker, job_id, budget, layout.shard_of(task.index))
+        worker.completion.check(job_id, budget, layout.shard_of(task.index))
     elif task.kind == "plan":
         total = int(worker.store.value(task.properties, "progress") or 0)
         set_job(worker.store, job_id, budget, total=total, state="running", only_from=("planning",))
-        check_complete(worker, job_id, budget)
+        worker.completion.check(job_id, budget)
     else:
         set_job(worker.store, job_id, budget, state="done", only_from=("running", "finalizing"))
 
@@ -519,7 +524,7 @@ def _poison_task(
     log.error("%s %s of %s poisoned: %s", task.kind, task.index, job.job_id, reason)
     worker.poison.move(lease, message.body, reason)
     if task.kind == "chunk":
-        check_complete(worker, job.job_id, budget, layout.shard_of(task.index))
+        worker.completion.check(job.job_id, budget, layout.shard_of(task.index))
 
 
 def _write_poisoned(
@@ -586,8 +591,7 @@ def _poison_unreadable(
     log.error("%s %s of %s poisoned: %s", kind, index, job.job_id, reason)
     worker.poison.move(lease, message.body, reason)
     if kind == "chunk":
-        check_complete(
-            worker,
+        worker.completion.check(
             job.job_id,
             lease.budget(retries.BOOKKEEPING, worker.clock),
             layout.shard_of(index),

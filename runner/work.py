@@ -2,27 +2,25 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from checkpoint import retries
 from checkpoint.records import JobRecord
+from checkpoint.store import CheckpointStore
 from jobs.chunk import Chunk
 from jobs.job import ChunkedJob
 from jobs.summary import JobSummary
 from runner.control import TaskControl, runner_side
 
-if TYPE_CHECKING:
-    from runner.tasks import Context
-
 
 def run_user_code(
-    worker: Context, job_class: type[ChunkedJob], job: JobRecord, control: TaskControl
+    store: CheckpointStore, job_class: type[ChunkedJob], job: JobRecord, control: TaskControl
 ) -> Any:
     """Run one chunk's ``process`` or the job's ``finalize``; return its outcome.
 
     Raises BadRecord, before any user code runs, if the params, payload or state as
     stored cannot be read."""
-    store, task = worker.store, control.task
+    task = control.task
     budget = control.lease_budget(retries.READ)
     params = runner_side(lambda: store.params(job), "reading the job's params")
     instance = job_class()

@@ -15,9 +15,9 @@ from checkpoint.errors import Unavailable
 from checkpoint.records import TaskRecord
 from checkpoint.store import CheckpointStore
 from runner import finish
-from runner.finish import Ended
+from runner.completion import Completion
+from runner.finish import Ended, Finisher
 from runner.lease import Lease, LeaseKeeper
-from runner.tasks import Context
 
 
 class FailingBatches:
@@ -56,7 +56,10 @@ class Job:
         self.store.update_job(job, state="running", total=chunks)
         # The keeper is not started: nothing is renewed, leases are long enough.
         self.keeper = LeaseKeeper(storage.queues, SystemClock())
-        self.worker = Context(self.store, storage.queues, self.keeper, SystemClock(), "me", {})
+        self.clock = SystemClock()
+        self.finisher = Finisher(
+            self.store, self.keeper, Completion(self.store, storage.queues), self.clock
+        )
         storage.queues.send_many(self.queue, [str(i).encode() for i in range(chunks)])
         received = storage.queues.receive(self.queue, max_messages=chunks, visibility_seconds=60)
         self.leases: dict[int, Lease] = {}
@@ -64,7 +67,7 @@ class Job:
         for message in received:
             index = int(message.body)
             self.leases[index] = self.keeper.hold(
-                self.queue, message, 60, received_at=self.worker.clock.monotonic()
+                self.queue, message, 60, received_at=self.clock.monotonic()
             )
             task = self.store.get_task(self.job_id, "chunk", index)
             self.tasks[index] = self.store.write_task(task, {"state": "running", "owner": "me"})
@@ -85,7 +88,7 @@ def test_a_group_is_marked_done_counted_and_its_messages_deleted(backend):
     job.store.write_task(job.store.get_task(job.job_id, "chunk", 1), {"owner": "them"})
 
     # When the finisher takes them as one group
-    job.worker.finisher.finish([job.ended(0), job.ended(1), job.ended(2)])
+    job.finisher.finish([job.ended(0), job.ended(1), job.ended(2)])
 
     # Then the two still ours are done with their results, counted, their messages gone
     assert [t.index for t in job.store.chunks(job.job_id, ("done",))] == [0, 2]
@@ -100,10 +103,10 @@ def test_a_group_is_marked_done_counted_and_its_messages_deleted(backend):
 
 def test_the_group_that_ends_the_job_enqueues_finalize(backend):
     job = Job(backend, chunks=3)
-    job.worker.finisher.finish([job.ended(0), job.ended(1)])
+    job.finisher.finish([job.ended(0), job.ended(1)])
     assert job.store.get_job(job.job_id).state == "running"
 
-    job.worker.finisher.finish([job.ended(2)])
+    job.finisher.finish([job.ended(2)])
 
     assert job.store.get_job(job.job_id).state == "finalizing"
     (final,) = job.storage.queues.peek(job.queue, max_messages=32)
@@ -115,7 +118,7 @@ def test_a_store_failure_keeps_the_messages_for_a_later_delivery(backend):
     job = Job(backend, chunks=2)
     job.records.failing = True
 
-    job.worker.finisher.finish([job.ended(0), job.ended(1)])
+    job.finisher.finish([job.ended(0), job.ended(1)])
 
     # Then nothing was marked done, the messages stay (they come back and are redone)
     # and nobody renews them any more
@@ -126,7 +129,7 @@ def test_a_store_failure_keeps_the_messages_for_a_later_delivery(backend):
 
 def test_the_thread_writes_what_is_handed_over_and_stop_flushes_it(backend):
     job = Job(backend, chunks=6)
-    finisher = job.worker.finisher
+    finisher = job.finisher
     finisher.start()
     for index in range(6):
         finisher.add(job.ended(index))
@@ -144,7 +147,7 @@ def test_a_slot_waits_while_too_many_chunks_are_pending(backend, monkeypatch):
     # Given a finisher whose store write is stuck, with room for 2 pending chunks
     monkeypatch.setattr(finish, "MAX_PENDING", 2)
     job = Job(backend, chunks=4)
-    finisher = job.worker.finisher
+    finisher = job.finisher
     job.records.block = True
     finisher.start()
     finisher.add(job.ended(0))

@@ -99,7 +99,8 @@ def test_no_module_imports_itself_round_a_cycle():
 
     def visit(module: str, trail: list[str]) -> None:
         if module in trail:
-            raise AssertionError("import cycle: " + " -> ".join(trail[trail.index(module) :] + [module]))
+            cycle = trail[trail.index(module) :] + [module]
+            raise AssertionError("import cycle: " + " -> ".join(cycle))
         if module in done:
             return
         for imported in sorted(graph[module]):
