@@ -153,6 +153,15 @@ def _out_of_range(message: str) -> InvalidRequest:
     return InvalidRequest(message, code="OutOfRangeQueryParameterValue")
 
 
+def check_range(offset: int, length: int | None) -> None:
+    """A blob range: ``offset`` and ``length`` (None: to the end) whole bytes >= 0."""
+    for value, what in ((offset, "offset"), (length, "length")):
+        if value is not None:
+            checks.whole(
+                value, what, lowest=0, highest=INT64_MAX, unit="bytes", error=_out_of_range
+            )
+
+
 def check_ttl(ttl_seconds: int | None, delay_seconds: int) -> int:
     """TTL in seconds: None for the 7-day default, -1 for never, else >= 1 and > delay."""
     if ttl_seconds is None:

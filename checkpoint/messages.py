@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from checkpoint import codec, layout
+from checkpoint import checks, codec, layout
 from checkpoint.errors import BadMessage, CodecError, ConfigurationError
 from checkpoint.records import TaskKind
 
@@ -74,7 +74,7 @@ def decode(body: bytes) -> TaskMessage:
     job_id, index = envelope.get("j"), envelope.get("i")
     if kind is None or not isinstance(job_type, str) or not isinstance(job_id, str):
         raise BadMessage(f"malformed envelope: {_preview(envelope)}")
-    if isinstance(index, bool) or not isinstance(index, int) or index < 0:
+    if not checks.is_whole(index) or index < 0:
         raise BadMessage(f"malformed envelope (index {index!r})")
     try:
         # A job id no record can have would fail deeper down with a storage error, and

@@ -17,7 +17,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from checkpoint import codec, layout, retries, settle
+from checkpoint import checks, codec, layout, retries, settle
 from checkpoint.clock import Clock, SystemClock
 from checkpoint.errors import (
     BadRecord,
@@ -542,7 +542,7 @@ class CheckpointStore:
             lambda: self._records.get(layout.TASKS_TABLE, partition, layout.COUNTS_ROW)
         )
         counts = {name: record.properties.get(name, 0) for name in COUNTERS}
-        if not all(type(v) is int for v in counts.values()):
+        if not all(checks.is_whole(v) for v in counts.values()):
             raise BadRecord(f"shard {shard} counter of job {job_id!r}: {counts!r} is not counts")
         return counts  # type: ignore[return-value]
 

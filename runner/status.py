@@ -14,6 +14,7 @@ import json
 from datetime import datetime
 from typing import Any
 
+from checkpoint import checks
 from checkpoint.errors import BadRecord, NotFound
 from checkpoint.records import JobRecord, TaskKind, TaskRecord
 from checkpoint.store import CheckpointStore
@@ -133,7 +134,7 @@ def _planned(store: CheckpointStore, job: JobRecord, bad: list[dict[str, Any]]) 
     except BadRecord as unreadable:
         bad.append(_unreadable("plan", 0, unreadable))
         return 0
-    return progress if type(progress) is int else 0
+    return progress if checks.is_whole(progress) else 0
 
 
 def _task_state(

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
-from checkpoint import layout, messages, retries
+from checkpoint import checks, layout, messages, retries
 from checkpoint.clock import Clock
 from checkpoint.errors import (
     BadMessage,
@@ -576,7 +576,7 @@ def _poison_unreadable(
             attempt = found.properties.get("attempt")
             changes = {
                 "state": "poisoned",
-                "attempt": attempt if type(attempt) is int and attempt >= 0 else 0,
+                "attempt": attempt if checks.is_whole(attempt) and attempt >= 0 else 0,
                 "owner": "",
                 "message_id": "",
                 "lease_until": worker.clock.now(),

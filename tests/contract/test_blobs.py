@@ -136,6 +136,20 @@ def test_range_reads(backend, offset, length):
     assert data == PATTERN[offset:end]
 
 
+@pytest.mark.parametrize(
+    ("offset", "length", "named"),
+    [(-1, None, "offset"), (True, None, "offset"), (1.5, 2, "offset"), (0, -1, "length"),
+     (0, False, "length"), (0, "2", "length")],
+)
+def test_a_range_that_is_not_whole_bytes_is_refused_alike(backend, offset, length, named):
+    blobs = backend.storage.blobs
+    container = backend.container()
+    blobs.put(container, "pattern", PATTERN)
+
+    with pytest.raises(InvalidRequest, match=f"{named} must be a whole number of bytes"):
+        blobs.get(container, "pattern", offset=offset, length=length)
+
+
 def test_range_read_of_a_large_blob(backend):
     blobs = backend.storage.blobs
     container = backend.container()

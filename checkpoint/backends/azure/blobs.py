@@ -80,9 +80,7 @@ class AzureBlobs:
     ) -> bytes:
         """Read the blob, or ``length`` bytes from ``offset``. Raises NotFound."""
         blob = self._container(container).get_blob_client(limits.check_blob_name(name))
-        limits.check_whole(offset, "offset", 0, 2**63 - 1, "bytes")
-        if length is not None:
-            limits.check_whole(length, "length", 0, 2**63 - 1, "bytes")
+        limits.check_range(offset, length)
         if offset == 0 and length is None:
             # A whole read: also right for an empty blob, where any range gives 416.
             with translated(f"read blob {name!r} in container {container!r}"):

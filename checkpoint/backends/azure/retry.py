@@ -19,6 +19,7 @@ from typing import Any
 from azure.storage.blob import ExponentialRetry as BlobExponentialRetry
 from azure.storage.queue import ExponentialRetry as QueueExponentialRetry
 
+from checkpoint import checks
 from checkpoint.errors import ConfigurationError
 
 #: Wait before the first retry; each further retry waits twice as long, up to the max.
@@ -37,9 +38,7 @@ def backoff_seconds(retry: int) -> float:
 
 def check_retry_total(retry_total: int) -> int:
     """``retry_total`` must be a whole number >= 0 (0: every request is made once)."""
-    if isinstance(retry_total, bool) or not isinstance(retry_total, int) or retry_total < 0:
-        raise ConfigurationError(f"retry_total must be a whole number >= 0, not {retry_total!r}")
-    return retry_total
+    return checks.whole(retry_total, "retry_total", lowest=0, error=ConfigurationError)
 
 
 def _counts(retry_total: int) -> dict[str, int]:

@@ -225,7 +225,7 @@ class EmbeddedBlobs:
     def get(
         self, container: str, name: str, *, offset: int = 0, length: int | None = None
     ) -> bytes:
-        _check_range(offset, length)
+        limits.check_range(offset, length)
         for attempt in range(_READ_TRIES):
             size, _, _, path = self._row(container, name)
             if offset and offset >= size:
@@ -267,10 +267,3 @@ class EmbeddedBlobs:
             start, cmp = rows[-1][0], ">"
 
 
-def _check_range(offset: int, length: int | None) -> None:
-    if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
-        raise InvalidRequest(f"offset must be a whole number >= 0, not {offset!r}")
-    if length is not None and (
-        isinstance(length, bool) or not isinstance(length, int) or length < 0
-    ):
-        raise InvalidRequest(f"length must be None or a whole number >= 0, not {length!r}")
