@@ -38,7 +38,8 @@ class Chunk:
         params: the job's parameters, as submitted.
         state: the newest state given to :meth:`checkpoint`; at the start, the last
             durable state of an earlier attempt, or None.
-        attempt: 1 on the first delivery, then 2, 3, ... (crashes count too).
+        attempt: 1 on the first claim, then 2, 3, ... (a crash counts; a graceful stop
+            or a hand-back for storage trouble does not).
     """
 
     def __init__(

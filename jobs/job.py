@@ -34,7 +34,9 @@ class ChunkedJob:
         lease_seconds: how long a received chunk stays invisible to other workers;
             renewed at ~70% of it while the chunk runs, so keep it short (whole
             seconds, 1-604800). A crashed worker's chunk resumes after at most this.
-        max_attempts: deliveries of a chunk before it is poisoned.
+        max_attempts: attempts (claims) of a chunk before it is poisoned; a worker
+            stopping gracefully, or the runner's own storage trouble, gives its attempt
+            back (docs/semantics.md §6).
         checkpoint_interval_seconds: at most one durable checkpoint write per interval;
             after a crash at most this much work is redone.
         max_chunk_seconds: stop renewing a chunk's lease after this long (a hung

@@ -5,7 +5,8 @@ The order of the steps is the product's correctness, so it is spelled out here:
 1. Hold the message under a lease at once (the keeper renews it from now on).
 2. Decode it; anything not ours goes to ``<queue>-poison`` with the reason.
 3. Read the task record. Done, poisoned or a duplicate delivery: delete the message
-   unrun. Delivered more than ``max_attempts`` times: poison it.
+   unrun. Claimed ``max_attempts`` times already (or delivered far more often than
+   that): poison it.
 4. Claim: a conditional write marking the task running under this message. Losing that
    race releases the message for later.
 5. Run the user's code; checkpoints are fenced writes (see :mod:`runner.control`).

@@ -1,9 +1,10 @@
 """The one retry policy of the Azure backend: how often, and how long to wait.
 
 Transient faults (connection errors, 408, 500, 503, ...) are retried by the SDKs'
-own retry policies, configured here; nothing above the backend retries a request again,
-so a fault costs at most ``retry_total`` extra requests. The waits are bounded so a dead
-endpoint fails in seconds, not the ~90 s of the SDK defaults.
+own retry policies, configured here. The waits are bounded so a dead endpoint fails in
+seconds, not the ~90 s of the SDK defaults. Above the backend, :mod:`checkpoint.retries`
+retries a whole call once the SDK has given up, within a budget (a lease, a stop signal),
+and settles a write whose answer was lost by reading (:mod:`checkpoint.settle`).
 
 The storage SDKs (queue, blob) take a policy object: :func:`storage_retry_policy` builds
 one that waits :func:`backoff_seconds`. The tables SDK builds azure-core's policy itself
