@@ -23,3 +23,8 @@ class JobDefinitionError(RunnerError, TypeError):
 
 class MetricsUnavailable(RunnerError):
     """Spark did not deliver a finished action's observed metrics (``DataFrame.observe``)."""
+
+
+class JobModuleFailed(RunnerError):
+    """A job's module raised while it was imported (a SyntaxError, a NameError, a
+    missing dependency); the message names its file and line."""

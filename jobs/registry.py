@@ -1,18 +1,35 @@
-"""Finding a job class by its ``module:Class`` name, as the CLI and workers do."""
+"""Finding a job class by its ``module:Class`` name, as the CLI and workers do.
+
+Whatever goes wrong says so in one line: a module that is missing (and why, when one of
+our own packages stands in its way), a module that fails while importing (its file and
+line), a name that is not a ChunkedJob.
+"""
 
 from __future__ import annotations
 
 import importlib
 import os
 import sys
+import traceback
+from pathlib import Path
 
 from checkpoint.errors import JobNotFound
+from jobs.errors import JobModuleFailed
 from jobs.job import ChunkedJob
+
+#: Where chunkrunner's top-level packages are installed.
+_OUR_ROOT = Path(__file__).resolve().parent.parent
 
 
 def load_job_class(path: str) -> type[ChunkedJob]:
     """Import ``module:Class`` (the working directory is importable) and check it is a
-    ChunkedJob subclass. Raises JobNotFound saying what is missing."""
+    ChunkedJob subclass.
+
+    Raises:
+        JobNotFound: no such module or class (saying what is missing, and when one of
+            our packages shadows the user's module of the same name).
+        JobModuleFailed: the module raised while importing (its file and line named).
+    """
     module_name, _, class_name = path.partition(":")
     if not module_name or not class_name:
         raise JobNotFound(
@@ -23,7 +40,12 @@ def load_job_class(path: str) -> type[ChunkedJob]:
     try:
         module = importlib.import_module(module_name)
     except ImportError as error:
-        raise JobNotFound(f"cannot import {module_name!r} for job {path!r}: {error}") from error
+        if error.name is not None and not _is_part_of(module_name, error.name):
+            # The job's module was found; something it imports was not.
+            raise JobModuleFailed(_failure(module_name, error)) from error
+        raise JobNotFound(_not_found(module_name, path, error)) from error
+    except Exception as error:  # noqa: BLE001 - the user's module failed while importing
+        raise JobModuleFailed(_failure(module_name, error)) from error
     found: object = module
     for part in class_name.split("."):
         found = getattr(found, part, None)
@@ -32,3 +54,56 @@ def load_job_class(path: str) -> type[ChunkedJob]:
     if not isinstance(found, type) or not issubclass(found, ChunkedJob):
         raise JobNotFound(f"{path!r} is not a ChunkedJob subclass")
     return found
+
+
+def _is_part_of(module_name: str, missing: str) -> bool:
+    return module_name == missing or module_name.startswith(missing + ".")
+
+
+def _not_found(module_name: str, path: str, error: ImportError) -> str:
+    top = module_name.split(".")[0]
+    shadowed = _user_copy(top) if _is_ours(top) else None
+    if shadowed is not None:
+        return (
+            f"cannot import {module_name!r} for job {path!r}: {top!r} is chunkrunner's own "
+            f"package ({_OUR_ROOT / top}), which hides your {shadowed}; rename yours "
+            f"(e.g. 'batch_{top}') and use the new name in the job path"
+        )
+    return f"cannot import {module_name!r} for job {path!r}: {error}"
+
+
+def _is_ours(top: str) -> bool:
+    """``top`` is imported already, and from chunkrunner's packages."""
+    module = sys.modules.get(top)
+    where = getattr(module, "__file__", None)
+    return where is not None and Path(where).resolve().parent.parent == _OUR_ROOT
+
+
+def _user_copy(top: str) -> str | None:
+    """A module or package named ``top`` on the import path that is not ours, or None."""
+    for entry in sys.path:
+        base = Path(entry or os.getcwd()).resolve()
+        if base == _OUR_ROOT:
+            continue
+        for candidate in (base / top, base / f"{top}.py"):
+            if candidate.exists():
+                return str(candidate)
+    return None
+
+
+def _failure(module_name: str, error: BaseException) -> str:
+    """``job module 'x' failed while importing: x.py line 3: NameError: ...``."""
+    where = ""
+    if isinstance(error, SyntaxError) and error.filename:
+        where = f"{error.filename} line {error.lineno}: "
+    else:
+        frames = [
+            frame
+            for frame in traceback.extract_tb(error.__traceback__)
+            if "importlib" not in frame.filename
+        ]
+        if frames:
+            where = f"{frames[-1].filename} line {frames[-1].lineno}: "
+    summary = error.msg if isinstance(error, SyntaxError) else str(error)
+    kind = type(error).__name__
+    return f"job module {module_name!r} failed while importing: {where}{kind}: {summary}"

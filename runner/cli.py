@@ -10,10 +10,13 @@ failed, 2 bad usage, 3 ``start`` stopped but chunks outlived the stop timeout,
 from __future__ import annotations
 
 import json
+import logging
 import os
 import sys
+import traceback
 import uuid
 from pathlib import Path
+from typing import NoReturn
 
 import click
 
@@ -46,9 +49,21 @@ STORAGE_HELP = (
 storage_option = click.option("--storage", metavar="LOCATION", default=None, help=STORAGE_HELP)
 
 
+LOG_LEVELS = click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False)
+
+
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
-def cli() -> None:
+@click.option(
+    "--log-level",
+    type=LOG_LEVELS,
+    default=None,
+    help="Log at this level (DEBUG also shows an error's traceback). Default: WARNING; "
+    "`start` logs at INFO.",
+)
+def cli(log_level: str | None) -> None:
     """Chunked, resumable jobs on Azure Storage queues, tables and blobs."""
+    if log_level:
+        configure_logging(log_level.upper())
 
 
 @cli.command()
@@ -150,6 +165,13 @@ def _json_params(text: str) -> object:
     "--workers", type=click.IntRange(1, 256), default=1, show_default=True, help="Worker processes."
 )
 @click.option(
+    "--restart/--no-restart",
+    default=True,
+    show_default=True,
+    help="With --workers N > 1: start a new worker (after a backoff of 1 s doubling to "
+    "60 s) in place of one that dies.",
+)
+@click.option(
     "--concurrency",
     type=click.IntRange(1, 256),
     default=DEFAULT_CONCURRENCY,
@@ -201,14 +223,15 @@ def _json_params(text: str) -> object:
 )
 @click.option(
     "--log-level",
-    default="INFO",
-    show_default=True,
-    type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False),
+    default=None,
+    type=LOG_LEVELS,
+    help="Log level of the workers. Default: runner's --log-level, else INFO.",
 )
 @storage_option
 def start(
     jobs: tuple[str, ...],
     workers: int,
+    restart: bool,
     concurrency: int,
     prefetch: int | None,
     burst: bool,
@@ -216,7 +239,7 @@ def start(
     poll_max_seconds: float,
     spark_master: str | None,
     spark_conf: str | None,
-    log_level: str,
+    log_level: str | None,
     storage: str | None,
 ) -> None:
     """Run workers serving the queues of these job types (JOB is module:Class).
@@ -239,7 +262,8 @@ def start(
             ) from error
         os.environ[CONF_ENV] = spark_conf
 
-    configure_logging(log_level.upper())
+    level = (log_level or click.get_current_context().find_root().params["log_level"] or "INFO")
+    configure_logging(level.upper())
     settings = WorkerSettings(
         concurrency=concurrency,
         prefetch=prefetch,
@@ -247,8 +271,8 @@ def start(
         burst=burst,
         stop_timeout_seconds=stop_timeout_seconds,
     )
-    options = StartOptions(jobs, storage, settings, log_level.upper())
-    sys.exit(run_workers(options, workers))
+    options = StartOptions(jobs, storage, settings, level.upper())
+    sys.exit(run_workers(options, workers, restart=restart))
 
 
 @cli.command()
@@ -313,7 +337,8 @@ def poison_redrive(job_id: str, storage: str | None) -> None:
 
 
 def main() -> None:
-    """Console entry point: our errors become one clear line and exit code 1."""
+    """Console entry point: every error becomes one clear line and exit code 1; the
+    traceback is shown too with ``--log-level debug``."""
     try:
         cli.main(prog_name="runner", standalone_mode=False)
     except click.exceptions.Abort:
@@ -323,5 +348,15 @@ def main() -> None:
         usage.show()
         sys.exit(usage.exit_code)
     except RunnerError as error:
-        click.echo(f"runner: error: {error}", err=True)
-        sys.exit(1)
+        _fail(str(error))
+    except OSError as error:  # a path that cannot be made, read or written
+        _fail(f"{error.strerror or error}: {error.filename}" if error.filename else str(error))
+    except Exception as error:  # noqa: BLE001 - a bug of ours: still one line by default
+        _fail(f"unexpected {type(error).__name__}: {error} (--log-level debug shows where)")
+
+
+def _fail(line: str) -> NoReturn:
+    if logging.getLogger().isEnabledFor(logging.DEBUG):
+        traceback.print_exc()
+    click.echo(f"runner: error: {line}", err=True)
+    sys.exit(1)

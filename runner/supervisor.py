@@ -7,23 +7,33 @@ Second signal: exit at once (leases lapse on their own).
 
 With ``--workers N > 1`` the parent spawns N worker processes in their own sessions
 (so a terminal's Ctrl-C reaches only the parent, which forwards one SIGTERM) and exits
-with the worst of their exit codes.
+with the worst of their exit codes. It reports a worker that dies and starts another in
+its place after a backoff; workers get SIGTERM when the parent dies, even by SIGKILL,
+so none is left running as an orphan.
 """
 
 from __future__ import annotations
 
+import ctypes
 import logging
 import multiprocessing
+import multiprocessing.connection
 import os
+import random
 import signal
 import sys
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
+from multiprocessing.process import BaseProcess
 from types import FrameType
 
 from checkpoint.backends import open_storage
+from checkpoint.errors import RunnerError
+from jobs.backoff import Backoff, compute_backoff
 from jobs.registry import load_job_class
 from runner.faults import injected_faults
-from runner.loop import EXIT_ERROR, EXIT_FORCED, WorkerLoop, WorkerSettings
+from runner.loop import EXIT_ERROR, EXIT_FORCED, EXIT_OK, WorkerLoop, WorkerSettings
 
 log = logging.getLogger(__name__)
 
@@ -32,15 +42,27 @@ log = logging.getLogger(__name__)
 FAULTS_ENV = "RUNNER_FAULTS"
 FAULTS_REPORT_ENV = "RUNNER_FAULTS_REPORT"
 
+#: Waits before a dead worker's place is filled again: 1, 2, 4 ... s, up to a minute.
+RESTART_BACKOFF = Backoff(first_seconds=1.0, multiplier=2.0, max_seconds=60.0, jitter=0.5)
+#: A worker that ran this long before dying starts the backoff afresh.
+STABLE_SECONDS = 60.0
+#: A worker's exit code saying it cannot run here at all (sysexits' EX_CONFIG): the
+#: parent stops the others and exits 1 instead of restarting it.
+_EXIT_UNUSABLE = 78
+#: prctl(2) option: the signal this process gets when its parent dies.
+_PR_SET_PDEATHSIG = 1
+
 LOG_FORMAT = "%(asctime)s %(levelname)s [%(processName)s] %(name)s: %(message)s"
 
 
 def configure_logging(level: str) -> None:
     """Log at ``level``; the Azure SDK's per-request HTTP logs only at DEBUG (at INFO
     they bury the runner's own lines under ~20 lines per storage call)."""
-    logging.basicConfig(level=level, format=LOG_FORMAT)
+    logging.basicConfig(level=level, format=LOG_FORMAT, force=True)
     if logging.getLevelName(level) != logging.DEBUG:
         logging.getLogger("azure").setLevel(logging.WARNING)
+        # Its WARNING is a dozen lines per failed token; our own error says it in one.
+        logging.getLogger("azure.identity").setLevel(logging.ERROR)
 
 
 @dataclass(frozen=True)
@@ -80,48 +102,141 @@ def run_in_this_process(options: StartOptions) -> int:
         return code
 
 
-def _child(options: StartOptions) -> None:
+def _child(options: StartOptions, parent_pid: int) -> None:
     os.setsid()
+    _die_with_parent(parent_pid)
     configure_logging(options.log_level)
     try:
         code = run_in_this_process(options)
-    except Exception:
-        log.exception("worker failed")
+    except RunnerError as error:  # a setting, a credential, a job: restarting won't help
+        log.debug("worker failed", exc_info=True)
+        log.error("worker failed: %s", error)
+        code = _EXIT_UNUSABLE
+    except Exception as error:  # noqa: BLE001 - still one line; the traceback at DEBUG
+        log.debug("worker failed", exc_info=True)
+        log.error("worker failed: unexpected %s: %s", type(error).__name__, error)
         code = EXIT_ERROR
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)
 
 
-def run_workers(options: StartOptions, workers: int) -> int:
-    """Run ``workers`` processes (this one if 1) until they stop; the worst exit code."""
+def _die_with_parent(parent_pid: int) -> None:
+    """Ask Linux to SIGTERM this worker when its parent dies, however it dies.
+
+    A SIGKILLed parent runs no handler and could tell nobody: without this its workers
+    would run on as orphans, unseen by whoever restarts the parent. SIGTERM, not
+    SIGKILL: the worker still saves its chunks' state and hands their messages back.
+    """
+    if not sys.platform.startswith("linux"):
+        return  # elsewhere the parent's own signal handlers are all there is
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0) != 0:
+        log.warning("cannot ask to be stopped with the parent: errno %d", ctypes.get_errno())
+    if os.getppid() != parent_pid:  # the parent died before the request was made
+        os._exit(EXIT_ERROR)
+
+
+@dataclass
+class _Worker:
+    """One of the N worker processes, and the restarts of its place."""
+
+    name: str
+    process: BaseProcess | None = None
+    started_at: float = 0.0
+    deaths: int = 0  # in a row, each within STABLE_SECONDS of its start
+    restart_at: float | None = None
+    exit_code: int | None = None  # set once this place is done for good
+
+
+def run_workers(options: StartOptions, workers: int, restart: bool = True) -> int:
+    """Run ``workers`` processes (this one if 1) until they stop; the worst exit code.
+
+    A worker that dies (a non-zero exit, a signal nobody sent through this parent) is
+    reported in one line and, with ``restart``, replaced after a backoff of
+    :data:`RESTART_BACKOFF` (reset once a worker has run :data:`STABLE_SECONDS`).
+    """
     for path in options.job_paths:
         load_job_class(path)  # fail here, once, before any process starts
     if workers == 1:
         return run_in_this_process(options)
     context = multiprocessing.get_context("spawn")
-    children = [
-        context.Process(target=_child, args=(options,), name=f"worker-{n + 1}")
-        for n in range(workers)
-    ]
-    for child in children:
-        child.start()
+    places = [_Worker(f"worker-{n + 1}") for n in range(workers)]
     signals = {"count": 0}
+
+    def launch(place: _Worker) -> None:
+        place.process = context.Process(
+            target=_child, args=(options, os.getpid()), name=place.name
+        )
+        place.process.start()
+        place.started_at, place.restart_at = time.monotonic(), None
 
     def on_signal(number: int, frame: FrameType | None) -> None:
         signals["count"] += 1
-        for child in children:
-            if child.pid is not None and child.exitcode is None:
-                os.kill(child.pid, signal.SIGKILL if signals["count"] > 1 else signal.SIGTERM)
+        for place in places:
+            process = place.process
+            if process is not None and process.pid is not None and process.exitcode is None:
+                os.kill(process.pid, signal.SIGKILL if signals["count"] > 1 else signal.SIGTERM)
 
     for number in (signal.SIGTERM, signal.SIGINT):
         signal.signal(number, on_signal)
-    for child in children:
-        while child.exitcode is None:
-            child.join(timeout=0.5)
+    for place in places:
+        launch(place)
+    rng = random.Random()
+    unusable = False
+    while any(place.exit_code is None for place in places):
+        running = [p.process.sentinel for p in places if p.process and p.process.exitcode is None]
+        multiprocessing.connection.wait(running, timeout=0.5)
+        for place in places:
+            _look_after(place, bool(signals["count"]) or unusable, restart, rng, launch)
+            if place.exit_code == _EXIT_UNUSABLE and not unusable:
+                unusable = True
+                log.error("%s cannot run here (see its error); stopping the others", place.name)
+                on_signal(signal.SIGTERM, None)
+    if unusable:
+        return EXIT_ERROR
     if signals["count"] > 1:
         return EXIT_FORCED
-    return max(_exit_code(child.exitcode) for child in children)
+    return max(place.exit_code or EXIT_OK for place in places)
+
+
+def _look_after(
+    place: _Worker,
+    stopping: bool,
+    restart: bool,
+    rng: random.Random,
+    launch: Callable[[_Worker], None],
+) -> None:
+    """Note a worker's exit, report a death, restart it when its backoff is over."""
+    now = time.monotonic()
+    if place.restart_at is not None:
+        if stopping:
+            place.exit_code = EXIT_OK  # died earlier; nothing left to stop
+        elif now >= place.restart_at:
+            log.info("restarting %s", place.name)
+            launch(place)
+        return
+    process = place.process
+    if place.exit_code is not None or process is None or process.exitcode is None:
+        return
+    code = _exit_code(process.exitcode)
+    if code in (EXIT_OK, _EXIT_UNUSABLE) or stopping:
+        place.exit_code = code  # finished (burst), stopped as asked, or cannot run
+        return
+    log.error("%s (pid %s) died: %s", place.name, process.pid, _how(process.exitcode))
+    if not restart:
+        place.exit_code = code
+        return
+    place.deaths = 1 if now - place.started_at >= STABLE_SECONDS else place.deaths + 1
+    wait = compute_backoff(RESTART_BACKOFF, place.deaths, rng)
+    log.info("%s restarts in %d s", place.name, wait)
+    place.restart_at = now + wait
+
+
+def _how(exitcode: int) -> str:
+    if exitcode < 0:
+        return f"killed by {signal.Signals(-exitcode).name}"
+    return f"exit code {exitcode}"
 
 
 def _exit_code(code: int | None) -> int:
