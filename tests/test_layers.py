@@ -29,6 +29,7 @@ ABOVE_THEIR_PACKAGE = {"jobs.testing": {"runner"}}
 DEFERRED = {
     ("checkpoint.backends", "checkpoint.backends.azure"): "the Azure SDKs load only for Azure",
     ("checkpoint.backends", "checkpoint.backends.embedded"): "likewise sqlite for the embedded",
+    ("runner.entry", "runner.cli"): "imported once no package of the user's hides ours",
 }
 
 

@@ -1,0 +1,82 @@
+"""Every command reports what stops it in one line; the traceback only at debug level.
+
+Run as a user runs them: the ``runner`` script in a subprocess, from the user's folder.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from checkpoint.errors import JobNotFound
+from jobs.errors import JobModuleFailed
+from jobs.registry import load_job_class
+from tests.e2e.processes import ROOT
+
+ENTRY = [sys.executable, "-c", "from runner.entry import main; main()"]
+
+
+def _runner(folder: Path, *args: str, path: str = "") -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [path, str(ROOT)]))}
+    env.pop("RUNNER_STORAGE", None)
+    return subprocess.run(
+        [*ENTRY, *args], cwd=folder, env=env, capture_output=True, text=True, timeout=120
+    )
+
+
+def _one_line(result: subprocess.CompletedProcess[str]) -> str:
+    assert result.returncode == 1, result
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("runner: error: "), result.stderr
+    return lines[0]
+
+
+def test_a_storage_directory_that_cannot_be_made_is_one_line(tmp_path):
+    line = _one_line(_runner(tmp_path, "check", "--storage", "/proc/nope"))
+    assert "/proc/nope" in line
+
+
+def test_a_job_module_with_a_syntax_error_names_its_file_and_line(tmp_path):
+    (tmp_path / "broken.py").write_text("x = 1\ndef f(:\n")
+    line = _one_line(_runner(tmp_path, "submit", "broken:Job", "--params", "{}"))
+    assert f"{tmp_path / 'broken.py'} line 2: SyntaxError" in line
+
+
+def test_a_job_module_failing_while_importing_names_the_line(tmp_path):
+    (tmp_path / "failing.py").write_text("import os\n\nvalue = undefined_name\n")
+    line = _one_line(_runner(tmp_path, "start", "failing:Job", "--burst"))
+    assert "failing.py line 3: NameError: name 'undefined_name' is not defined" in line
+
+
+def test_a_users_jobs_folder_hidden_by_ours_is_named(tmp_path):
+    (tmp_path / "jobs").mkdir()
+    (tmp_path / "jobs" / "squares.py").write_text("")
+    line = _one_line(_runner(tmp_path, "submit", "jobs.squares:Squares", "--params", "{}"))
+    assert f"hides your {tmp_path / 'jobs'}" in line and "rename yours" in line
+
+
+def test_a_users_jobs_package_hiding_ours_is_named(tmp_path):
+    (tmp_path / "jobs").mkdir()
+    (tmp_path / "jobs" / "__init__.py").write_text("")
+    line = _one_line(_runner(tmp_path, "status", path=str(tmp_path)))
+    assert f"{tmp_path / 'jobs' / '__init__.py'} hides chunkrunner's own 'jobs'" in line
+
+
+def test_debug_level_adds_the_traceback(tmp_path):
+    result = _runner(tmp_path, "--log-level", "debug", "check", "--storage", "/proc/nope")
+    assert result.returncode == 1
+    assert "Traceback (most recent call last)" in result.stderr
+    assert result.stderr.rstrip().splitlines()[-1].startswith("runner: error: ")
+
+
+def test_a_missing_module_the_job_imports_is_not_called_a_missing_job(tmp_path, monkeypatch):
+    (tmp_path / "needs_more.py").write_text("import no_such_dependency_xyz\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(JobModuleFailed, match="needs_more.py line 1: ModuleNotFoundError"):
+        load_job_class("needs_more:Job")
+    with pytest.raises(JobNotFound, match="cannot import 'not_there_either'"):
+        load_job_class("not_there_either:Job")
