@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import threading
 import uuid
+from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import replace
 from datetime import timedelta
@@ -165,6 +166,8 @@ class Meanwhile:
 
     def __init__(self) -> None:
         self.busy: set[str] = set()
+        #: Calls to fail busy this many more times (a short outage).
+        self.busy_times: Counter[str] = Counter()
         self._before: dict[str, list[Callable[[], None]]] = {}
 
     def before(self, call: str, action: Callable[[], None]) -> None:
@@ -179,6 +182,9 @@ class Meanwhile:
         call = f"{service}.{method}"
         for action in self._before.pop(call, []):
             action()
+        if self.busy_times[call] > 0:
+            self.busy_times[call] -= 1
+            return Fault("busy")
         return Fault("busy") if call in self.busy else None
 
 
@@ -806,6 +812,38 @@ def test_a_stopping_worker_hands_the_chunk_back_with_its_state_and_its_attempt(w
     assert [m.job_id for m in world.visible()] == [job_id]
 
 
+@pytest.mark.parametrize("spilled", ["payload", "params"])
+def test_a_busy_read_of_a_spilled_value_is_retried_while_the_lease_lasts(
+    world: World, spilled: str
+):
+    # Given a chunk whose payload, or its job's params, was spilled to a blob, and the
+    # next blob reads failing busy
+    pad = "x" * SPILL_BYTES
+    payload = {"act": "ok", "pad": pad} if spilled == "payload" else {"act": "ok"}
+    job_id = world.job([payload], params={"pad": pad} if spilled == "params" else None)
+    world.meanwhile.busy_times["blobs.get"] = 3
+    world.send(job_id)
+
+    world.deliver()
+
+    # Then the read is tried again in place (semantics §15), and the chunk runs
+    task = world.task(job_id)
+    assert task.state == "done" and task.attempt == 1
+    assert world.meanwhile.busy_times["blobs.get"] == 0
+
+
+def test_planning_retries_a_busy_read_of_its_spilled_params(world: World):
+    job_id = world.job(None, params={"payloads": [{"act": "ok"}], "pad": "x" * SPILL_BYTES})
+    world.meanwhile.busy_times["blobs.get"] = 3
+    world.send(job_id, "plan")
+
+    world.deliver()
+
+    job = world.job_record(job_id)
+    assert job.state == "running" and job.total == 1
+    assert world.task(job_id, "plan").attempt == 1
+
+
 def test_storage_trouble_reading_the_payload_hands_the_chunk_back_unfailed(world: World):
     # Given a chunk whose payload was spilled to a blob, and blob reads failing busy
     job_id = world.job([{"act": "ok", "pad": "x" * SPILL_BYTES}])
@@ -814,8 +852,9 @@ def test_storage_trouble_reading_the_payload_hands_the_chunk_back_unfailed(world
 
     message = world.deliver()
 
-    # Then the chunk is handed back: not the user's failure, so its attempt is given
-    # back and no error recorded
+    # Then, its lease spent retrying, the chunk is handed back: not the user's failure,
+    # so its attempt is given back and no error recorded
+    assert world.faulty.counts.calls["blobs.get"] > 1
     task = world.task(job_id)
     assert task.state == "waiting" and task.attempt == 0 and task.error is None
     assert world.log.visibility[message.id] == [0]
