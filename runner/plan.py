@@ -35,7 +35,8 @@ def run_plan(
     """Enqueue every chunk ``split`` yields from where the last attempt stopped; return
     the job's chunk count."""
     budget = control.lease_budget(retries.PLANNING)
-    params = runner_side(lambda: store.params(job), "reading the job's params")
+    read = control.lease_budget(retries.READ)
+    params = runner_side(lambda: read.call(lambda: store.params(job)), "reading the job's params")
     enqueued = int(control.newest_state or 0)
     payloads = itertools.islice(iter(job_class().split(params)), enqueued, None)
     while True:

@@ -22,7 +22,7 @@ def run_user_code(
     stored cannot be read."""
     task = control.task
     budget = control.lease_budget(retries.READ)
-    params = runner_side(lambda: store.params(job), "reading the job's params")
+    params = runner_side(lambda: budget.call(lambda: store.params(job)), "reading the job's params")
     instance = job_class()
     if task.kind == "final":
         # Fresh: the cached record predates the total.
@@ -38,9 +38,11 @@ def run_user_code(
         instance.finalize(params, summary)
         return None
     payload, state = runner_side(
-        lambda: (
-            store.value(task.properties, "payload", of=task.name),
-            store.value(task.properties, "progress", of=task.name),
+        lambda: budget.call(
+            lambda: (
+                store.value(task.properties, "payload", of=task.name),
+                store.value(task.properties, "progress", of=task.name),
+            )
         ),
         "reading the chunk's payload and state",
     )

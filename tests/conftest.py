@@ -44,6 +44,8 @@ class Backend:
     name: str
     storage: Storage
     advance: Callable[[float], None]
+    #: The embedded store's clock; None on Azurite, whose visibility runs on server time.
+    clock: FakeClock | None = None
     made: list[tuple[str, str]] = field(default_factory=list)
 
     def queue(self) -> str:
@@ -87,7 +89,7 @@ def backend(request: pytest.FixtureRequest, tmp_path) -> Iterator[Backend]:
     if request.param == "embedded":
         clock = FakeClock()
         storage = open_storage(str(tmp_path / "store"), clock=clock)
-        subject = Backend("embedded", storage, clock.advance)
+        subject = Backend("embedded", storage, clock.advance, clock)
     else:
         server = request.getfixturevalue("azurite")
         storage = open_storage(server.connection_string, azure_retry_total=1)

@@ -1,0 +1,1114 @@
+"""Every branch of a task's life (runner/tasks.py), and of the finisher and the completion
+check that follow it, run in this process on both backends with a FakeClock
+(docs/semantics.md §2-§8).
+
+Each test records a job with CheckpointStore calls, puts a message on the job's queue,
+receives it as the worker loop does and hands it to ``runner.tasks.handle`` on a worker
+built by ``runner.loop.assemble``. What happens meanwhile (another worker's write, a store
+outage) is injected at the storage protocol just before a given call of the worker's
+(:class:`Meanwhile`, a fault plan).
+
+Time: the worker runs on a FakeClock, so lease deadlines, retry budgets and record times
+move only when a test, or a budget's wait, advances it. The embedded store shares that
+clock, so its queue visibility moves with it. Azurite keeps server time, which no test can
+advance: there a visibility is checked as what the worker asked the queue for (every
+UpdateMessage is logged, :class:`QueueLog`), and a message whose hidden time would have
+passed is made visible at once with its newest pop receipt (an UpdateMessage to
+visibility 0, as a release does) instead of being waited for.
+"""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from collections import Counter
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import replace
+from datetime import timedelta
+from typing import Any
+
+import pytest
+
+from checkpoint import layout, messages
+from checkpoint.clock import FakeClock
+from checkpoint.faults import Fault, FaultyStorage
+from checkpoint.records import SPILL_BYTES, JobRecord, TaskKind, TaskRecord
+from checkpoint.storage import ANY_ETAG, NEVER_EXPIRES, QueueMessage, QueueStore, Receipt
+from checkpoint.store import CheckpointStore
+from jobs.backoff import Backoff
+from jobs.chunk import Chunk
+from jobs.job import ChunkedJob
+from jobs.summary import JobSummary
+from runner.completion import set_job
+from runner.loop import assemble
+from runner.tasks import handle
+from tests.conftest import Backend
+
+LEASE_SECONDS = 30
+FIRST_BACKOFF_SECONDS = 10
+THIS_WORKER = "worker-a"
+OTHER_WORKER = "worker-b"
+STATES = "waiting, running, retrying, done, poisoned"
+
+#: What happens meanwhile while a job's user code runs, by job id (set by a test).
+MEANWHILE: dict[str, Callable[[], None]] = {}
+#: The results each finalize run saw, by job id.
+FINALIZED: dict[str, list[list[Any]]] = {}
+
+
+def _nothing() -> None:
+    pass
+
+
+class Verdicts(ChunkedJob):
+    """A chunk's payload says what it does after checkpointing "half": ``ok`` returns its
+    index times ten, ``fail`` raises, ``unencodable`` returns what msgpack cannot hold."""
+
+    queue = "task-verdicts"  # each test serves a fresh queue instead (World)
+    lease_seconds = LEASE_SECONDS
+    max_attempts = 2
+    checkpoint_interval_seconds = 60.0  # the newest state is written only at the end
+    backoff = Backoff(first_seconds=FIRST_BACKOFF_SECONDS, max_seconds=100, jitter=0)
+
+    def split(self, params: dict[str, Any]) -> Any:
+        if params.get("split") == "fail":
+            raise ValueError("split failed")
+        return params["payloads"]
+
+    def process(self, chunk: Chunk) -> Any:
+        MEANWHILE.get(chunk.job_id, _nothing)()
+        chunk.checkpoint("half")
+        act = chunk.payload["act"]
+        if act == "fail":
+            raise ValueError(f"bad row {chunk.index}")
+        if act == "unencodable":
+            return {"rows": {1, 2}}  # a set
+        return chunk.index * 10
+
+    def finalize(self, params: dict[str, Any], summary: JobSummary) -> None:
+        MEANWHILE.get(summary.job_id, _nothing)()
+        FINALIZED.setdefault(summary.job_id, []).append(list(summary.results()))
+
+
+class Other(ChunkedJob):
+    """A job type the worker under test does not serve."""
+
+    queue = "task-verdicts-other"
+
+
+class Second(ChunkedJob):
+    """A job type the worker serves too, from a queue of its own."""
+
+    queue = "task-verdicts-second"
+
+
+VERDICTS = Verdicts.job_type()
+
+
+class QueueLog:
+    """The real queue store, noting each message's newest pop receipt and every
+    visibility change and delete made through it."""
+
+    def __init__(self, queues: QueueStore):
+        self._queues = queues
+        self.receipts: dict[str, str] = {}
+        self.visibility: dict[str, list[int]] = {}
+        self.deleted: list[str] = []
+
+    def receive(self, queue: str, **options: Any) -> list[QueueMessage]:
+        received = self._queues.receive(queue, **options)
+        for message in received:
+            assert message.pop_receipt is not None
+            self.receipts[message.id] = message.pop_receipt
+        return received
+
+    def update(
+        self,
+        queue: str,
+        message_id: str,
+        pop_receipt: str,
+        *,
+        visibility_seconds: int,
+        body: bytes | None = None,
+    ) -> Receipt:
+        receipt = self._queues.update(
+            queue, message_id, pop_receipt, visibility_seconds=visibility_seconds, body=body
+        )
+        self.receipts[message_id] = receipt.pop_receipt
+        self.visibility.setdefault(message_id, []).append(visibility_seconds)
+        return receipt
+
+    def delete(self, queue: str, message_id: str, pop_receipt: str) -> None:
+        self._queues.delete(queue, message_id, pop_receipt)
+        self.deleted.append(message_id)
+
+    def delete_many(self, queue: str, pairs: Sequence[tuple[str, str]]) -> list[Any]:
+        errors = self._queues.delete_many(queue, pairs)
+        self.deleted += [m for (m, _), error in zip(pairs, errors, strict=True) if error is None]
+        return errors
+
+    def make_visible(self, queue: str, message_id: str) -> None:
+        """What the passing of its hidden time does to a message (not logged as the
+        worker's)."""
+        receipt = self._queues.update(
+            queue, message_id, self.receipts[message_id], visibility_seconds=0
+        )
+        self.receipts[message_id] = receipt.pop_receipt
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._queues, name)
+
+
+class Meanwhile:
+    """A fault plan (:class:`checkpoint.faults.FaultPlan`): what else happens just before
+    the worker's next call of a kind (another worker's write, an outage beginning), and
+    which calls fail busy, unapplied, while an outage lasts."""
+
+    def __init__(self) -> None:
+        self.busy: set[str] = set()
+        #: Calls to fail busy this many more times (a short outage).
+        self.busy_times: Counter[str] = Counter()
+        self._before: dict[str, list[Callable[[], None]]] = {}
+
+    def before(self, call: str, action: Callable[[], None]) -> None:
+        """Run ``action`` once, just before the worker's next ``call`` ("records.merge")."""
+        self._before.setdefault(call, []).append(action)
+
+    @property
+    def unused(self) -> list[str]:
+        return [call for call, actions in self._before.items() if actions]
+
+    def decide(self, service: str, method: str) -> Fault | None:
+        call = f"{service}.{method}"
+        for action in self._before.pop(call, []):
+            action()
+        if self.busy_times[call] > 0:
+            self.busy_times[call] -= 1
+            return Fault("busy")
+        return Fault("busy") if call in self.busy else None
+
+
+class World:
+    """One worker, assembled as the loop does, serving Verdicts (from a fresh queue) and
+    Second; a store to set records up and read them; the queues as a test sees them."""
+
+    def __init__(self, backend: Backend, monkeypatch: pytest.MonkeyPatch):
+        self.backend = backend
+        self.monkeypatch = monkeypatch
+        self.clock = backend.clock or FakeClock()
+        self.queue = backend.queue()
+        monkeypatch.setattr(Verdicts, "queue", self.queue)
+        backend.storage.queues.create_queue(Verdicts.poison_queue())
+        backend.made.append(("queue", Verdicts.poison_queue()))
+        self.log = QueueLog(backend.storage.queues)
+        self.meanwhile = Meanwhile()
+        logged = replace(backend.storage, queues=self.log, closer=None)
+        faulty = FaultyStorage(logged, self.meanwhile, sleep=self.clock.sleep)
+        self.faulty = faulty
+        self.worker = assemble(faulty.storage, [Verdicts, Second], self.clock, THIS_WORKER)
+        self.store = CheckpointStore(backend.storage, self.clock)
+
+    # ----------------------------------------------------------------- given
+
+    def job(
+        self, payloads: list[Any] | None, *, job_type: str = VERDICTS, params: Any = None
+    ) -> str:
+        """A job recorded with ``payloads`` as its chunks, running (None: planning)."""
+        job_id = f"v-{uuid.uuid4().hex[:10]}"
+        job, _ = self.store.create_job(job_id, job_type, self.queue, params or {})
+        if payloads is not None:
+            self.store.add_chunks(job_id, 0, payloads)
+            self.store.update_job(job, state="running", total=len(payloads))
+        return job_id
+
+    def set_task(
+        self,
+        job_id: str,
+        kind: TaskKind = "chunk",
+        values: dict[str, Any] | None = None,
+        **changes: Any,
+    ) -> None:
+        task = self.task(job_id) if kind == "chunk" else self.store.ensure_task(job_id, kind)
+        self.store.write_task(task, changes, values or {})
+
+    def running_elsewhere(self, job_id: str, attempt: int, lease_left_seconds: float) -> None:
+        """The chunk as another worker left it running (its lease ends in the given time)."""
+        lease_until = self.clock.now() + timedelta(seconds=lease_left_seconds)
+        self.set_task(
+            job_id,
+            state="running",
+            owner=OTHER_WORKER,
+            message_id="message-b",
+            attempt=attempt,
+            lease_until=lease_until,
+        )
+
+    def end_chunk(self, job_id: str, state: str, index: int = 0) -> None:
+        """Chunk ``index`` ended ``done`` or ``poisoned``, counted in its shard."""
+        task = self.task(job_id, index=index)
+        values = {"result": index * 10} if state == "done" else {}
+        self.store.count_chunk(task, {"state": state, "owner": "", "attempt": 1}, values, state)
+
+    def take_over(self, job_id: str, kind: TaskKind = "chunk") -> Callable[[], None]:
+        """Another worker claims the task: what one that received the message once this
+        worker's lease ran out does."""
+
+        def claim() -> None:
+            task = self.task(job_id, kind)
+            lease_until = self.clock.now() + timedelta(seconds=LEASE_SECONDS)
+            changes = {
+                "state": "running",
+                "owner": OTHER_WORKER,
+                "message_id": "message-b",
+                "attempt": task.attempt + 1,
+                "lease_until": lease_until,
+            }
+            self.store.write_task(task, changes)
+
+        return claim
+
+    def during(self, job_id: str, action: Callable[[], None]) -> None:
+        """Run ``action`` inside the job's user code, before it checkpoints."""
+        self.monkeypatch.setitem(MEANWHILE, job_id, action)
+
+    def garble(self, job_id: str, changes: dict[str, Any], row: str | None = None) -> None:
+        """Write over chunk 0's record (or another row of its shard) as a hand edit would."""
+        partition = layout.shard_partition(job_id, 0)
+        row = row or layout.chunk_row(0)
+        self.backend.storage.records.merge(
+            layout.TASKS_TABLE, partition, row, changes, etag=ANY_ETAG
+        )
+
+    def garble_job(self, job_id: str, changes: dict[str, Any]) -> None:
+        self.backend.storage.records.merge(
+            layout.JOBS_TABLE, layout.JOBS_PARTITION, job_id, changes, etag=ANY_ETAG
+        )
+
+    def send(
+        self, job_id: str, kind: TaskKind = "chunk", index: int = 0, job_type: str = VERDICTS
+    ) -> None:
+        body = messages.encode(messages.TaskMessage(kind, job_type, job_id, index))
+        self.backend.storage.queues.send(self.queue, body, ttl_seconds=NEVER_EXPIRES)
+
+    # ----------------------------------------------------------------- when
+
+    def receive(self, max_messages: int = 1) -> QueueMessage:
+        (message,) = self.receive_all(max_messages)
+        return message
+
+    def receive_all(self, max_messages: int = 32) -> list[QueueMessage]:
+        return self.log.receive(
+            self.queue, max_messages=max_messages, visibility_seconds=LEASE_SECONDS
+        )
+
+    def deliver(self, message: QueueMessage | None = None) -> QueueMessage:
+        """Receive the next message (or take ``message``) and have the worker handle it."""
+        message = message or self.receive()
+        handle(self.worker, self.queue, message, self.clock.monotonic())
+        return message
+
+    def let_pass(self, seconds: float, message: QueueMessage) -> None:
+        """``seconds`` pass, ending ``message``'s hidden time."""
+        self.clock.advance(seconds)  # on the embedded store, its queue's clock too
+        if self.backend.clock is None:  # Azurite: server time cannot be skipped
+            self.log.make_visible(self.queue, message.id)
+
+    # ----------------------------------------------------------------- then
+
+    def task(self, job_id: str, kind: TaskKind = "chunk", index: int = 0) -> TaskRecord:
+        return self.store.get_task(job_id, kind, index)
+
+    def progress(self, task: TaskRecord) -> Any:
+        return self.store.value(task.properties, "progress")
+
+    def job_record(self, job_id: str) -> JobRecord:
+        return self.store.get_job(job_id)
+
+    def visible(self) -> list[messages.TaskMessage]:
+        found = self.backend.storage.queues.peek(self.queue, max_messages=32)
+        return [messages.decode(message.body) for message in found]
+
+    def in_queue(self) -> int:
+        return self.backend.storage.queues.approximate_length(self.queue)
+
+    def poisoned(self) -> list[tuple[bytes, str]]:
+        """``(original body, reason)`` of each message in the poison queue."""
+        found = self.backend.storage.queues.peek(Verdicts.poison_queue(), max_messages=32)
+        moved = []
+        for message in found:
+            record = messages.read_poisoned(message.body)
+            assert record is not None and record["queue"] == self.queue
+            moved.append((bytes(record["original"]), record["reason"]))
+        return moved
+
+    def untouched(self, message: QueueMessage) -> bool:
+        """Neither deleted nor released nor still renewed: left to lapse."""
+        return (
+            message.id not in self.log.deleted
+            and message.id not in self.log.visibility
+            and self.worker.keeper.held() == []
+        )
+
+    def comes_back_after(self, message: QueueMessage, seconds: int) -> QueueMessage:
+        """Check that the worker hid ``message`` for ``seconds`` from now; receive it when
+        they have passed (on the embedded store: not a second sooner)."""
+        assert self.log.visibility[message.id][-1] == seconds
+        assert self.visible() == []
+        if self.backend.clock is not None:
+            self.clock.advance(seconds - 1)
+            assert self.visible() == []
+            self.clock.advance(1)
+        else:
+            self.let_pass(seconds, message)
+        again = self.receive()
+        assert again.id == message.id
+        return again
+
+
+@pytest.fixture
+def world(backend: Backend, monkeypatch: pytest.MonkeyPatch) -> Iterator[World]:
+    made = World(backend, monkeypatch)
+    yield made
+    assert made.meanwhile.unused == [], "an interference the test set up never happened"
+
+
+def _wait_until(condition: Callable[[], bool], seconds: float = 30.0) -> None:
+    """For the finisher's own thread (the only real thread here) to get somewhere."""
+    ready = threading.Event()
+    for _ in range(int(seconds / 0.01)):
+        if condition():
+            return
+        ready.wait(0.01)
+    raise AssertionError("the finisher never got there")
+
+
+# --------------------------------------------------------------------------- bad input
+
+
+@pytest.mark.parametrize("job_class", [Other, Second], ids=["not-served", "another-queue"])
+def test_a_message_of_a_type_not_run_from_this_queue_is_poisoned_and_fails_its_job(
+    world: World, job_class: type[ChunkedJob]
+):
+    # Given a job of a type this worker does not run from this queue, its message here
+    job_id = world.job([{"act": "ok"}], job_type=job_class.job_type())
+    world.send(job_id, job_type=job_class.job_type())
+
+    message = world.deliver()
+
+    # Then the message is moved to the poison queue and the job fails (else it would
+    # wait for ever); nothing ran
+    reason = f"unknown job type {job_class.job_type()!r} on queue {world.queue!r}"
+    assert world.poisoned() == [(message.body, reason)]
+    assert world.in_queue() == 0
+    job = world.job_record(job_id)
+    assert job.state == "failed" and job.error == f"chunk message poisoned: {reason}"
+    assert world.task(job_id).state == "waiting"
+
+
+def test_a_stray_message_naming_another_type_is_poisoned_without_failing_the_job(world: World):
+    job_id = world.job([{"act": "ok"}])
+    world.send(job_id, job_type=Other.job_type())
+
+    message = world.deliver()
+
+    reason = f"unknown job type {Other.job_type()!r} on queue {world.queue!r}"
+    assert world.poisoned() == [(message.body, reason)]
+    assert world.job_record(job_id).state == "running"
+
+
+def test_a_message_naming_no_job_is_poisoned(world: World):
+    job_id = f"v-{uuid.uuid4().hex[:10]}"  # never recorded
+    world.send(job_id)
+
+    message = world.deliver()
+
+    assert world.poisoned() == [(message.body, f"no job {job_id!r} in the checkpoint store")]
+    assert world.in_queue() == 0
+
+
+def test_a_message_of_a_job_whose_record_cannot_be_read_is_poisoned(world: World):
+    job_id = world.job([{"act": "ok"}])
+    world.garble_job(job_id, {"total": "two"})
+    world.send(job_id)
+    try:
+        message = world.deliver()
+    finally:
+        world.garble_job(job_id, {"total": 1})  # Azurite's tables serve the whole session
+
+    # Then only the message is poisoned: nothing can be written to a job nobody can read
+    reason = f"job {job_id!r}: total 'two' is not a whole number >= 0"
+    assert world.poisoned() == [(message.body, reason)]
+    assert world.task(job_id).state == "waiting"
+
+
+def test_a_message_naming_a_chunk_never_recorded_is_poisoned(world: World):
+    job_id = world.job([{"act": "ok"}])
+    world.send(job_id, index=7)
+
+    message = world.deliver()
+
+    assert world.poisoned() == [(message.body, f"no record of chunk 7 of job {job_id!r}")]
+    assert world.job_record(job_id).state == "running"
+
+
+# --------------------------------------------------------------------------- bad records
+
+
+def test_a_garbled_chunk_record_is_poisoned_over_its_etag_and_fails_the_job(world: World):
+    job_id = world.job([{"act": "ok"}])
+    world.garble(job_id, {"state": 42})
+    world.send(job_id)
+
+    message = world.deliver()
+
+    reason = f"chunk 0 of job {job_id!r}: state 42 is not one of {STATES}"
+    task = world.task(job_id)  # readable again
+    assert task.state == "poisoned" and task.attempt == 0
+    assert task.error is not None and task.error["type"] == "BadRecord"
+    assert task.error["message"] == reason
+    assert world.poisoned() == [(message.body, reason)]
+    assert world.store.counts(job_id) == {"done": 0, "poisoned": 1}
+    assert world.job_record(job_id).state == "failed"
+
+
+def test_a_chunk_whose_payload_cannot_be_read_is_poisoned_before_its_code_runs(world: World):
+    job_id = world.job([{"act": "ok"}])
+    world.garble(job_id, {"payload": "typed in a storage explorer"})
+    world.send(job_id)
+
+    message = world.deliver()
+
+    reason = f"chunk 0 of job {job_id!r}: payload is a str, not msgpack bytes"
+    task = world.task(job_id)
+    assert task.state == "poisoned" and task.attempt == 1 and not task.has_progress
+    assert task.error == {"type": "BadRecord", "message": reason, "traceback": ""}
+    assert world.poisoned() == [(message.body, reason)]
+    assert world.job_record(job_id).state == "failed"
+
+
+def test_a_garbled_record_that_says_it_ended_only_has_its_message_poisoned(world: World):
+    # Given a chunk record that says done (so it was counted then), garbled since
+    job_id = world.job([{"act": "ok"}])
+    world.garble(job_id, {"state": "done", "attempt": "x"})
+    world.send(job_id)
+
+    message = world.deliver()
+
+    reason = f"chunk 0 of job {job_id!r}: attempt 'x' is not a whole number >= 0"
+    assert world.poisoned() == [(message.body, reason)]
+    assert world.store.task_as_found(job_id, "chunk", 0).properties["attempt"] == "x"
+    assert world.store.counts(job_id) == {"done": 0, "poisoned": 0}
+
+
+def test_a_garbled_record_rewritten_while_being_poisoned_is_left_to_its_writer(world: World):
+    # Given a garbled chunk record that someone mends just as the worker poisons it
+    job_id = world.job([{"act": "ok"}])
+    world.garble(job_id, {"attempt": "x"})
+    world.meanwhile.before("records.batch", lambda: world.garble(job_id, {"attempt": 0}))
+    world.send(job_id)
+
+    message = world.deliver()
+
+    # Then the worker leaves record and message alone: the message lapses and comes back
+    assert world.task(job_id).state == "waiting"
+    assert world.poisoned() == []
+    assert world.untouched(message)
+    assert world.store.counts(job_id) == {"done": 0, "poisoned": 0}
+
+
+def test_a_garbled_counter_met_on_the_way_poisons_the_message(world: World):
+    # Given a done chunk delivered again, whose shard counter was garbled since
+    job_id = world.job([{"act": "ok"}])
+    world.end_chunk(job_id, "done")
+    world.garble(job_id, {"done": "one"}, row=layout.COUNTS_ROW)
+    world.send(job_id)
+
+    message = world.deliver()
+
+    # Then its completion check cannot read the counter, every delivery would fail the
+    # same way, so the message is poisoned with the reason
+    reason = f"shard 0 counter of job {job_id!r}: {{'done': 'one', 'poisoned': 0}} is not counts"
+    assert world.poisoned() == [(message.body, reason)]
+    assert world.task(job_id).state == "done"
+
+
+# --------------------------------------------------------------------------- verdicts
+
+
+def test_a_done_chunk_delivered_again_is_deleted_unrun_and_its_job_completed(world: World):
+    # Given a job whose one chunk was marked done by a worker that died before the
+    # completion check (the chunk would fail if it ran again)
+    job_id = world.job([{"act": "fail"}])
+    world.end_chunk(job_id, "done")
+    world.send(job_id)
+
+    message = world.deliver()
+
+    # Then the message is deleted unrun, and the completion check made then
+    assert message.id in world.log.deleted
+    task = world.task(job_id)
+    assert task.state == "done" and task.attempt == 1
+    assert world.job_record(job_id).state == "finalizing"
+    assert [m.kind for m in world.visible()] == ["final"]
+
+
+def test_a_poisoned_chunk_delivered_again_is_deleted_unrun(world: World):
+    job_id = world.job([{"act": "ok"}, {"act": "ok"}])
+    world.end_chunk(job_id, "poisoned")
+    before = world.task(job_id)
+    world.send(job_id)
+
+    message = world.deliver()
+
+    assert message.id in world.log.deleted and world.in_queue() == 0
+    assert world.task(job_id).etag == before.etag
+    assert world.poisoned() == []
+    assert world.job_record(job_id).state == "running"  # chunk 1 has not ended
+
+
+def test_a_duplicate_delivery_of_a_chunk_running_elsewhere_is_deleted_unrun(world: World):
+    job_id = world.job([{"act": "ok"}])
+    world.running_elsewhere(job_id, attempt=1, lease_left_seconds=10)
+    before = world.task(job_id)
+    world.send(job_id)
+
+    message = world.deliver()
+
+    assert message.id in world.log.deleted and world.in_queue() == 0
+    assert world.task(job_id).etag == before.etag
+
+
+def test_a_chunk_whose_holder_let_its_lease_lapse_is_claimed_and_run(world: World):
+    job_id = world.job([{"act": "ok"}])
+    world.running_elsewhere(job_id, attempt=1, lease_left_seconds=-1)
+    world.send(job_id)
+
+    message = world.deliver()
+
+    task = world.task(job_id)
+    assert task.state == "done" and task.attempt == 2 and task.owner is None
+    assert world.store.value(task.properties, "result") == 0
+    assert message.id in world.log.deleted
+    assert world.job_record(job_id).state == "finalizing"
+
+
+def test_planning_delivered_again_after_it_was_done_sets_the_job_running(world: World):
+    # Given a planning that recorded its two chunks and was marked done, by a worker
+    # that died before it updated the job
+    job_id = world.job(None, params={"payloads": [{"act": "ok"}] * 2})
+    world.store.add_chunks(job_id, 0, [{"act": "ok"}] * 2)
+    world.set_task(job_id, "plan", values={"progress": 2}, state="done", attempt=1)
+    world.send(job_id, "plan")
+
+    message = world.deliver()
+
+    job = world.job_record(job_id)
+    assert job.state == "running" and job.total == 2
+    assert message.id in world.log.deleted
+    assert world.visible() == []  # no finalize: the chunks are still to run
+
+
+def test_finalize_delivered_again_after_it_was_done_ends_the_job(world: World):
+    job_id = world.job([{"act": "ok"}])
+    world.end_chunk(job_id, "done")
+    world.store.update_job(world.job_record(job_id), state="finalizing")
+    world.set_task(job_id, "final", state="done", attempt=1)
+    world.send(job_id, "final")
+
+    message = world.deliver()
+
+    assert world.job_record(job_id).state == "done"
+    assert message.id in world.log.deleted
+    assert job_id not in FINALIZED
+
+
+# --------------------------------------------------------------------------- attempts
+
+
+def test_a_chunk_started_max_attempts_times_is_poisoned_without_running(world: World):
+    # Given a chunk whose last allowed attempt died: its holder's lease lapsed
+    job_id = world.job([{"act": "ok"}])
+    world.running_elsewhere(job_id, attempt=2, lease_left_seconds=-1)
+    world.send(job_id)
+
+    message = world.deliver()
+
+    reason = (
+        "started 2 times without finishing (max_attempts=2); the last attempt died or "
+        "lost its lease"
+    )
+    task = world.task(job_id)
+    assert task.state == "poisoned" and task.attempt == 2 and not task.has_progress
+    assert task.error == {"type": "RuntimeError", "message": reason, "traceback": ""}
+    assert world.poisoned() == [(message.body, reason)]
+    assert world.in_queue() == 0
+    job = world.job_record(job_id)
+    assert job.state == "failed"
+    assert job.error == f"1 chunk(s) poisoned; see `runner poison list {job_id}`"
+
+
+def test_a_message_delivered_too_often_is_poisoned_though_never_claimed(world: World):
+    # Given a chunk message sent by planning (it carries the planned record), received
+    # and handed back unrun 8 times (graceful stops, say)
+    job_id = world.job(None, params={"payloads": [{"act": "ok"}]})
+    world.send(job_id, "plan")
+    world.deliver()
+    for _ in range(2 * 4):
+        world.log.make_visible(world.queue, world.receive().id)
+    message = world.receive()
+    assert message.dequeue_count == 9
+    assert messages.decode(message.body).planned_etag is not None
+
+    world.deliver(message)
+
+    # Then the dequeue count, over max_attempts x 4, poisons it without a claim
+    reason = "delivered 9 times without finishing"
+    task = world.task(job_id)
+    assert task.state == "poisoned" and task.attempt == 0
+    assert world.poisoned() == [(message.body, reason)]
+    assert world.job_record(job_id).state == "failed"
+
+
+def test_a_chunk_changed_since_planning_is_read_and_claimed_as_usual(world: World):
+    # Given a planned chunk message whose record changed since (its first attempt failed)
+    job_id = world.job(None, params={"payloads": [{"act": "ok"}]})
+    world.send(job_id, "plan")
+    world.deliver()
+    world.set_task(job_id, state="retrying", attempt=1)
+
+    message = world.deliver()
+
+    # Then the claim from the planned record fails, and the record read and claimed
+    assert messages.decode(message.body).planned_etag is not None
+    task = world.task(job_id)
+    assert task.state == "done" and task.attempt == 2
+    assert world.job_record(job_id).state == "finalizing"
+
+
+def test_a_chunk_claimed_first_by_another_worker_is_released_for_a_lease(world: World):
+    # Given another worker that claims the chunk between this one's read and its claim
+    job_id = world.job([{"act": "ok"}])
+    world.meanwhile.before("records.merge", world.take_over(job_id))
+    world.send(job_id)
+
+    message = world.deliver()
+
+    # Then this worker runs nothing and hands the message back, hidden for a lease
+    task = world.task(job_id)
+    assert task.owner == OTHER_WORKER and task.attempt == 1 and not task.has_progress
+    assert world.comes_back_after(message, LEASE_SECONDS).dequeue_count == 2
+
+
+def test_a_chunk_failing_below_max_attempts_is_retried_after_its_backoff(world: World):
+    job_id = world.job([{"act": "fail"}])
+    world.send(job_id)
+
+    message = world.deliver()
+
+    # Then the error and the newest state are recorded, the attempt counts
+    task = world.task(job_id)
+    assert task.state == "retrying" and task.attempt == 1 and task.owner is None
+    assert task.error is not None
+    assert (task.error["type"], task.error["message"]) == ("ValueError", "bad row 0")
+    assert "ValueError: bad row 0" in task.error["traceback"]
+    assert world.progress(task) == "half"
+    # and the queue brings the message back after the backoff, no worker waits for it
+    assert world.comes_back_after(message, FIRST_BACKOFF_SECONDS).dequeue_count == 2
+    assert world.job_record(job_id).state == "running"
+
+
+def test_a_chunk_failing_its_last_attempt_is_poisoned_and_fails_the_job(world: World):
+    job_id = world.job([{"act": "fail"}])
+    world.set_task(job_id, state="retrying", attempt=1)
+    world.send(job_id)
+
+    message = world.deliver()
+
+    reason = "failed on attempt 2 of 2: ValueError('bad row 0')"
+    task = world.task(job_id)
+    assert task.state == "poisoned" and task.attempt == 2
+    assert task.error is not None and task.error["message"] == "bad row 0"
+    assert world.progress(task) == "half"
+    assert world.poisoned() == [(message.body, reason)]
+    assert world.in_queue() == 0
+    assert world.store.counts(job_id) == {"done": 0, "poisoned": 1}
+    job = world.job_record(job_id)
+    assert job.state == "failed" and job.error is not None and "1 chunk(s) poisoned" in job.error
+
+
+def test_planning_failing_its_last_attempt_is_poisoned_and_fails_the_job(world: World):
+    job_id = world.job(None, params={"split": "fail"})
+    world.set_task(job_id, "plan", state="retrying", attempt=1)
+    world.send(job_id, "plan")
+
+    message = world.deliver()
+
+    reason = "failed on attempt 2 of 2: ValueError('split failed')"
+    plan = world.task(job_id, "plan")
+    assert plan.state == "poisoned" and plan.attempt == 2
+    assert world.poisoned() == [(message.body, reason)]
+    job = world.job_record(job_id)
+    assert job.state == "failed" and job.error == f"plan poisoned: {reason}"
+
+
+def test_a_result_msgpack_cannot_hold_fails_the_attempt(world: World):
+    job_id = world.job([{"act": "unencodable"}])
+    world.send(job_id)
+
+    message = world.deliver()
+
+    task = world.task(job_id)
+    assert task.state == "retrying" and task.attempt == 1
+    assert task.error is not None and task.error["type"] == "CodecError"
+    assert task.error["message"].startswith("result is not msgpack-able")
+    assert world.progress(task) == "half"
+    assert world.log.visibility[message.id] == [FIRST_BACKOFF_SECONDS]
+    assert world.store.counts(job_id) == {"done": 0, "poisoned": 0}
+
+
+# --------------------------------------------------------------------------- stops
+
+
+def test_a_chunk_whose_lease_ran_out_while_it_ran_stops_writing_nothing(world: World):
+    # Given a chunk whose process is paused past its lease (the keeper could not renew)
+    job_id = world.job([{"act": "ok"}])
+    world.during(job_id, lambda: world.clock.advance(LEASE_SECONDS))
+    world.send(job_id)
+
+    message = world.deliver()
+
+    # Then it stops at its checkpoint: its state is not flushed (the chunk may be
+    # someone else's now) and the message is left to the next receiver
+    task = world.task(job_id)
+    assert task.state == "running" and task.owner == THIS_WORKER and task.attempt == 1
+    assert not task.has_progress
+    assert world.untouched(message)
+
+
+def test_a_failure_after_another_worker_took_the_chunk_over_is_not_recorded(world: World):
+    job_id = world.job([{"act": "fail"}])
+    world.during(job_id, world.take_over(job_id))
+    world.send(job_id)
+
+    message = world.deliver()
+
+    task = world.task(job_id)
+    assert task.owner == OTHER_WORKER and task.attempt == 2 and task.error is None
+    assert world.untouched(message)
+
+
+def test_a_stopping_worker_hands_the_chunk_back_with_its_state_and_its_attempt(world: World):
+    job_id = world.job([{"act": "ok"}])
+    world.during(job_id, world.worker.stopping.set)
+    world.send(job_id)
+
+    message = world.deliver()
+
+    task = world.task(job_id)
+    assert task.state == "waiting" and task.attempt == 0 and task.owner is None
+    assert world.progress(task) == "half"
+    # visible again at once, for another worker to resume
+    assert world.log.visibility[message.id] == [0]
+    assert [m.job_id for m in world.visible()] == [job_id]
+
+
+@pytest.mark.parametrize("spilled", ["payload", "params"])
+def test_a_busy_read_of_a_spilled_value_is_retried_while_the_lease_lasts(
+    world: World, spilled: str
+):
+    # Given a chunk whose payload, or its job's params, was spilled to a blob, and the
+    # next blob reads failing busy
+    pad = "x" * SPILL_BYTES
+    payload = {"act": "ok", "pad": pad} if spilled == "payload" else {"act": "ok"}
+    job_id = world.job([payload], params={"pad": pad} if spilled == "params" else None)
+    world.meanwhile.busy_times["blobs.get"] = 3
+    world.send(job_id)
+
+    world.deliver()
+
+    # Then the read is tried again in place (semantics §15), and the chunk runs
+    task = world.task(job_id)
+    assert task.state == "done" and task.attempt == 1
+    assert world.meanwhile.busy_times["blobs.get"] == 0
+
+
+def test_planning_retries_a_busy_read_of_its_spilled_params(world: World):
+    job_id = world.job(None, params={"payloads": [{"act": "ok"}], "pad": "x" * SPILL_BYTES})
+    world.meanwhile.busy_times["blobs.get"] = 3
+    world.send(job_id, "plan")
+
+    world.deliver()
+
+    job = world.job_record(job_id)
+    assert job.state == "running" and job.total == 1
+    assert world.task(job_id, "plan").attempt == 1
+
+
+def test_storage_trouble_reading_the_payload_hands_the_chunk_back_unfailed(world: World):
+    # Given a chunk whose payload was spilled to a blob, and blob reads failing busy
+    job_id = world.job([{"act": "ok", "pad": "x" * SPILL_BYTES}])
+    world.meanwhile.busy.add("blobs.get")
+    world.send(job_id)
+
+    message = world.deliver()
+
+    # Then, its lease spent retrying, the chunk is handed back: not the user's failure,
+    # so its attempt is given back and no error recorded
+    assert world.faulty.counts.calls["blobs.get"] > 1
+    task = world.task(job_id)
+    assert task.state == "waiting" and task.attempt == 0 and task.error is None
+    assert world.log.visibility[message.id] == [0]
+
+
+def test_a_hand_back_the_store_cannot_take_leaves_the_message_to_lapse(world: World):
+    job_id = world.job([{"act": "ok", "pad": "x" * SPILL_BYTES}])
+    world.meanwhile.busy.add("blobs.get")
+    world.meanwhile.before("blobs.get", lambda: world.meanwhile.busy.add("records.merge"))
+    world.send(job_id)
+
+    message = world.deliver()
+
+    # Then nothing could be written: the attempt counts, as a crash's would
+    task = world.task(job_id)
+    assert task.state == "running" and task.attempt == 1 and task.owner == THIS_WORKER
+    assert world.untouched(message)
+
+
+def test_a_hand_back_after_another_worker_took_the_chunk_writes_nothing(world: World):
+    job_id = world.job([{"act": "ok", "pad": "x" * SPILL_BYTES}])
+    world.meanwhile.busy.add("blobs.get")
+    world.meanwhile.before("blobs.get", world.take_over(job_id))
+    world.send(job_id)
+
+    message = world.deliver()
+
+    task = world.task(job_id)
+    assert task.owner == OTHER_WORKER and task.attempt == 2
+    assert world.untouched(message)
+
+
+def test_a_finalize_that_ends_after_being_taken_over_is_fenced(world: World):
+    # Given a finalize that another worker claims while it runs (a long pause, say)
+    job_id = world.job([{"act": "ok"}])
+    world.end_chunk(job_id, "done")
+    world.store.update_job(world.job_record(job_id), state="finalizing")
+    world.during(job_id, world.take_over(job_id, "final"))
+    world.send(job_id, "final")
+
+    message = world.deliver()
+
+    # Then its end is not recorded, the job is not marked done, the message is left
+    assert FINALIZED[job_id] == [[(0, 0)]]
+    assert world.task(job_id, "final").owner == OTHER_WORKER
+    assert world.job_record(job_id).state == "finalizing"
+    assert world.untouched(message)
+
+
+def test_a_chunk_taken_over_while_being_poisoned_is_left_to_its_new_owner(world: World):
+    # Given a chunk out of attempts, that another worker claims as this one poisons it
+    job_id = world.job([{"act": "ok"}])
+    world.running_elsewhere(job_id, attempt=2, lease_left_seconds=-1)
+    world.meanwhile.before("records.batch", world.take_over(job_id))
+    world.send(job_id)
+
+    message = world.deliver()
+
+    task = world.task(job_id)
+    assert task.state == "running" and task.owner == OTHER_WORKER and task.attempt == 3
+    assert world.poisoned() == []
+    assert world.untouched(message)
+    assert world.store.counts(job_id) == {"done": 0, "poisoned": 0}
+    assert world.job_record(job_id).state == "running"
+
+
+# --------------------------------------------------------------------------- a whole job
+
+
+def test_a_job_runs_from_planning_to_done_in_this_process(world: World):
+    # Given a job just submitted
+    job_id = world.job(None, params={"payloads": [{"act": "ok"}] * 3})
+    world.send(job_id, "plan")
+
+    # When its planning runs, then its chunks are recorded and enqueued with their
+    # planned records, and the job is running
+    assert handle(world.worker, world.queue, world.receive(), world.clock.monotonic()) is False
+    job = world.job_record(job_id)
+    assert job.state == "running" and job.total == 3
+    assert world.progress(world.task(job_id, "plan")) == 3
+    chunks = world.receive_all()
+    assert [messages.decode(m.body).planned_etag is not None for m in chunks] == [True] * 3
+
+    # When the chunks run, each is claimed from its planned record and done; the last
+    # one's completion check enqueues finalize
+    for message in chunks:
+        assert handle(world.worker, world.queue, message, world.clock.monotonic()) is True
+    assert [(t.state, t.attempt) for t in world.store.chunks(job_id)] == [("done", 1)] * 3
+    assert world.job_record(job_id).state == "finalizing"
+
+    # When finalize runs, then it sees every result and the job is done
+    final = world.deliver()
+    assert messages.decode(final.body).kind == "final"
+    assert world.job_record(job_id).state == "done"
+    assert FINALIZED[job_id] == [[(0, 0), (1, 10), (2, 20)]]
+    assert world.in_queue() == 0
+
+    # And a planning message sent again (a re-submit) is deleted unrun, changing nothing
+    world.send(job_id, "plan")
+    world.deliver()
+    assert world.job_record(job_id).state == "done" and world.in_queue() == 0
+    assert len(FINALIZED[job_id]) == 1
+    # (the finisher was never started: the slot's thread finished the chunks)
+    assert world.worker.finisher.stop(timeout=1)
+
+
+def test_a_job_with_no_chunks_goes_from_planning_to_finalize(world: World):
+    job_id = world.job(None, params={"payloads": []})
+    world.send(job_id, "plan")
+
+    world.deliver()
+
+    job = world.job_record(job_id)
+    assert job.state == "finalizing" and job.total == 0
+    world.deliver()
+    assert world.job_record(job_id).state == "done"
+    assert FINALIZED[job_id] == [[]]
+
+
+# --------------------------------------------------------------------------- finisher
+
+
+def test_a_finished_chunk_taken_over_before_its_done_mark_is_fenced(world: World):
+    job_id = world.job([{"act": "ok"}])
+    world.meanwhile.before("records.batch", world.take_over(job_id))
+    world.send(job_id)
+
+    message = world.deliver()
+
+    # Then nothing of its end is written, no completion check, and the message is left
+    task = world.task(job_id)
+    assert task.state == "running" and task.owner == OTHER_WORKER
+    assert world.store.counts(job_id) == {"done": 0, "poisoned": 0}
+    assert world.job_record(job_id).state == "running"
+    assert world.untouched(message)
+
+
+def test_a_done_mark_the_store_cannot_take_leaves_the_chunk_to_be_redone(world: World):
+    # Given batches failing busy for as long as the chunk's lease lasts
+    job_id = world.job([{"act": "ok"}])
+    world.meanwhile.busy.add("records.batch")
+    world.send(job_id)
+
+    message = world.deliver()
+
+    # Then nothing of its end is written and its message is left to come back
+    task = world.task(job_id)
+    assert task.state == "running" and task.owner == THIS_WORKER and task.attempt == 1
+    assert world.store.counts(job_id) == {"done": 0, "poisoned": 0}
+    assert world.untouched(message)
+
+
+def test_a_failed_completion_check_keeps_the_message_and_the_next_delivery_checks(world: World):
+    # Given record reads failing once the chunk's done mark is written
+    job_id = world.job([{"act": "ok"}])
+    world.meanwhile.before("records.batch", lambda: world.meanwhile.busy.add("records.get"))
+    world.send(job_id)
+
+    message = world.deliver()
+
+    # Then the chunk is done and counted, but the job not seen complete: the message is
+    # kept (not deleted)
+    assert world.task(job_id).state == "done"
+    assert world.store.counts(job_id) == {"done": 1, "poisoned": 0}
+    assert world.job_record(job_id).state == "running"
+    assert world.untouched(message)
+
+    # When the store is back and the message comes back, then the check is made again
+    world.meanwhile.busy.clear()
+    world.let_pass(LEASE_SECONDS, message)
+    again = world.deliver()
+    assert again.id == message.id and message.id in world.log.deleted
+    assert world.job_record(job_id).state == "finalizing"
+    assert [m.kind for m in world.visible()] == ["final"]
+
+
+def test_the_finisher_thread_outlives_a_group_that_raises(world: World):
+    # Given a running finisher, and the job record garbled as chunk 0's mark is written
+    job_id = world.job([{"act": "ok"}, {"act": "ok"}])
+    finisher = world.worker.finisher
+    finisher.start()
+    world.meanwhile.before("records.batch", lambda: world.garble_job(job_id, {"total": "two"}))
+    try:
+        world.send(job_id, index=0)
+        first = world.deliver()
+        # When its completion check cannot read the job
+        _wait_until(finisher.idle)
+        assert world.worker.keeper.held() == []  # dropped: the message will lapse
+        world.garble_job(job_id, {"total": 2})
+
+        # Then the thread goes on finishing chunks handed over later
+        world.send(job_id, index=1)
+        second = world.deliver()
+        assert finisher.stop(timeout=30)
+    finally:
+        world.garble_job(job_id, {"total": 2})
+    assert world.store.counts(job_id) == {"done": 2, "poisoned": 0}
+    assert second.id in world.log.deleted and first.id not in world.log.deleted
+    assert world.job_record(job_id).state == "finalizing"
+
+
+# --------------------------------------------------------------------------- completion
+
+
+def test_finalize_is_enqueued_once_however_often_completion_is_checked(world: World):
+    job_id = world.job([{"act": "ok"}])
+    world.end_chunk(job_id, "done")
+
+    budget = world.store.budget()
+    world.worker.completion.check(job_id, budget, shard=0)
+    world.worker.completion.check(job_id, budget)
+
+    assert world.job_record(job_id).state == "finalizing"
+    assert [m.kind for m in world.visible()] == ["final"]
+
+
+def test_a_job_whose_chunks_ended_with_some_poisoned_fails_unfinalized(world: World):
+    job_id = world.job([{"act": "ok"}, {"act": "ok"}])
+    world.end_chunk(job_id, "done", index=0)
+    world.end_chunk(job_id, "poisoned", index=1)
+
+    world.worker.completion.check(job_id, world.store.budget(), shard=0)
+
+    job = world.job_record(job_id)
+    assert job.state == "failed"
+    assert job.error == f"1 chunk(s) poisoned; see `runner poison list {job_id}`"
+    assert world.visible() == []
+
+
+def test_completion_leaves_a_job_still_planning_to_its_planning(world: World):
+    job_id = world.job(None)
+
+    world.worker.completion.check(job_id, world.store.budget(), shard=0)
+
+    assert world.job_record(job_id).state == "planning"
+    assert world.visible() == []
+
+
+def test_a_job_update_racing_another_writer_is_decided_again_on_the_fresh_record(world: World):
+    # Given a job that another worker fails just as this one would move it on
+    job_id = world.job([{"act": "ok"}])
+    world.meanwhile.before(
+        "records.merge",
+        lambda: world.store.update_job(world.job_record(job_id), state="failed", error="x"),
+    )
+
+    changed = set_job(
+        world.worker.store,
+        job_id,
+        world.store.budget(),
+        only_from=("running",),
+        state="finalizing",
+    )
+
+    # Then the change is not made over the other writer's: the job is no longer running
+    assert changed is False
+    assert world.job_record(job_id).state == "failed"
