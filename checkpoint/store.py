@@ -442,8 +442,8 @@ class CheckpointStore:
         counts = self._counters.get(partition) or self._read_counts(partition, budget)
         while True:
             if not group:
-                return _whole(counts.properties)
-            old = int(counts.properties.get(name, 0))  # type: ignore[arg-type]
+                return _counts(counts.properties, first.job_id, layout.shard_of(first.index))
+            old = _counts(counts.properties, first.job_id, layout.shard_of(first.index))[name]
             new_counts = {**counts.properties, name: old + step * len(group)}
             new_counts[WRITER] = settle.one_off()
             ops = [
@@ -473,7 +473,7 @@ class CheckpointStore:
                 # A merge's answer holds only what it changed; a read, the whole record.
                 whole = replace(record, properties={**task.properties, **record.properties})
                 outcome[i] = TaskRecord.from_record(task.job_id, "chunk", task.index, whole)
-            return _whole(counts.properties)
+            return _counts(counts.properties, first.job_id, layout.shard_of(first.index))
 
     def _batch_settled(self, partition: str, ops: list[BatchOp]) -> list[Record]:
         """Apply ``ops`` as one batch; returns each row as written. After a failure that
@@ -541,10 +541,7 @@ class CheckpointStore:
         record = self._given(budget).call(
             lambda: self._records.get(layout.TASKS_TABLE, partition, layout.COUNTS_ROW)
         )
-        counts = {name: record.properties.get(name, 0) for name in COUNTERS}
-        if not all(checks.is_whole(v) for v in counts.values()):
-            raise BadRecord(f"shard {shard} counter of job {job_id!r}: {counts!r} is not counts")
-        return counts  # type: ignore[return-value]
+        return _counts(record.properties, job_id, shard)
 
     def counts(self, job_id: str, budget: Budget | None = None) -> dict[str, int]:
         """Done and poisoned chunks of the job, summed over its shards."""
@@ -629,9 +626,17 @@ class CheckpointStore:
             yield task.index, self.value(task.properties, "result", of=task.name)
 
 
-def _whole(counts: Mapping[str, Any]) -> dict[str, int]:
-    """A counter row's counts (its other properties, such as the writer, left out)."""
-    return {k: int(v) for k, v in counts.items() if k in COUNTERS}
+def _counts(properties: Mapping[str, Any], job_id: str, shard: int) -> dict[str, int]:
+    """A counter row's counts (its other properties, such as the writer, left out).
+
+    Raises:
+        BadRecord: a count is not a whole number (a hand edit, another version): nobody
+            knows the right count, so nothing can be counted on top of it.
+    """
+    counts = {name: properties.get(name, 0) for name in COUNTERS}
+    if not all(checks.is_whole(value) for value in counts.values()):
+        raise BadRecord(f"shard {shard} counter of job {job_id!r}: {counts!r} is not counts")
+    return counts
 
 
 def _size(properties: Mapping[str, Any]) -> int:

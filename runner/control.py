@@ -142,11 +142,6 @@ class TaskControl:
     def has_unwritten_state(self) -> bool:
         return self._newest is not _NOTHING
 
-    def forget_unwritten(self) -> None:
-        """Drop the state offered since the last write (it could not be stored)."""
-        with self._lock:
-            self._newest = _NOTHING
-
     def flush(self) -> None:
         """Write the newest state now if it was not written yet (retried in place while
         the lease lasts)."""

@@ -25,11 +25,11 @@ from typing import Any
 
 from checkpoint import layout, retries
 from checkpoint.clock import Clock
-from checkpoint.errors import StorageError
+from checkpoint.errors import BadRecord, StorageError
 from checkpoint.records import TaskRecord
 from checkpoint.retries import Budget
 from checkpoint.store import CheckpointStore
-from runner.completion import Completion
+from runner.completion import Completion, set_job
 from runner.lease import Lease, LeaseKeeper
 
 log = logging.getLogger(__name__)
@@ -81,7 +81,12 @@ class Finisher:
                     if len(self._pending) in (1, GROUP_CHUNKS):  # worth waking it for
                         self._changed.notify_all()
                     return
-        self.finish([ended])
+        try:
+            self.finish([ended])
+        except Exception:
+            # Handed over, so nobody else drops its lease: renewed for ever otherwise.
+            self._keeper.drop(ended.lease)
+            raise
 
     def start(self) -> None:
         if self._thread is None:
@@ -156,6 +161,18 @@ class Finisher:
             written, counts = self._store.count_chunks(
                 [(c.task, c.final) for c in chunks], "done", budget
             )
+        except BadRecord as bad:
+            # A garbled shard counter: no chunk of the shard can be counted again, so
+            # the job can never complete. Say so on the job; the chunks are poisoned
+            # once their attempts are spent (runner.tasks).
+            log.error("marking %d chunk(s) of %s done failed: %s", len(chunks), job_id, bad)
+            try:
+                set_job(self._store, job_id, budget, state="failed", error=str(bad))
+            except StorageError as error:
+                log.warning("recording the failure of %s failed: %s", job_id, error)
+            for ended in chunks:
+                self._keeper.drop(ended.lease)
+            return []
         except StorageError as error:
             log.warning(
                 "marking %d chunk(s) of %s done failed; they will be redone: %s",

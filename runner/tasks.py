@@ -430,7 +430,9 @@ def _succeeded(
     if task.kind == "chunk":
         # From here the finisher writes the record: a renewal must not change its ETag.
         task = control.end()
-        values = {"result": outcome, "progress": control.newest_state}
+        values = {"result": outcome}
+        if control.has_unwritten_state:  # else the stored state stands (no blob re-read)
+            values["progress"] = control.newest_state
         token = control.writer.next()
         final = worker.store.final_changes(task, done, values, token)  # CodecError: failed
         lease.handed_over = True
@@ -478,10 +480,8 @@ def _failed(
         reason = f"failed on attempt {task.attempt} of {job_class.max_attempts}: {error!r}"
         _poison_task(worker, lease, message, job, task, (error, trace), reason, control)
         return
+    # The newest state is written too: it was encoded once already, at its checkpoint.
     try:
-        control.write({"state": "retrying", "owner": "", **error_properties(error, trace)})
-    except CodecError:
-        control.forget_unwritten()  # the failure may be the state itself: keep the last good
         control.write({"state": "retrying", "owner": "", **error_properties(error, trace)})
     except LeaseLost:
         worker.keeper.drop(lease)
@@ -509,10 +509,7 @@ def _poison_task(
     writer = control.writer if control else Writer()
     budget = lease.budget(retries.TASK_WRITE, worker.clock)
     try:
-        try:
-            _write_poisoned(worker, job, current, changes, values, reason, writer, budget)
-        except CodecError:  # the unwritten state itself cannot be stored: keep the last good
-            _write_poisoned(worker, job, current, changes, {}, reason, writer, budget)
+        _write_poisoned(worker, job, current, changes, values, reason, writer, budget)
     except (Conflict, NotFound):
         log.warning(
             "%s %s of %s changed while poisoning; left to its owner",

@@ -1112,3 +1112,69 @@ def test_a_job_update_racing_another_writer_is_decided_again_on_the_fresh_record
     # Then the change is not made over the other writer's: the job is no longer running
     assert changed is False
     assert world.job_record(job_id).state == "failed"
+
+
+# --------------------------------------------------------------------------- found by these tests
+
+
+def test_a_garbled_counter_fails_the_job_and_poisons_the_chunk_after_its_attempts(world: World):
+    # Given a chunk whose shard counter was garbled before the chunk ended
+    job_id = world.job([{"act": "ok"}])
+    world.garble(job_id, {"done": "one"}, row=layout.COUNTS_ROW)
+    world.send(job_id)
+
+    # When it runs: its done mark cannot be counted
+    message = world.deliver()
+
+    # Then the job fails saying why, and the chunk is run again, not renewed for ever
+    reason = f"shard 0 counter of job {job_id!r}: {{'done': 'one', 'poisoned': 0}} is not counts"
+    assert world.job_record(job_id).state == "failed"
+    assert world.job_record(job_id).error == reason
+    assert world.worker.keeper.held() == []
+    # and once its attempts are spent, it is poisoned instead of cycling
+    world.let_pass(LEASE_SECONDS, message)
+    again = world.deliver()
+    world.let_pass(LEASE_SECONDS, again)
+    last = world.deliver()
+    assert world.poisoned() == [(last.body, reason)]
+    assert world.in_queue() == 0
+
+
+def test_a_finished_chunk_the_finisher_cannot_end_is_not_renewed_for_ever(world: World):
+    # Given a finisher that fails with something other than a storage error
+    job_id = world.job([{"act": "ok"}])
+    world.send(job_id)
+
+    def broken(group: Any) -> None:
+        raise RuntimeError("a bug in the finisher")
+
+    world.monkeypatch.setattr(world.worker.finisher, "finish", broken)
+
+    with pytest.raises(RuntimeError):
+        world.deliver()
+
+    # Then the lease was dropped: the message lapses and comes back
+    assert world.worker.keeper.held() == []
+
+
+def test_a_chunk_that_saved_no_new_state_ends_without_rewriting_the_stored_one(world: World):
+    # Given a chunk resumed from a large (spilled) state that saves nothing new
+    job_id = world.job([{"act": "ok"}])
+    big = "x" * (SPILL_BYTES + 1)
+    world.set_task(job_id, values={"progress": big})
+    world.during(job_id, lambda: None)
+    world.monkeypatch.setattr(Verdicts, "checkpoint_interval_seconds", 60.0)
+    blob_before = world.task(job_id).properties.get("progress_blob")
+    assert blob_before
+
+    def no_checkpoint(self: Verdicts, chunk: Chunk) -> int:
+        return 7
+
+    world.monkeypatch.setattr(Verdicts, "process", no_checkpoint)
+    world.send(job_id)
+    world.deliver()
+
+    task = world.task(job_id)
+    assert task.state == "done"
+    assert task.properties.get("progress_blob") == blob_before  # not written again
+    assert world.progress(task) == big
