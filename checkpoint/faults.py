@@ -34,7 +34,6 @@ from checkpoint.errors import ConfigurationError, Throttled, Unavailable
 from checkpoint.storage import Storage
 
 FaultKind = Literal["busy", "ambiguous", "delay"]
-Service = Literal["queues", "records", "blobs"]
 
 #: The HTTP verb each protocol method is sent with on Azure (what decides whether the
 #: SDK retries a lost connection itself). Batches, inserts, sends and table creation

@@ -22,8 +22,6 @@ JobState = Literal["planning", "running", "finalizing", "done", "failed"]
 #: Fields whose msgpack value moves to a blob when larger than this many bytes. Azure's
 #: property limit is 64 KiB; staying under it leaves room for the rest of the record.
 SPILL_BYTES = 48 * 1024
-#: The spillable fields; ``<field>_blob`` names the blob when spilled.
-SPILLABLE = ("params", "payload", "progress", "result")
 #: Longest error text kept (characters); tracebacks keep their end, where the cause is.
 MAX_ERROR_CHARS = 8_000
 
