@@ -43,7 +43,7 @@ $(AZURITE_BIN):
 		azurite@$(AZURITE_VERSION)
 	test -x $@
 
-test: venv azurite lint
+test: venv azurite lint typecheck
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 lint: venv

@@ -17,12 +17,13 @@ from checkpoint.errors import CodecError
 def encode(value: Any, what: str = "value") -> bytes:
     """``value`` as msgpack bytes. Raises CodecError naming ``what`` if it cannot be."""
     try:
-        return msgpack.packb(value, use_bin_type=True, datetime=True)
+        packed: bytes = msgpack.packb(value, use_bin_type=True, datetime=True)  # no hints
     except (TypeError, ValueError, OverflowError) as error:
         raise CodecError(
             f"{what} is not msgpack-able ({error}); use dicts, lists, str, bytes, int, "
             "float, bool, None and timezone-aware datetimes"
         ) from error
+    return packed
 
 
 def decode(data: bytes, what: str = "value") -> Any:

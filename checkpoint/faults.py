@@ -34,7 +34,6 @@ from checkpoint.errors import ConfigurationError, Throttled, Unavailable
 from checkpoint.storage import Storage
 
 FaultKind = Literal["busy", "ambiguous", "delay"]
-Service = Literal["queues", "records", "blobs"]
 
 #: The HTTP verb each protocol method is sent with on Azure (what decides whether the
 #: SDK retries a lost connection itself). Batches, inserts, sends and table creation
@@ -190,7 +189,14 @@ class FaultCounts:
 class _Faulty:
     """One service of the wrapped storage, every public call passed through the plan."""
 
-    def __init__(self, service: str, inner: Any, plan: FaultPlan, counts: FaultCounts, sleep):
+    def __init__(
+        self,
+        service: str,
+        inner: Any,
+        plan: FaultPlan,
+        counts: FaultCounts,
+        sleep: Callable[[float], None],
+    ):
         self._service, self._inner, self._plan = service, inner, plan
         self._counts, self._sleep = counts, sleep
 
@@ -257,9 +263,9 @@ class FaultyStorage:
         self.counts = FaultCounts()
         self.inner = storage
         self.storage = Storage(
-            queues=_Faulty("queues", storage.queues, plan, self.counts, sleep),  # type: ignore[arg-type]
-            records=_Faulty("records", storage.records, plan, self.counts, sleep),  # type: ignore[arg-type]
-            blobs=_Faulty("blobs", storage.blobs, plan, self.counts, sleep),  # type: ignore[arg-type]
+            queues=_Faulty("queues", storage.queues, plan, self.counts, sleep),
+            records=_Faulty("records", storage.records, plan, self.counts, sleep),
+            blobs=_Faulty("blobs", storage.blobs, plan, self.counts, sleep),
             description=f"{storage.description} (with injected faults)",
             closer=storage.close,
         )

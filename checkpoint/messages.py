@@ -25,8 +25,8 @@ MAGIC = "chunkrunner"
 VERSION = 1
 #: Largest encoded payload carried in a chunk message beside the record (48 KiB fit).
 INLINE_PAYLOAD_BYTES = 16 * 1024
-_KINDS = {"p": "plan", "c": "chunk", "f": "final"}
-_CODES = {kind: code for code, kind in _KINDS.items()}
+_KINDS: dict[str, TaskKind] = {"p": "plan", "c": "chunk", "f": "final"}
+_CODES: dict[TaskKind, str] = {kind: code for code, kind in _KINDS.items()}
 
 
 @dataclass(frozen=True)
@@ -87,7 +87,7 @@ def decode(body: bytes) -> TaskMessage:
         kind != "chunk" or not isinstance(etag, str) or not etag or not isinstance(payload, bytes)
     ):
         raise BadMessage(f"malformed envelope (planned record): {_preview(envelope)}")
-    return TaskMessage(kind, job_type, job_id, index, etag, payload)  # type: ignore[arg-type]
+    return TaskMessage(kind, job_type, job_id, index, etag, payload)
 
 
 def poisoned(body: bytes, queue: str, reason: str, at: str) -> bytes:
@@ -119,9 +119,8 @@ def read_poisoned(body: bytes) -> dict[str, Any] | None:
         envelope = codec.decode(body, "poison message")
     except CodecError:
         return None
-    if isinstance(envelope, dict) and isinstance(envelope.get("poison"), dict):
-        return envelope["poison"]
-    return None
+    poison = envelope.get("poison") if isinstance(envelope, dict) else None
+    return poison if isinstance(poison, dict) else None
 
 
 def _preview(value: Any) -> str:

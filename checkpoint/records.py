@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar, get_args
 
 from checkpoint import checks
 from checkpoint.errors import BadRecord
@@ -22,15 +22,16 @@ JobState = Literal["planning", "running", "finalizing", "done", "failed"]
 #: Fields whose msgpack value moves to a blob when larger than this many bytes. Azure's
 #: property limit is 64 KiB; staying under it leaves room for the rest of the record.
 SPILL_BYTES = 48 * 1024
-#: The spillable fields; ``<field>_blob`` names the blob when spilled.
-SPILLABLE = ("params", "payload", "progress", "result")
 #: Longest error text kept (characters); tracebacks keep their end, where the cause is.
 MAX_ERROR_CHARS = 8_000
 
 
-#: The states a record may be in, in the order status shows them.
-TASK_STATES: tuple[TaskState, ...] = ("waiting", "running", "retrying", "done", "poisoned")
-JOB_STATES: tuple[JobState, ...] = ("planning", "running", "finalizing", "done", "failed")
+#: The states a record may be in, in the order status shows them (read from the Literal
+#: types above, so that each list is written once).
+TASK_STATES: tuple[TaskState, ...] = get_args(TaskState)
+JOB_STATES: tuple[JobState, ...] = get_args(JobState)
+
+_Known = TypeVar("_Known", bound=str)
 
 
 @dataclass(frozen=True)
@@ -60,7 +61,7 @@ class JobRecord:
             job_id=record.row_key,
             job_type=p.text("job_type", required=True),
             queue=p.text("queue", required=True),
-            state=p.state("state", JOB_STATES),  # type: ignore[arg-type]
+            state=p.one_of("state", JOB_STATES),
             total=p.count("total"),
             created_on=p.time("created_on"),
             updated_on=p.time("updated_on"),
@@ -106,7 +107,7 @@ class TaskRecord:
             job_id=job_id,
             kind=kind,
             index=index,
-            state=p.state("state", TASK_STATES),  # type: ignore[arg-type]
+            state=p.one_of("state", TASK_STATES),
             attempt=p.count("attempt", required=True),
             owner=p.text("owner") or None,
             message_id=p.text("message_id") or None,
@@ -180,11 +181,14 @@ class _Properties:
             raise self.bad(f"{field} {_shown(value)} is not a text")
         return value
 
-    def state(self, field: str, known: tuple[str, ...]) -> str:
+    def one_of(self, field: str, known: tuple[_Known, ...]) -> _Known:
+        """The field's value, parsed as one of ``known`` (and so typed as one of them)."""
         value = self._get(field, required=True)
-        if value not in known or not isinstance(value, str):
-            raise self.bad(f"{field} {_shown(value)} is not one of {', '.join(known)}")
-        return value
+        if isinstance(value, str):
+            for candidate in known:
+                if value == candidate:
+                    return candidate
+        raise self.bad(f"{field} {_shown(value)} is not one of {', '.join(known)}")
 
     def count(self, field: str, required: bool = False) -> Any:
         value = self._get(field, required)

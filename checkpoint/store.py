@@ -412,25 +412,27 @@ class CheckpointStore:
         job_id, shard = ended[0][0].job_id, layout.shard_of(ended[0][0].index)
         if any(t.job_id != job_id or layout.shard_of(t.index) != shard for t, _ in ended):
             raise ValueError("count_chunks takes chunks of one job and one shard")
-        outcome: list[TaskRecord | StorageError | None] = [None] * len(ended)
+        outcome: dict[int, TaskRecord | StorageError] = {}  # by position in ``ended``
         counts: dict[str, int] = {}
         budget = self._given(budget)
         for group in _batches(range(len(ended)), [_size(final) for _, final in ended]):
             counts = self._count_batch(list(ended), group, counter, outcome, budget)
-        for (task, final), result in zip(ended, outcome, strict=True):
+        # Each batch gives every chunk of its group an outcome, or raises.
+        results = [outcome[position] for position in range(len(ended))]
+        for (task, final), result in zip(ended, results, strict=True):
             if isinstance(result, StorageError):
                 for name in self._written_blobs(final):
                     self._delete_blob(name)
             else:
                 self._drop_replaced_blobs(task.properties, final)
-        return outcome, counts  # type: ignore[return-value]
+        return results, counts
 
     def _count_batch(
         self,
         ended: list[tuple[TaskRecord, Mapping[str, Any]]],
         group: list[int],
         counter: str,
-        outcome: list[TaskRecord | StorageError | None],
+        outcome: dict[int, TaskRecord | StorageError],
         budget: Budget,
     ) -> dict[str, int]:
         """One batch: the chunks in ``group`` (positions in ``ended``) and the counter.
@@ -614,7 +616,7 @@ class CheckpointStore:
         yield from self.chunks(job_id, ("poisoned",))
         for kind in ("plan", "final"):
             try:
-                task = self.get_task(job_id, kind, 0)  # type: ignore[arg-type]
+                task = self.get_task(job_id, kind, 0)
             except NotFound:
                 continue
             if task.state == "poisoned":

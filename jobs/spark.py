@@ -149,7 +149,9 @@ class ChunkJobGroup:
         if self._watcher is not None:
             self._watcher.join()
         for key, value in self._previous.items():
-            self._context.setLocalProperty(key, value)  # type: ignore[arg-type]  # None clears
+            # None removes the property (as pyspark's docstring says), but pyspark's own
+            # annotation of ``value`` is ``str``: a third-party annotation bug.
+            self._context.setLocalProperty(key, value)  # type: ignore[arg-type]
         if isinstance(exc, (LeaseLost, ChunkStopped)):
             return  # already the right exception (from a checkpoint inside)
         # A cancelled group means work inside was cut short, even if the code inside

@@ -112,9 +112,6 @@ def _round_trip(storage: Storage) -> list[str]:
     return done
 
 
-JOB_HELP = "JOB is module:Class, importable from the working directory."
-
-
 @cli.command()
 @click.argument("job", metavar="JOB")
 @click.option(

@@ -80,7 +80,7 @@ def poisoned_chunks(
     bad = [] if bad is None else bad
     found = [_failed(task) for task in _chunks(store, job_id, "poisoned", bad)]
     for kind in ("plan", "final"):
-        task = _control_task(store, job_id, kind, bad)  # type: ignore[arg-type]
+        task = _control_task(store, job_id, kind, bad)
         if task is not None and task.state == "poisoned":
             found.append(_failed(task))
     return found

@@ -59,7 +59,7 @@ def configure_logging(level: str) -> None:
     """Log at ``level``; the Azure SDK's per-request HTTP logs only at DEBUG (at INFO
     they bury the runner's own lines under ~20 lines per storage call)."""
     logging.basicConfig(level=level, format=LOG_FORMAT, force=True)
-    if logging.getLevelName(level) != logging.DEBUG:
+    if logging.getLevelNamesMapping().get(level) != logging.DEBUG:
         logging.getLogger("azure").setLevel(logging.WARNING)
         # Its WARNING is a dozen lines per failed token; our own error says it in one.
         logging.getLogger("azure.identity").setLevel(logging.ERROR)

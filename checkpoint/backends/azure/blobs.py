@@ -11,7 +11,7 @@ from typing import Any
 
 from azure.core import MatchConditions
 from azure.core.exceptions import HttpResponseError, ResourceExistsError, ResourceNotFoundError
-from azure.storage.blob import BlobServiceClient, ContainerClient
+from azure.storage.blob import BlobProperties, BlobServiceClient, ContainerClient
 
 from checkpoint import limits
 from checkpoint.backends.azure.errors import being_deleted, error_code, translated
@@ -126,7 +126,7 @@ class AzureBlobs:
         return _infos(pages, operation)
 
 
-def _infos(pages: Iterator, operation: str) -> Iterator[BlobInfo]:
+def _infos(pages: Iterator[BlobProperties], operation: str) -> Iterator[BlobInfo]:
     with translated(operation):
         for props in pages:
             yield BlobInfo(

@@ -19,6 +19,7 @@ import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from enum import Enum
+from typing import Protocol, TypeGuard
 
 from azure.core.exceptions import (
     AzureError,
@@ -149,9 +150,10 @@ def _code_in_body(err: HttpResponseError) -> str | None:
     if match:
         return match.group(1)
     try:
-        return json.loads(text)["odata.error"]["code"]
+        code = json.loads(text)["odata.error"]["code"]
     except (ValueError, KeyError, TypeError):
         return None
+    return code if isinstance(code, str) else None
 
 
 def _whole_request_failed(err: TableTransactionError) -> bool:
@@ -208,13 +210,22 @@ def scrub(err: BaseException) -> BaseException:
             continue
         seen.add(id(current))
         current.args = tuple(_redacted(arg, pending) for arg in current.args)
-        if isinstance(getattr(current, "message", None), str):
-            current.message = redact(current.message)  # type: ignore[attr-defined]
+        if _has_message(current):
+            current.message = redact(current.message)
         pending += [e for e in (current.__cause__, current.__context__) if e is not None]
         inner = getattr(current, "inner_exception", None)
         if isinstance(inner, BaseException):
             pending.append(inner)
     return err
+
+
+class _WithMessage(Protocol):
+    message: str
+
+
+def _has_message(err: BaseException) -> TypeGuard[_WithMessage]:
+    # Azure's errors keep their text in ``message`` besides ``args``; so may others.
+    return isinstance(getattr(err, "message", None), str)
 
 
 def _redacted(arg: object, pending: list[BaseException]) -> object:

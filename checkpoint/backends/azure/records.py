@@ -14,7 +14,7 @@ from typing import Any
 from azure.core import MatchConditions
 from azure.core.exceptions import ResourceExistsError, ResourceNotFoundError
 from azure.core.paging import ItemPaged
-from azure.data.tables import TableClient, TableServiceClient, UpdateMode
+from azure.data.tables import TableClient, TableEntity, TableServiceClient, UpdateMode
 
 from checkpoint import limits
 from checkpoint.backends.azure.entities import build_filter, select_list, to_entity, to_record
@@ -187,7 +187,7 @@ class AzureRecords:
         return [str(result.get("etag") or "") for result in results]
 
 
-def _records(pages: ItemPaged, limit: int | None, operation: str) -> Iterator[Record]:
+def _records(pages: ItemPaged[TableEntity], limit: int | None, operation: str) -> Iterator[Record]:
     """Records as the pages arrive (Azure returns a partition in RowKey order)."""
     if limit == 0:
         return

@@ -34,7 +34,7 @@ CONNECTION_TIMEOUT_SECONDS = 10
 
 def backoff_seconds(retry: int) -> float:
     """The wait before retry number ``retry`` (1-based): 0.5, 1, 2, 4, 4, ... seconds."""
-    return min(MAX_BACKOFF_SECONDS, FIRST_BACKOFF_SECONDS * 2 ** max(retry - 1, 0))
+    return min(MAX_BACKOFF_SECONDS, FIRST_BACKOFF_SECONDS * 2.0 ** max(retry - 1, 0))
 
 
 def check_retry_total(retry_total: int) -> int:

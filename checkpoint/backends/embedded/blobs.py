@@ -53,6 +53,8 @@ LIST_PAGE_SIZE = 5000
 CLASHES, TEMPORARY = ".clashes", ".tmp"
 
 _ROW = "SELECT size, etag, last_modified, path FROM blobs WHERE container = ? AND name = ?"
+#: What ``_ROW`` selects.
+_Row = tuple[int, str, float, str]
 _SAVE = """
 INSERT OR REPLACE INTO blobs (container, name, size, etag, last_modified, path)
 VALUES (?, ?, ?, ?, ?, ?)
@@ -208,11 +210,11 @@ class EmbeddedBlobs:
 
     # ----------------------------------------------------------------- reads
 
-    def _row(self, container: str, name: str) -> tuple[int, str, float, str]:
+    def _row(self, container: str, name: str) -> _Row:
         limits.check_container_name(container)
         limits.check_blob_name(name)
         with self._db.read() as conn:
-            row = conn.execute(_ROW, (container, name)).fetchone()
+            row: _Row | None = conn.execute(_ROW, (container, name)).fetchone()
             if row is None:
                 self._require_container(conn, container)
                 raise _not_found(container, name)

@@ -33,12 +33,14 @@ _OPERATORS: dict[str, Callable[[Any, Any], bool]] = {
 def pack(properties: Mapping[str, PropertyValue]) -> bytes:
     """Properties to bytes for storage; None values are dropped (Azure stores no nulls)."""
     present = {name: value for name, value in properties.items() if value is not None}
-    return msgpack.packb(present, use_bin_type=True, datetime=True)
+    packed: bytes = msgpack.packb(present, use_bin_type=True, datetime=True)  # no hints
+    return packed
 
 
 def unpack(data: bytes) -> Properties:
     """Stored bytes back to properties with their types (``timestamp=3``: UTC datetimes)."""
-    return msgpack.unpackb(data, raw=False, timestamp=3)
+    properties: Properties = msgpack.unpackb(data, raw=False, timestamp=3)  # no hints
+    return properties
 
 
 def merged(

@@ -20,6 +20,7 @@ import secrets
 import sqlite3
 import uuid
 from collections.abc import Sequence
+from typing import Any
 
 from checkpoint import limits
 from checkpoint.backends.embedded.db import Database, epoch, utc
@@ -98,7 +99,7 @@ def _new_receipt() -> str:
     return secrets.token_hex(12)
 
 
-def _message(row: tuple, receipt: bool = True) -> QueueMessage:
+def _message(row: tuple[Any, ...], receipt: bool = True) -> QueueMessage:
     msg_id, body, count, inserted, expires, visible, pop_receipt = row
     return QueueMessage(
         id=msg_id,
@@ -326,6 +327,7 @@ class EmbeddedQueues:
         limits.check_queue_name(queue)
         with self._db.read() as conn:
             self._require_queue(conn, queue)
+            count: int
             (count,) = conn.execute(
                 f"SELECT count(*) FROM messages WHERE queue = :queue AND {_UNEXPIRED}",
                 {"queue": queue, "now": self._now()},

@@ -166,7 +166,8 @@ class _Writer:
             raise _missing(params)
 
     def _current(self, params: Params) -> tuple[bytes, str] | None:
-        return self._conn.execute(_CURRENT, params).fetchone()
+        current: tuple[bytes, str] | None = self._conn.execute(_CURRENT, params).fetchone()
+        return current
 
 
 class EmbeddedRecords:
