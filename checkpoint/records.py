@@ -17,7 +17,7 @@ from checkpoint.storage import PropertyValue, Record
 
 TaskKind = Literal["plan", "chunk", "final"]
 TaskState = Literal["waiting", "running", "retrying", "done", "poisoned"]
-JobState = Literal["planning", "running", "finalizing", "done", "failed"]
+JobState = Literal["planning", "running", "finalizing", "done", "failed", "cancelled"]
 
 #: Fields whose msgpack value moves to a blob when larger than this many bytes. Azure's
 #: property limit is 64 KiB; staying under it leaves room for the rest of the record.
@@ -31,12 +31,22 @@ MAX_ERROR_CHARS = 8_000
 TASK_STATES: tuple[TaskState, ...] = get_args(TaskState)
 JOB_STATES: tuple[JobState, ...] = get_args(JobState)
 
+#: Job states after which nothing of the job runs again.
+ENDED_JOB_STATES: tuple[JobState, ...] = ("done", "failed", "cancelled")
+
 _Known = TypeVar("_Known", bound=str)
 
 
 @dataclass(frozen=True)
 class JobRecord:
-    """A submitted job: its type, parameters and overall state."""
+    """A submitted job: its type, parameters and overall state.
+
+    Attributes:
+        cancelled_on: when its remaining tasks were cancelled (``runner cancel``, or
+            more chunks poisoned than it tolerates), else None; ``cancel_reason`` why.
+        paused_on: when it was paused (``runner pause``), None while it runs; with
+            ``drain``, chunks running then were let finish.
+    """
 
     job_id: str
     job_type: str
@@ -48,10 +58,27 @@ class JobRecord:
     error: str | None
     etag: str
     properties: dict[str, PropertyValue]
+    cancelled_on: datetime | None = None
+    cancel_reason: str | None = None
+    paused_on: datetime | None = None
+    drain: bool = False
 
     @property
     def name(self) -> str:
         return record_name(self.job_id, "job")
+
+    @property
+    def ended(self) -> bool:
+        return self.state in ENDED_JOB_STATES
+
+    @property
+    def hold(self) -> Literal["cancelled", "paused"] | None:
+        """Why none of its tasks may start (or go on), or None."""
+        if self.cancelled_on is not None:
+            return "cancelled"
+        if self.paused_on is not None and not self.ended:
+            return "paused"
+        return None
 
     @classmethod
     def from_record(cls, record: Record) -> JobRecord:
@@ -68,6 +95,11 @@ class JobRecord:
             error=p.text("error") or None,
             etag=record.etag,
             properties=p.properties,
+            cancelled_on=p.time("cancelled_on"),
+            cancel_reason=p.text("cancel_reason") or None,
+            # A merge cannot remove a property: resuming clears the flag, not the time.
+            paused_on=p.time("paused_on") if p.flag("paused") else None,
+            drain=p.flag("drain"),
         )
 
 
@@ -199,6 +231,12 @@ class _Properties:
         if value is None or (checks.is_whole(value) and value >= 0):
             return value
         raise self.bad(f"{field} {_shown(value)} is not a whole number >= 0")
+
+    def flag(self, field: str) -> bool:
+        value = self._get(field, required=False)
+        if value is None or isinstance(value, bool):
+            return bool(value)
+        raise self.bad(f"{field} {_shown(value)} is not true or false")
 
     def time(self, field: str) -> datetime | None:
         value = self._get(field, required=False)

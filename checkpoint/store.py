@@ -13,7 +13,7 @@ from __future__ import annotations
 import functools
 import heapq
 import uuid
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -218,6 +218,26 @@ class CheckpointStore:
 
     def params(self, job: JobRecord) -> Any:
         return self.value(job.properties, "params", of=job.name)
+
+    def change_job(
+        self,
+        job_id: str,
+        decide: Callable[[JobRecord], dict[str, Any] | None],
+        budget: Budget | None = None,
+    ) -> JobRecord | None:
+        """Apply the changes ``decide`` asks for on the job as it is now, deciding again
+        on the fresh record after losing a race; returns the job as written, or None if
+        ``decide`` asked for nothing. An update applied with its answer lost counts as
+        made (:mod:`checkpoint.settle`)."""
+        while True:
+            job = self.get_job(job_id, budget)
+            changes = decide(job)
+            if changes is None:
+                return None
+            try:
+                return self.update_job(job, budget, **changes)
+            except Conflict:
+                continue
 
     def update_job(self, job: JobRecord, budget: Budget | None = None, **changes: Any) -> JobRecord:
         """Merge ``changes`` into the job if nobody changed it since ``job`` was read.

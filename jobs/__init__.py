@@ -7,7 +7,8 @@ class MigrateOrders(ChunkedJob):
     def split(self, params): ...
     def process(self, chunk: Chunk): ...
 
-Only what a job's code touches is exported here. The storage layer's errors are in
+Only what a job's code touches, and the calls that control a job (``submit``,
+``cancel``, ``pause``, ``resume``), are exported here. The storage layer's errors are in
 :mod:`checkpoint.errors` (all derive from :class:`RunnerError`); a whole job runs in a
 test's own process with :mod:`jobs.testing`.
 """
@@ -15,19 +16,24 @@ test's own process with :mod:`jobs.testing`.
 from checkpoint.errors import LeaseLost, RunnerError
 from jobs.backoff import Backoff
 from jobs.chunk import Chunk
-from jobs.errors import ChunkStopped, JobDefinitionError
+from jobs.errors import ChunkFailed, ChunkStopped, JobDefinitionError
 from jobs.job import ChunkedJob
+from jobs.manage import cancel, pause, resume
 from jobs.submit import submit
 from jobs.summary import JobSummary
 
 __all__ = [
     "Backoff",
     "Chunk",
+    "ChunkFailed",
     "ChunkStopped",
     "ChunkedJob",
     "JobDefinitionError",
     "JobSummary",
     "LeaseLost",
     "RunnerError",
+    "cancel",
+    "pause",
+    "resume",
     "submit",
 ]

@@ -28,3 +28,31 @@ class MetricsUnavailable(RunnerError):
 class JobModuleFailed(RunnerError):
     """A job's module raised while it was imported (a SyntaxError, a NameError, a
     missing dependency); the message names its file and line."""
+
+
+class ChunkFailed(RunnerError):
+    """Raise from ``process`` to fail the chunk with this message.
+
+    With ``retry=False`` the failure will not get better by trying again (a bad row, a
+    missing input): the chunk is poisoned at once, its other attempts and their backoff
+    not spent.
+    """
+
+    def __init__(self, message: str, *, retry: bool = True):
+        super().__init__(message)
+        self.retry = retry
+
+
+class JobCancelled(ChunkStopped):
+    """Raised by :meth:`Chunk.checkpoint` when the job was cancelled (or failed past its
+    tolerated failures): progress saved, the chunk dropped without a retry."""
+
+
+class JobPaused(ChunkStopped):
+    """Raised by :meth:`Chunk.checkpoint` when the job was paused: progress saved, the
+    chunk handed back (no attempt spent) to resume from there once the job resumes."""
+
+
+class JobEnded(RunnerError):
+    """The job has ended already (done, failed or cancelled): it cannot be cancelled,
+    paused or resumed."""

@@ -10,7 +10,6 @@ from __future__ import annotations
 from typing import Any
 
 from checkpoint import layout, messages
-from checkpoint.errors import Conflict
 from checkpoint.retries import Budget
 from checkpoint.storage import NEVER_EXPIRES, QueueStore
 from checkpoint.store import CheckpointStore
@@ -30,15 +29,10 @@ def set_job(
     """Apply ``changes`` to the job (retrying lost races); with ``only_from``, only while
     its state is one of those. Returns whether the change was made (an update applied
     with its answer lost counts as made: :mod:`checkpoint.settle`)."""
-    while True:
-        job = store.get_job(job_id, budget)
-        if only_from and job.state not in only_from:
-            return False
-        try:
-            store.update_job(job, budget, **changes)
-            return True
-        except Conflict:
-            continue
+    written = store.change_job(
+        job_id, lambda job: changes if not only_from or job.state in only_from else None, budget
+    )
+    return written is not None
 
 
 class Completion:

@@ -266,7 +266,7 @@ class WorkerLoop:
         types = {cls.job_type() for cls in self._classes}
         try:
             jobs = [job for job in self.context.store.list_jobs() if job.job_type in types]
-            if any(job.state not in ("done", "failed") for job in jobs):
+            if not all(job.ended for job in jobs):
                 return False
             return all(
                 self.storage.queues.approximate_length(cls.queue) == 0 for cls in self._classes

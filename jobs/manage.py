@@ -1,0 +1,107 @@
+"""Controlling a submitted job: cancel it, pause it, resume it (``runner cancel`` ...).
+
+Each is one conditional update of the job's record, decided again on the fresh record if
+another writer got there first, so each is safe to repeat and to race. Workers learn of
+it within one lease renewal (docs/semantics.md §16): a cancelled job's running chunks
+stop at their next checkpoint and its waiting messages are deleted unrun; a paused job
+starts no new task, and its running chunks save their state and hand their messages
+back (or finish, with ``drain``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from checkpoint.backends import open_storage
+from checkpoint.records import JobRecord
+from checkpoint.storage import Storage
+from checkpoint.store import CheckpointStore
+from jobs.errors import JobEnded
+
+#: Longest reason kept on a cancelled job (characters).
+MAX_REASON_CHARS = 1_000
+
+
+def cancel(job_id: str, reason: str = "", *, storage: Storage | str | None = None) -> JobRecord:
+    """Cancel the job: nothing more of it runs, finalize included; it ends ``cancelled``
+    with when and why. Cancelling a cancelled job changes nothing.
+
+    Raises:
+        JobNotFound: no such job.
+        JobEnded: the job is done or failed already.
+    """
+
+    def decide(job: JobRecord) -> dict[str, Any] | None:
+        if job.state == "cancelled":
+            return None
+        _refuse_ended(job, "cancelled")
+        return {
+            "state": "cancelled",
+            "cancelled_on": store.clock.now(),
+            "cancel_reason": reason[:MAX_REASON_CHARS],
+        }
+
+    with _store(storage) as store:
+        return _changed(store, job_id, decide)
+
+
+def pause(job_id: str, *, drain: bool = False, storage: Storage | str | None = None) -> JobRecord:
+    """Pause the job: no new task of it starts; its running chunks save their state and
+    hand their messages back without spending an attempt (with ``drain``: they finish).
+    Pausing a paused job changes nothing (not even ``drain``).
+
+    Raises:
+        JobNotFound: no such job.
+        JobEnded: the job has ended.
+    """
+
+    def decide(job: JobRecord) -> dict[str, Any] | None:
+        _refuse_ended(job, "paused")
+        if job.paused_on is not None:
+            return None
+        return {"paused": True, "paused_on": store.clock.now(), "drain": drain}
+
+    with _store(storage) as store:
+        return _changed(store, job_id, decide)
+
+
+def resume(job_id: str, *, storage: Storage | str | None = None) -> JobRecord:
+    """Resume a paused job from its checkpoints. Resuming a running job changes nothing.
+
+    Raises:
+        JobNotFound: no such job.
+        JobEnded: the job has ended.
+    """
+
+    def decide(job: JobRecord) -> dict[str, Any] | None:
+        _refuse_ended(job, "resumed")
+        if job.paused_on is None:
+            return None
+        return {"paused": False, "drain": False}
+
+    with _store(storage) as store:
+        return _changed(store, job_id, decide)
+
+
+def _refuse_ended(job: JobRecord, verb: str) -> None:
+    if job.ended:
+        raise JobEnded(f"job {job.job_id!r} has ended ({job.state}); it cannot be {verb}")
+
+
+def _changed(
+    store: CheckpointStore, job_id: str, decide: Callable[[JobRecord], dict[str, Any] | None]
+) -> JobRecord:
+    written = store.change_job(job_id, decide)
+    return written if written is not None else store.get_job(job_id)
+
+
+@contextmanager
+def _store(storage: Storage | str | None) -> Iterator[CheckpointStore]:
+    opened = storage if isinstance(storage, Storage) else open_storage(storage)
+    try:
+        yield CheckpointStore(opened)
+    finally:
+        if opened is not storage:
+            opened.close()
