@@ -112,6 +112,10 @@ class JobNotFound(RunnerError, LookupError):
     """No job with that id, or no job class at that ``module:Class`` path."""
 
 
+class JobNotEnded(RunnerError):
+    """The job has not ended (done, failed or cancelled), so it cannot be deleted."""
+
+
 class BadMessage(RunnerError):
     """A queue message that is not ours, not decodable, truncated, of an unknown job
     type or too large. It goes to the poison queue with this error as its reason."""

@@ -74,6 +74,12 @@ def chunks_in_shard(total: int, shard: int) -> int:
     return rounds * SHARD_BLOCK + min(max(rest - shard * SHARD_BLOCK, 0), SHARD_BLOCK)
 
 
+def job_blob_prefix(job_id: str) -> str:
+    """What the names of a job's blobs, and of no other job's, start with (a job id
+    holds no ``/``)."""
+    return f"{job_id}/"
+
+
 def blob_name(job_id: str, kind: str, index: int, field: str, version: str) -> str:
     """A spilled value's blob; ``version`` keeps every write its own blob (see store)."""
-    return f"{job_id}/{kind}/{index}/{field}-{version}"
+    return f"{job_blob_prefix(job_id)}{kind}/{index}/{field}-{version}"

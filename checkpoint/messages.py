@@ -41,6 +41,9 @@ class TaskMessage:
     planned_etag: str | None = None
     #: The planned record's encoded ``payload`` property, if small and inline.
     planned_payload: bytes | None = None
+    #: The job record's incarnation when the message was sent (None: sent by a version
+    #: before incarnations, or for a job recorded by one).
+    incarnation: str | None = None
 
 
 def encode(message: TaskMessage) -> bytes:
@@ -54,6 +57,8 @@ def encode(message: TaskMessage) -> bytes:
     if message.planned_etag is not None and message.planned_payload is not None:
         envelope["e"] = message.planned_etag
         envelope["p"] = message.planned_payload
+    if message.incarnation is not None:
+        envelope["n"] = message.incarnation
     return codec.encode(envelope, "message")
 
 
@@ -87,7 +92,10 @@ def decode(body: bytes) -> TaskMessage:
         kind != "chunk" or not isinstance(etag, str) or not etag or not isinstance(payload, bytes)
     ):
         raise BadMessage(f"malformed envelope (planned record): {_preview(envelope)}")
-    return TaskMessage(kind, job_type, job_id, index, etag, payload)
+    incarnation = envelope.get("n")
+    if incarnation is not None and (not isinstance(incarnation, str) or not incarnation):
+        raise BadMessage(f"malformed envelope (incarnation {incarnation!r})")
+    return TaskMessage(kind, job_type, job_id, index, etag, payload, incarnation)
 
 
 def poisoned(body: bytes, queue: str, reason: str, at: str) -> bytes:
@@ -121,6 +129,21 @@ def read_poisoned(body: bytes) -> dict[str, Any] | None:
         return None
     poison = envelope.get("poison") if isinstance(envelope, dict) else None
     return poison if isinstance(poison, dict) else None
+
+
+def named_task(body: bytes) -> TaskMessage | None:
+    """The task a job-queue body names, or the original of a poison-queue body names;
+    None for anything else (not ours, garbled, an original cut short)."""
+    poison = read_poisoned(body)
+    if poison is not None:
+        original = poison.get("original")
+        if poison.get("truncated") or not isinstance(original, bytes):
+            return None
+        body = original
+    try:
+        return decode(body)
+    except BadMessage:
+        return None
 
 
 def _preview(value: Any) -> str:

@@ -46,6 +46,11 @@ class JobRecord:
             more chunks poisoned than it tolerates), else None; ``cancel_reason`` why.
         paused_on: when it was paused (``runner pause``), None while it runs; with
             ``drain``, chunks running then were let finish.
+        incarnation: a random token set when the record was created and carried in
+            every message of the job, so a message left over from a deleted job is
+            never taken for a new job of the same id (None: recorded before tokens).
+        deleting_on: when its deletion began (``runner delete``), else None; from then
+            on its messages are deleted unrun and its running tasks stop as if cancelled.
     """
 
     job_id: str
@@ -62,6 +67,8 @@ class JobRecord:
     cancel_reason: str | None = None
     paused_on: datetime | None = None
     drain: bool = False
+    incarnation: str | None = None
+    deleting_on: datetime | None = None
 
     @property
     def name(self) -> str:
@@ -74,7 +81,7 @@ class JobRecord:
     @property
     def hold(self) -> Literal["cancelled", "paused"] | None:
         """Why none of its tasks may start (or go on), or None."""
-        if self.cancelled_on is not None:
+        if self.cancelled_on is not None or self.deleting_on is not None:
             return "cancelled"
         if self.paused_on is not None and not self.ended:
             return "paused"
@@ -100,6 +107,8 @@ class JobRecord:
             # A merge cannot remove a property: resuming clears the flag, not the time.
             paused_on=p.time("paused_on") if p.flag("paused") else None,
             drain=p.flag("drain"),
+            incarnation=p.text("incarnation") or None,
+            deleting_on=p.time("deleting_on"),
         )
 
 
@@ -119,6 +128,8 @@ class TaskRecord:
     updated_on: datetime | None
     etag: str
     properties: dict[str, PropertyValue]
+    #: The incarnation of the job it was recorded for (None: recorded before them).
+    incarnation: str | None = None
 
     @property
     def name(self) -> str:
@@ -148,6 +159,7 @@ class TaskRecord:
             updated_on=p.time("updated_on"),
             etag=record.etag,
             properties=p.properties,
+            incarnation=p.text("incarnation") or None,
         )
 
     @classmethod

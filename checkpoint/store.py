@@ -12,18 +12,21 @@ from __future__ import annotations
 
 import functools
 import heapq
+import secrets
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from checkpoint import checks, codec, layout, retries, settle
+from checkpoint import checks, codec, deletion, layout, retries, settle
 from checkpoint.clock import Clock, SystemClock
+from checkpoint.deletion import Deleted
 from checkpoint.errors import (
     BadRecord,
     BatchFailed,
     CodecError,
     Conflict,
+    JobNotEnded,
     JobNotFound,
     NotFound,
     StorageError,
@@ -31,7 +34,7 @@ from checkpoint.errors import (
 from checkpoint.records import SPILL_BYTES, JobRecord, TaskKind, TaskRecord
 from checkpoint.retries import TRANSIENT, Budget
 from checkpoint.settle import WRITER, token_of
-from checkpoint.storage import BatchOp, Record, Storage, Where
+from checkpoint.storage import ANY_ETAG, BatchOp, Record, Storage, Where
 
 #: The counts a shard's counter row holds.
 COUNTERS = ("done", "poisoned")
@@ -159,6 +162,9 @@ class CheckpointStore:
             "state": "planning",
             "created_on": now,
             "updated_on": now,
+            # Carried in every message of the job: a message of an earlier job of this
+            # id (deleted since) is never taken for this one.
+            "incarnation": secrets.token_hex(8),
             WRITER: settle.one_off(),
             **self._put_value((job_id, "job", 0), "params", params),
         }
@@ -253,6 +259,57 @@ class CheckpointStore:
         )
         return JobRecord.from_record(written)
 
+    def delete_job(self, job_id: str, budget: Budget | None = None) -> Deleted:
+        """Delete an ended job: its task records, its blobs, its visible messages (in its
+        queue and poison queue), then its record.
+
+        The job is first marked as being deleted, so workers delete its messages unrun
+        and stop its running tasks; its record goes last, so a deletion that dies midway
+        leaves the job listed, and deleting it again finishes it.
+
+        Raises:
+            JobNotFound: no such job.
+            JobNotEnded: it is not done, failed or cancelled (and not being deleted).
+        """
+        budget = self._given(budget)
+        job = self._mark_deleting(job_id, budget)
+        records = sum(
+            deletion.delete_partition(self._records, partition, budget)
+            for partition in deletion.task_partitions(job_id)
+        )
+        for shard in range(layout.SHARDS):
+            self._counters.pop(layout.shard_partition(job_id, shard), None)
+        blobs = deletion.delete_blobs(self.storage.blobs, job_id, budget)
+        swept = sum(
+            deletion.sweep(self.storage.queues, queue, job_id, budget)
+            for queue in (job.queue, job.queue + layout.POISON_SUFFIX)
+        )
+        budget.call(
+            lambda: self._records.delete(
+                layout.JOBS_TABLE, layout.JOBS_PARTITION, job_id, etag=ANY_ETAG
+            )
+        )
+        return Deleted(job_id, job.state, job.updated_on, records + 1, blobs, swept)
+
+    def _mark_deleting(self, job_id: str, budget: Budget) -> JobRecord:
+        """The job as it was before its deletion began, marked ``deleting_on`` now (a
+        job marked already is left as it is)."""
+        before: list[JobRecord] = []
+
+        def decide(job: JobRecord) -> dict[str, Any] | None:
+            before[:] = [job]
+            if job.deleting_on is not None:
+                return None
+            if not job.ended:
+                raise JobNotEnded(
+                    f"job {job_id!r} is {job.state}: only a job that is done, failed or "
+                    "cancelled can be deleted"
+                )
+            return {"deleting_on": self.clock.now()}
+
+        self.change_job(job_id, decide, budget)
+        return before[0]
+
     # ----------------------------------------------------------------- tasks
 
     def _keys(self, job_id: str, kind: TaskKind, index: int) -> tuple[str, str]:
@@ -268,11 +325,13 @@ class CheckpointStore:
         first_index: int,
         payloads: Sequence[Any],
         budget: Budget | None = None,
+        incarnation: str | None = None,
     ) -> list[PlannedChunk]:
         """Record chunks ``first_index...`` as waiting. Idempotent: a chunk recorded by an
         earlier, crashed planning attempt is left as it is (it may have run already).
 
-        Returns each chunk's record as planned (see :class:`PlannedChunk`)."""
+        ``incarnation``: the job's, kept on each record. Returns each chunk's record as
+        planned (see :class:`PlannedChunk`)."""
         budget = self._given(budget)
         token = settle.one_off()  # tells this call's inserts from an earlier attempt's
         by_shard: dict[int, list[tuple[int, BatchOp]]] = {}
@@ -281,6 +340,7 @@ class CheckpointStore:
             properties = {
                 "state": "waiting",
                 "attempt": 0,
+                "incarnation": incarnation,
                 WRITER: token,
                 **self._put_value((job_id, "chunk", index), "payload", payload),
             }
@@ -310,11 +370,23 @@ class CheckpointStore:
         record = _as_record(layout.chunk_row(index), properties, etag)
         return TaskRecord.from_record(job_id, "chunk", index, record)
 
-    def ensure_task(self, job_id: str, kind: TaskKind, budget: Budget | None = None) -> TaskRecord:
-        """The planning or finalize record of a job, created waiting if absent."""
+    def ensure_task(
+        self,
+        job_id: str,
+        kind: TaskKind,
+        budget: Budget | None = None,
+        incarnation: str | None = None,
+    ) -> TaskRecord:
+        """The planning or finalize record of a job, created waiting (for the job's
+        ``incarnation``) if absent."""
         budget = self._given(budget)
         partition, row = self._keys(job_id, kind, 0)
-        properties = {"state": "waiting", "attempt": 0, WRITER: settle.one_off()}
+        properties = {
+            "state": "waiting",
+            "attempt": 0,
+            "incarnation": incarnation,
+            WRITER: settle.one_off(),
+        }
         mine = settle.insert(self._records, layout.TASKS_TABLE, partition, row, properties, budget)
         if mine is not None:
             return TaskRecord.from_record(job_id, kind, 0, mine)

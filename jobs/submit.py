@@ -77,7 +77,10 @@ def submit(
             budget = store.budget()
             budget.call(lambda: opened.queues.create_queue(job_class.queue))
             budget.call(lambda: opened.queues.create_queue(job_class.poison_queue()))
-            body = messages.encode(messages.TaskMessage("plan", record.job_type, job_id))
+            task = messages.TaskMessage(
+                "plan", record.job_type, job_id, incarnation=record.incarnation
+            )
+            body = messages.encode(task)
             budget.call(
                 lambda: opened.queues.send(
                     job_class.queue, body, delay_seconds=delay_seconds, ttl_seconds=NEVER_EXPIRES

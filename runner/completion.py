@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from checkpoint import layout, messages
+from checkpoint.records import JobRecord
 from checkpoint.retries import Budget
 from checkpoint.storage import NEVER_EXPIRES, QueueStore
 from checkpoint.store import CheckpointStore
@@ -41,7 +42,8 @@ class Completion:
     def __init__(self, store: CheckpointStore, queues: QueueStore, totals_kept: int = TOTALS_KEPT):
         self._store = store
         self._queues = queues
-        self._totals: Recent[str, int] = Recent(totals_kept)
+        #: Chunk totals of planned jobs, with the incarnation each belongs to.
+        self._totals: Recent[str, tuple[str | None, int]] = Recent(totals_kept)
 
     def check(
         self,
@@ -56,13 +58,21 @@ class Completion:
         shards are read only when that shard is complete, and only until one is found
         incomplete, so a job's completion costs a few dozen reads, not one per chunk.
         """
-        total = self._totals.get(job_id)
-        if total is None:
-            total = self._store.get_job(job_id, budget).total
-            if total is None:
+        known = self._totals.get(job_id)
+        if known is None:
+            job = self._store.get_job(job_id, budget)
+            if job.total is None:
                 return  # still planning: planning checks when it ends
-            self._totals.put(job_id, total)  # a job's total never changes once set
-        _check(self._store, self._queues, job_id, total, budget, shard, shard_counts)
+            known = (job.incarnation, job.total)
+            self._totals.put(job_id, known)  # a job's total never changes once set
+        _check(self._store, self._queues, job_id, known[1], budget, shard, shard_counts)
+
+    def observe(self, job: JobRecord) -> None:
+        """Forget the total of an earlier job of this id (deleted, and submitted again
+        since): told of each job record a message is handled under, before any check."""
+        known = self._totals.get(job.job_id)
+        if known is not None and known[0] != job.incarnation:
+            self._totals.forget(job.job_id)
 
 
 def _check(
@@ -98,7 +108,9 @@ def _check(
     # finishes the job; the other order could leave a job waiting for nothing.
     # A send applied with its answer lost, then sent again, only duplicates the message:
     # the second delivery finds finalize running or done and is deleted unrun.
-    body = messages.encode(messages.TaskMessage("final", job.job_type, job_id))
+    body = messages.encode(
+        messages.TaskMessage("final", job.job_type, job_id, incarnation=job.incarnation)
+    )
     budget.call(lambda: queues.send(job.queue, body, ttl_seconds=NEVER_EXPIRES))
     set_job(store, job_id, budget, only_from=("running",), state="finalizing")
 

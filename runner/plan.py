@@ -61,7 +61,7 @@ def _enqueue(
     budget: Budget,
 ) -> None:
     bodies = []
-    for planned in store.add_chunks(job.job_id, first, page, budget):
+    for planned in store.add_chunks(job.job_id, first, page, budget, job.incarnation):
         inline = planned.payload is not None and len(planned.payload) <= INLINE_PAYLOAD_BYTES
         task = messages.TaskMessage(
             "chunk",
@@ -70,6 +70,7 @@ def _enqueue(
             planned.index,
             planned.etag if inline else None,
             planned.payload if inline else None,
+            job.incarnation,
         )
         bodies.append(messages.encode(task))
     # Sent again after a failure, some messages may be duplicates: the claim turns them

@@ -2,7 +2,9 @@
 
 A worker serves jobs for weeks; anything it keeps per job must not grow with the number
 of jobs it has ever seen. Entries here are facts that never change once known (a job's
-params and type, a planned job's chunk total), so an evicted one is only read again.
+params and type, a planned job's chunk total), so an evicted one is only read again; only
+a job deleted and submitted again under its id changes them, and then the caller forgets
+the old entry.
 """
 
 from __future__ import annotations
@@ -38,6 +40,10 @@ class Recent(Generic[K, V]):
             self._entries.move_to_end(key)
             while len(self._entries) > self.size:
                 self._entries.popitem(last=False)
+
+    def forget(self, key: K) -> None:
+        with self._lock:
+            self._entries.pop(key, None)
 
     def __len__(self) -> int:
         with self._lock:

@@ -28,9 +28,11 @@ def redrive(store: CheckpointStore, queues: QueueStore, job_id: str) -> int:
     """Re-run a job's poisoned work; returns how many tasks or messages were redriven."""
     job = store.get_job(job_id)
     reset = _reset_poisoned(store, job_id)
-    moved = move_back(queues, job.queue, job_id)
+    moved = move_back(queues, job.queue, job_id, job.incarnation)
     for kind, index in sorted(reset - moved):
-        message = messages.TaskMessage(kind, job.job_type, job_id, index)
+        message = messages.TaskMessage(
+            kind, job.job_type, job_id, index, incarnation=job.incarnation
+        )
         queues.send(job.queue, messages.encode(message), ttl_seconds=NEVER_EXPIRES)
     if reset or moved:
         _reopen(store, job_id)
@@ -64,10 +66,15 @@ def _reopen(store: CheckpointStore, job_id: str) -> None:
             continue
 
 
-def move_back(queues: QueueStore, queue: str, job_id: str) -> set[tuple[TaskKind, int]]:
+def move_back(
+    queues: QueueStore, queue: str, job_id: str, incarnation: str | None
+) -> set[tuple[TaskKind, int]]:
     """Move ``job_id``'s messages from ``<queue>-poison`` back to ``queue``; returns the
     tasks they name. Sent before deleted: a crash in between leaves a duplicate, which
-    the claim step drops, never a loss."""
+    the claim step drops, never a loss.
+
+    Messages of another ``incarnation`` (an earlier job of this id, deleted since) are
+    not this job's: they stay, and its tasks get fresh messages instead."""
     moved: set[tuple[TaskKind, int]] = set()
     poison_queue = queue + POISON_SUFFIX
     while True:
@@ -81,7 +88,7 @@ def move_back(queues: QueueStore, queue: str, job_id: str) -> set[tuple[TaskKind
             if original is None:
                 continue
             body, task = original
-            if task.job_id != job_id:
+            if task.job_id != job_id or task.incarnation not in (None, incarnation):
                 continue
             queues.send(queue, body, ttl_seconds=NEVER_EXPIRES)
             try:

@@ -3,7 +3,9 @@
 The order of the steps is the product's correctness, so it is spelled out here:
 
 1. Hold the message under a lease at once (the keeper renews it from now on).
-2. Decode it; anything not ours goes to ``<queue>-poison`` with the reason.
+2. Decode it; anything not ours goes to ``<queue>-poison`` with the reason. A message
+   left over from a deleted job (its job gone, being deleted, or another incarnation
+   of that id) is deleted unrun.
 3. Read the task record. Done, poisoned or a duplicate delivery: delete the message
    unrun. Claimed ``max_attempts`` times already (or delivered far more often than
    that): poison it.
@@ -141,6 +143,8 @@ def _handle_held(worker: Context, queue: str, message: QueueMessage, lease: Leas
     task_message, job_type = None, None
     try:
         task_message = messages.decode(message.body)
+        if _leftover(worker, task_message, lease):
+            return False
         job = _job(worker, task_message.job_id, lease)
         job_type = job.job_type
         job_class = worker.job_classes.get(task_message.job_type)
@@ -203,9 +207,11 @@ def _run_task(
         return kind == "chunk"
     try:
         task = _task(
-            worker.store, job.job_id, kind, index, lease.budget(retries.READ, worker.clock)
+            worker.store, job, kind, index, lease.budget(retries.READ, worker.clock)
         )
     except NotFound:
+        if _leftover(worker, task_message, lease, fresh=True):
+            return False  # the job's records were deleted since its record was read
         reason = f"no record of {kind} {index} of job {job.job_id!r}"
         log.error("message %s on %s poisoned: %s", message.id, lease.queue, reason)
         worker.poison.move(lease, message.body, reason)
@@ -213,6 +219,9 @@ def _run_task(
     except BadRecord as bad:
         _poison_unreadable(worker, lease, message, job, kind, index, bad)
         return False
+    if _recorded_for_another(task, task_message):
+        if _leftover(worker, task_message, lease, fresh=True):
+            return False
     verdict = _verdict(worker, task, message)
     if verdict is not None:
         log.info("%s %s of %s: %s; message deleted unrun", kind, index, job.job_id, verdict)
@@ -273,11 +282,11 @@ def _exhausted(task: TaskRecord, message: QueueMessage, job_class: type[ChunkedJ
 
 
 def _task(
-    store: CheckpointStore, job_id: str, kind: TaskKind, index: int, budget: Budget
+    store: CheckpointStore, job: JobRecord, kind: TaskKind, index: int, budget: Budget
 ) -> TaskRecord:
     if kind == "chunk":
-        return store.get_task(job_id, kind, index, budget)
-    return store.ensure_task(job_id, kind, budget)
+        return store.get_task(job.job_id, kind, index, budget)
+    return store.ensure_task(job.job_id, kind, budget, job.incarnation)
 
 
 def _verdict(worker: Context, task: TaskRecord, message: QueueMessage) -> str | None:
@@ -605,3 +614,83 @@ def _unreadable_after_all(
     log.error("message %s on %s: %s", message.id, lease.queue, bad)
     if lease.active and not lease.lost and not lease.handed_over:
         worker.poison.move(lease, message.body, str(bad))
+
+
+# --------------------------------------------------------------------------- deleted jobs
+
+
+def _leftover(
+    worker: Context, task_message: messages.TaskMessage, lease: Lease, fresh: bool = False
+) -> bool:
+    """Delete the message unrun if it is left over from a deleted job; True if it was.
+
+    Never poisoned: ``runner delete`` cannot reach messages that were invisible then
+    (held, backing off, delayed), and they surface later. ``fresh``: judge by the job
+    record as stored now, not as this worker remembers it.
+    """
+    job = _job_now(worker, task_message, lease, fresh)
+    why = leftover_reason(task_message, job)
+    if why is None:
+        if job is not None:
+            worker.completion.observe(job)
+        return False
+    log.info(
+        "%s %s of %s: %s; message deleted unrun",
+        task_message.kind,
+        task_message.index,
+        task_message.job_id,
+        why,
+    )
+    worker.keeper.delete(lease)
+    return True
+
+
+def leftover_reason(task_message: messages.TaskMessage, job: JobRecord | None) -> str | None:
+    """Why a message belongs to no job that will run it (None: it may run).
+
+    A message from before incarnations (none carried) naming no job is not judged here:
+    nothing tells it from garbage, and it is poisoned as such.
+    """
+    if job is None:
+        return None if task_message.incarnation is None else "its job was deleted"
+    if job.deleting_on is not None:
+        return "its job is being deleted"
+    if task_message.incarnation not in (None, job.incarnation):
+        return "left over from an earlier job of that id, deleted since"
+    return None
+
+
+def _recorded_for_another(task: TaskRecord, task_message: messages.TaskMessage) -> bool:
+    """Whether the task was recorded for another incarnation than the message's: the
+    job record this worker remembers may be of a job deleted since (and submitted again
+    under its id), so the stored one decides."""
+    return None not in (task.incarnation, task_message.incarnation) and (
+        task.incarnation != task_message.incarnation
+    )
+
+
+def _job_now(
+    worker: Context, task_message: messages.TaskMessage, lease: Lease, fresh: bool
+) -> JobRecord | None:
+    """The job record to judge a message by, None if there is none (BadRecord raised).
+
+    A remembered record serves a chunk of its own incarnation. Planning and finalize
+    are judged by the stored record (they would record their task anew for a job gone:
+    ``ensure_task``), and so is a message of another incarnation or of a job being
+    deleted (the remembered record may be of a job deleted and submitted again since).
+    """
+    known = worker.jobs.get(task_message.job_id)
+    if (
+        known is not None
+        and not fresh
+        and task_message.kind == "chunk"
+        and leftover_reason(task_message, known) is None
+    ):
+        return known
+    try:
+        job = worker.store.get_job(task_message.job_id, lease.budget(retries.READ, worker.clock))
+    except JobNotFound:
+        worker.jobs.forget(task_message.job_id)
+        return None
+    worker.jobs.put(task_message.job_id, job)
+    return job

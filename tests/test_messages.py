@@ -31,6 +31,8 @@ _DROP = object()
         TaskMessage("chunk", "mod:Cls", "a.b_c-D9", 2**40),
         TaskMessage("final", "pkg.mod:Outer.Inner", "x" * 100),
         TaskMessage("chunk", "mod:Cls", "j", 5, 'W/"datetime\'2026-11-22T04%3A30Z\'"', b"\x81"),
+        TaskMessage("chunk", "mod:Cls", "j", 5, "etag", b"\x81", incarnation="0123456789abcdef"),
+        TaskMessage("final", "mod:Cls", "j", incarnation="0123456789abcdef"),
     ],
 )
 def test_round_trip(message):
@@ -89,6 +91,9 @@ BAD_BODIES = {
     "planned-etag-bytes": _body(e=b"etag", p=b"\x01"),
     "planned-payload-str": _body(e="etag", p="payload"),
     "planned-record-on-plan": _body(k="p", e="etag", p=b"\x01"),
+    "incarnation-empty": _body(n=""),
+    "incarnation-bytes": _body(n=b"0123"),
+    "incarnation-int": _body(n=7),
     "poison-record": messages.poisoned(b"orig", "q-x", "why", "2030-01-01T00:00:00+00:00"),
 }
 
@@ -185,3 +190,16 @@ def test_read_poisoned_of_anything_else_is_none():
     assert messages.read_poisoned(messages.encode(TaskMessage("chunk", "m:C", "j", 0))) is None
     assert messages.read_poisoned(msgpack.packb({MAGIC: VERSION, "poison": "text"})) is None
     assert messages.read_poisoned(msgpack.packb([1, 2])) is None
+
+
+def test_the_task_named_by_a_job_or_a_poison_queue_body():
+    # A job-queue body, its copy in a poison queue, and what names no task
+    original = messages.encode(TaskMessage("chunk", "m:C", "job", 3, incarnation="abc"))
+    poisoned = messages.poisoned(original, "q-x", "why", "2030-01-01T00:00:00+00:00")
+    cut = messages.poisoned(original + b"x" * 41_000, "q-x", "why", "2030-01-01T00:00:00+00:00")
+
+    assert messages.named_task(original) == messages.named_task(poisoned)
+    assert messages.named_task(original) == TaskMessage("chunk", "m:C", "job", 3, incarnation="abc")
+    assert messages.named_task(cut) is None  # its original cut short
+    assert messages.named_task(b"hello") is None
+    assert messages.named_task(msgpack.packb({MAGIC: VERSION, "poison": {"original": "x"}})) is None
