@@ -8,9 +8,9 @@ class MigrateOrders(ChunkedJob):
     def process(self, chunk: Chunk): ...
 
 Only what a job's code touches, and the calls that control a job (``submit``,
-``cancel``, ``pause``, ``resume``), are exported here. The storage layer's errors are in
-:mod:`checkpoint.errors` (all derive from :class:`RunnerError`); a whole job runs in a
-test's own process with :mod:`jobs.testing`.
+``cancel``, ``pause``, ``resume``, ``delete``, ``purge``), are exported here. The
+storage layer's errors are in :mod:`checkpoint.errors` (all derive from
+:class:`RunnerError`); a whole job runs in a test's own process with :mod:`jobs.testing`.
 """
 
 from checkpoint.errors import LeaseLost, RunnerError
@@ -19,6 +19,7 @@ from jobs.chunk import Chunk
 from jobs.errors import ChunkFailed, ChunkStopped, JobDefinitionError
 from jobs.job import ChunkedJob
 from jobs.manage import cancel, pause, resume
+from jobs.retention import delete, purge
 from jobs.submit import submit
 from jobs.summary import JobSummary
 
@@ -33,7 +34,9 @@ __all__ = [
     "LeaseLost",
     "RunnerError",
     "cancel",
+    "delete",
     "pause",
+    "purge",
     "resume",
     "submit",
 ]

@@ -15,18 +15,23 @@ import os
 import sys
 import traceback
 import uuid
+from datetime import timedelta
 from pathlib import Path
 from typing import NoReturn
 
 import click
 
 from checkpoint.backends import open_storage
-from checkpoint.errors import BadRecord, RunnerError
+from checkpoint.deletion import Deleted
+from checkpoint.errors import BadRecord, ConfigurationError, RunnerError
 from checkpoint.limits import MAX_VISIBILITY_SECONDS
 from checkpoint.location import parse_location
-from checkpoint.records import JobRecord
+from checkpoint.records import ENDED_JOB_STATES, JobRecord
 from checkpoint.storage import Storage
 from checkpoint.store import CheckpointStore
+from jobs.retention import delete as delete_job
+from jobs.retention import parse_age
+from jobs.retention import purge as purge_jobs
 from jobs.spark_settings import CONF_ENV, MASTER_ENV
 from jobs.submit import submit as submit_job
 from runner.loop import (
@@ -331,6 +336,86 @@ def poison_redrive(job_id: str, storage: str | None) -> None:
     with open_storage(storage) as opened:
         count = redrive(CheckpointStore(opened), opened.queues, job_id)
     click.echo(f"redrove {count} poisoned task(s) of {job_id}")
+
+
+@cli.command()
+@click.argument("job_id")
+@click.option("--force", is_flag=True, help="Delete a job that has not ended: cancel it first.")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@storage_option
+def delete(job_id: str, force: bool, as_json: bool, storage: str | None) -> None:
+    """Delete an ended job's records, blobs and messages."""
+
+    deleted = delete_job(job_id, force=force, storage=storage)
+    click.echo(json.dumps(_deleted_json(deleted), indent=2) if as_json else _deleted_line(deleted))
+
+
+def _age(ctx: click.Context, param: click.Parameter, value: str) -> timedelta:
+    try:
+        return parse_age(value)
+    except ConfigurationError as error:
+        raise click.BadParameter(str(error)) from error
+
+
+@cli.command()
+@click.option(
+    "--older-than",
+    required=True,
+    metavar="AGE",
+    callback=_age,
+    help="Jobs last updated longer ago than this: a whole number with s, m, h or d (7d).",
+)
+@click.option(
+    "--state",
+    "states",
+    multiple=True,
+    type=click.Choice(ENDED_JOB_STATES),
+    help="Only jobs in this state (repeatable). Default: done, failed and cancelled.",
+)
+@click.option("--dry-run", is_flag=True, help="Show which jobs would be deleted; delete nothing.")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@storage_option
+def purge(
+    older_than: timedelta,
+    states: tuple[str, ...],
+    dry_run: bool,
+    as_json: bool,
+    storage: str | None,
+) -> None:
+    """Delete the ended jobs last updated longer ago than AGE, as `delete` does."""
+
+    found = purge_jobs(
+        older_than, states=states or ENDED_JOB_STATES, dry_run=dry_run, storage=storage
+    )
+    if as_json:
+        click.echo(json.dumps([_deleted_json(deleted) for deleted in found], indent=2))
+        return
+    for deleted in found:
+        click.echo(_deleted_line(deleted))
+    verb = "would delete" if dry_run else "deleted"
+    click.echo(f"{verb} {len(found)} job(s)" + (" (dry run)" if dry_run else ""))
+
+
+def _deleted_line(deleted: Deleted) -> str:
+    if deleted.dry_run:
+        updated = deleted.updated_on.isoformat() if deleted.updated_on else "never"
+        return f"would delete {deleted.job_id} ({deleted.state}, updated {updated})"
+    return (
+        f"deleted {deleted.job_id} ({deleted.state}): {deleted.records} record(s), "
+        f"{deleted.blobs} blob(s), {deleted.messages} message(s)"
+    )
+
+
+def _deleted_json(deleted: Deleted) -> dict[str, object]:
+    return {
+        "job_id": deleted.job_id,
+        "state": deleted.state,
+        "updated_on": deleted.updated_on.isoformat() if deleted.updated_on else None,
+        "dry_run": deleted.dry_run,
+        "records": deleted.records,
+        "blobs": deleted.blobs,
+        "messages": deleted.messages,
+    }
 
 
 def main() -> None:
