@@ -53,7 +53,8 @@ def _job(job: dict[str, Any], color: bool) -> str:
         lines.append(f"  finalize: {job['finalize']}")
     if job.get("cancelled_on"):
         why = job.get("cancel_reason") or "no reason given"
-        lines.append(f"  cancelled on {job['cancelled_on']}: {why}")
+        what = "cancelled" if job["state"] == "cancelled" else "remaining chunks cancelled"
+        lines.append(f"  {what} on {job['cancelled_on']}: {why}")
     if job["error"] and job["error"] != job.get("cancel_reason"):
         lines.append(f"  error: {job['error']}")
     for chunk in job["running"]:
