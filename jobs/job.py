@@ -42,6 +42,16 @@ class ChunkedJob:
         max_chunk_seconds: stop renewing a chunk's lease after this long (a hung
             worker cannot hold work forever); None for no cap.
         backoff: wait between failed attempts (:class:`~jobs.backoff.Backoff`).
+        tolerated_failures: poisoned chunks the job accepts: a count (``3``) or a
+            fraction of its chunks (``0.01``). Past it the job fails at once and its
+            remaining chunks are cancelled; within it the job completes and
+            ``finalize`` is told which chunks were poisoned. None (the default): every
+            chunk runs, and a job with any poisoned chunk fails when all have ended
+            (``runner poison redrive`` can still finish it).
+        non_retryable: exception types that will not get better by trying again (a
+            bad row, a schema mismatch): a chunk raising one is poisoned at once,
+            without its other attempts. ``raise ChunkFailed(..., retry=False)`` does
+            the same case by case.
     """
 
     queue: ClassVar[str] = ""
@@ -50,6 +60,8 @@ class ChunkedJob:
     checkpoint_interval_seconds: ClassVar[float] = 5.0
     max_chunk_seconds: ClassVar[float | None] = None
     backoff: ClassVar[Backoff] = Backoff()
+    tolerated_failures: ClassVar[int | float | None] = None
+    non_retryable: ClassVar[tuple[type[BaseException], ...]] = ()
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -120,6 +132,21 @@ def check_job_class(cls: type[ChunkedJob]) -> None:
     if cls.max_chunk_seconds is not None:
         checks.number(
             cls.max_chunk_seconds, f"{name}.max_chunk_seconds", above=0, error=JobDefinitionError
+        )
+    tolerated = cls.tolerated_failures
+    if tolerated is not None and not (
+        (checks.is_whole(tolerated) and tolerated >= 0)
+        or (isinstance(tolerated, float) and 0 < tolerated < 1)
+    ):
+        raise JobDefinitionError(
+            f"{name}.tolerated_failures must be a count >= 0, a fraction between 0 and 1, "
+            f"or None, not {tolerated!r}"
+        )
+    if not isinstance(cls.non_retryable, tuple) or not all(
+        isinstance(kind, type) and issubclass(kind, BaseException) for kind in cls.non_retryable
+    ):
+        raise JobDefinitionError(
+            f"{name}.non_retryable must be a tuple of exception types, not {cls.non_retryable!r}"
         )
     if not isinstance(cls.backoff, Backoff):
         raise JobDefinitionError(f"{name}.backoff must be a jobs.Backoff")

@@ -1,365 +1,486 @@
-"""Test your own ``split``, ``process`` and ``finalize`` without a queue, a store or a worker.
+"""Test your own job in your test's process: one chunk, or the whole job end to end.
 
-:class:`ChunkEnvironment` runs one chunk the way a worker would (after temporalio's
-``ActivityEnvironment``): it is the chunk's :class:`~jobs.chunk.ChunkControl`, with the
-runner's semantics — checkpoints coalesced to the newest and written at most once per
-checkpoint interval on an injected :class:`~checkpoint.clock.FakeClock`, a lost lease raising
-:class:`~checkpoint.errors.LeaseLost` at the next checkpoint without writing anything, and a
-stopping worker flushing the newest state before :class:`~jobs.errors.ChunkStopped`.
-Values travel through msgpack as they do in production, so a state, payload or result
-that a worker could not store fails here too.
+- :class:`ChunkEnvironment` runs your ``process`` on one chunk as a worker would, with
+  no store, no queue and no worker: checkpoints, a lost lease, a stop, the next attempt.
+  Fast, and the place to test every branch of ``process``, ``split`` and ``finalize``.
+- :func:`run_job` runs a whole job — planning, every chunk, finalize — through the
+  runner's own code on a temporary embedded store and a fake clock, one message at a
+  time (after dramatiq's ``StubBroker`` + ``worker.join()`` and huey's immediate mode).
+  Workers can be killed at chosen points (:class:`CrashAt`) and the job goes on as it
+  would in production: a fresh worker takes the chunk over once its lease ran out and
+  resumes it from its last durable checkpoint. The :class:`JobRun` it returns says how
+  every task ended and every call of your code.
 
-Example, with the ``MigrateOrders`` job of the design brief (one checkpoint per row)::
+Example, with the ``MigrateOrders`` job of docs/writing-jobs.md::
 
-    import pytest
-    from checkpoint.errors import LeaseLost
-    from jobs.testing import ChunkEnvironment
+    from jobs.testing import CrashAt, run_job
 
-    def test_migrate_orders_resumes_after_a_lost_lease():
-        env = ChunkEnvironment(MigrateOrders, params={"rows": 30},
-                               payload={"first": 0, "last": 30},
-                               checkpoint_interval_seconds=0)
-        env.lose_lease_after(10)
-        with pytest.raises(LeaseLost):
-            env.run()
-        assert env.durable_state == 10       # what the next owner resumes from
-
-        again = env.next_attempt()           # attempt 2, from that state
-        again.run()
-        assert again.checkpoints[0] == 11    # only row 10 (its checkpoint refused) redone
+    def test_migrate_orders_survives_a_crash():
+        run = run_job(MigrateOrders, {"rows": 25, "rows_per_chunk": 10},
+                      crash=CrashAt(chunk=1, checkpoint=4))
+        run.assert_done()
+        assert run.results == [{"rows": 10}, {"rows": 10}, {"rows": 5}]
+        crashed, resumed = run.chunks[1].calls
+        assert crashed.outcome == "crashed" and crashed.checkpoints[-1] == 14
+        assert resumed.started_from == 14        # durable at the crash, so not redone
 """
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import Any
+import contextlib
+import math
+import random
+import tempfile
+import traceback
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, replace
+from datetime import datetime
+from pathlib import Path
+from typing import Any, cast
 
-from checkpoint import codec
+from checkpoint.backends import open_storage
 from checkpoint.clock import FakeClock
-from checkpoint.errors import LeaseLost
-from jobs.chunk import Chunk
-from jobs.errors import ChunkStopped
+from checkpoint.errors import NotFound
+from checkpoint.location import StorageLocation
+from checkpoint.records import TaskKind, TaskRecord
+from checkpoint.storage import BlobStore, QueueStore, RecordStore, Storage
+from checkpoint.store import CheckpointStore
+from jobs.chunk import Chunk, ChunkControl
+from jobs.chunk_environment import ChunkEnvironment, round_trip
 from jobs.job import ChunkedJob
+from jobs.job_run import (
+    Call,
+    CrashAt,
+    JobDidNotFinish,
+    JobRun,
+    SimulatedCrash,
+    SummarySeen,
+    TaskReport,
+)
+from jobs.submit import submit
 from jobs.summary import JobSummary
+from runner.control import TaskControl
+from runner.loop import assemble
+from runner.tasks import Context, handle, hold
 
-_UNSET: Any = object()
-_NOTHING: Any = object()
+__all__ = [
+    "Call",
+    "ChunkEnvironment",
+    "CrashAt",
+    "JobDidNotFinish",
+    "JobRun",
+    "SimulatedCrash",
+    "SummarySeen",
+    "TaskReport",
+    "run_job",
+]
 
-__all__ = ["ChunkEnvironment"]
+#: Messages delivered and clock jumps a run may take before :func:`run_job` gives up.
+DEFAULT_MAX_ROUNDS = 10_000
 
 
-def _copy(value: Any, what: str) -> Any:
-    """``value`` after a msgpack round trip: what a worker would read back.
+def run_job(
+    job: type[ChunkedJob],
+    params: Any = None,
+    *,
+    crash: CrashAt | Iterable[CrashAt] = (),
+    max_rounds: int = DEFAULT_MAX_ROUNDS,
+    checkpoint_seconds: float = 0.0,
+    directory: str | Path | None = None,
+    clock: FakeClock | None = None,
+    job_id: str = "test-job",
+    seed: int = 0,
+) -> JobRun:
+    """Run a whole job in this process: submit, plan, every chunk, finalize.
 
-    Raises:
-        CodecError: ``value`` is not msgpack-able.
-    """
-    return codec.decode(codec.encode(value, what), what)
-
-
-class ChunkEnvironment:
-    """Runs a job's ``process`` on one chunk as a worker would, and records its checkpoints.
+    The runner's own code runs it (``runner.loop.assemble``, ``runner.tasks.hold`` and
+    ``handle``, the finisher driven in this thread) on an embedded store in a temporary
+    directory, on a :class:`~checkpoint.clock.FakeClock`: one message at a time, no
+    threads, no sleeps. When no message is visible the clock jumps to the next one
+    (past a backoff, past a dead worker's lease). Deterministic: the backoff's jitter
+    is drawn from ``seed``.
 
     Args:
-        job: the ChunkedJob subclass (a fresh instance runs each attempt, as on a
-            worker) or an instance of it.
-        params: the job's parameters (``chunk.params``).
-        payload: what ``split`` yielded for this chunk (``chunk.payload``).
-        state: the last durable state of an earlier attempt (``chunk.state``), or None.
-        attempt: ``chunk.attempt``, 1 for the first delivery.
-        job_id: ``chunk.job_id``.
-        index: ``chunk.index``.
-        checkpoint_interval_seconds: least time between two durable writes; the job
-            class's ``checkpoint_interval_seconds`` if None.
-        clock: the clock the interval is measured on; a new FakeClock if None. Advance
-            it from ``process`` (or from ``on_checkpoint``) to let time pass.
-        on_checkpoint: called with the state of each checkpoint the chunk gets past;
-            it may call :meth:`lose_lease`, :meth:`stop` or ``clock.advance``, which take
-            effect from the chunk's next checkpoint on.
+        job: your ChunkedJob subclass.
+        params: the job's params, as ``submit`` takes them (msgpack-able).
+        crash: where workers die (:class:`CrashAt`); each time a fresh worker goes on.
+        max_rounds: messages delivered plus clock jumps before giving up.
+        checkpoint_seconds: fake time each ``chunk.checkpoint`` call takes (the lease
+            is renewed meanwhile, as the worker's keeper does). 0: time stands still
+            while chunks run, so no checkpoint is written before the chunk ends unless a
+            crash point asks for it.
+        directory: keep the store there (``runner status --storage DIR`` reads it);
+            by default a temporary directory, removed before this returns.
+        clock: the fake clock to run on (a new one if None).
+        job_id: the job's id.
+        seed: seeds the backoff's jitter.
 
-    Attributes:
-        checkpoints: every state the chunk offered, in order (as msgpack copies taken
-            when offered), including one that raised.
-        durable: every state written to the (simulated) checkpoint store, in order, as
-            the worker would write it: at most once per interval, then the newest one
-            when the chunk succeeds, fails or is stopped; never after the lease is lost.
-            (A real worker may also write when it renews the lease, so it is at least
-            this durable.)
-        result: what ``process`` returned, once :meth:`run` has succeeded.
-        clock: the environment's FakeClock.
+    Returns:
+        The :class:`JobRun`, read from the store once the job ended ("done" or
+        "failed": a job that fails is reported, not raised; see
+        :meth:`JobRun.assert_done`).
+
+    Raises:
+        JobDidNotFinish: the job had not ended after ``max_rounds`` rounds, or no
+            message was left to run it; ``.run`` holds where it got to.
     """
+    if checkpoint_seconds < 0 or max_rounds < 1:
+        raise ValueError("checkpoint_seconds must be >= 0 and max_rounds >= 1")
+    crashes = (crash,) if isinstance(crash, CrashAt) else tuple(crash)
+    clock = clock if clock is not None else FakeClock()
+    with contextlib.ExitStack() as stack:
+        if directory is None:
+            where = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="run-job-")))
+        else:
+            where = Path(directory)
+        storage = open_storage(StorageLocation("embedded", directory=where), clock=clock)
+        stack.callback(storage.close)
+        harness = _WholeJob(job, storage, clock, crashes, checkpoint_seconds, seed)
+        harness.submit(params, job_id)
+        return harness.run(max_rounds, None if directory is None else where)
+
+
+@dataclass(eq=False)
+class _Worker:
+    """One simulated worker process: its parts, and whether it has been killed."""
+
+    id: str
+    dead: bool = False
+    context: Context | None = None
+
+
+class _Mortal:
+    """One service of a worker's storage. Once the worker is dead every call raises
+    :class:`SimulatedCrash`, so nothing more is written by it, whatever code runs on
+    in this process. For the job's queue it also notes when each message becomes
+    visible, so the harness knows where to move the clock when none is."""
 
     def __init__(
         self,
-        job: type[ChunkedJob] | ChunkedJob,
-        *,
-        params: Any = None,
-        payload: Any = None,
-        state: Any = None,
-        attempt: int = 1,
-        job_id: str = "test-job",
-        index: int = 0,
-        checkpoint_interval_seconds: float | None = None,
-        clock: FakeClock | None = None,
-        on_checkpoint: Callable[[Any], None] | None = None,
+        inner: Any,
+        worker: _Worker,
+        visible_at: dict[str, datetime] | None = None,
+        queue: str = "",
     ):
-        self.job = job
-        self.job_class: type[ChunkedJob] = job if isinstance(job, type) else type(job)
-        self.params = _copy(params, "params")
-        self.payload = _copy(payload, "chunk payload")
-        self.state = _copy(state, "chunk state")
-        self.attempt = attempt
-        self.job_id = job_id
-        self.index = index
-        self.interval_seconds = (
-            self.job_class.checkpoint_interval_seconds
-            if checkpoint_interval_seconds is None
-            else checkpoint_interval_seconds
-        )
-        self.clock = clock if clock is not None else FakeClock()
-        self.on_checkpoint = on_checkpoint
-        self.checkpoints: list[Any] = []
-        self.durable: list[Any] = []
-        self.result: Any = None
-        self._lock = threading.RLock()
-        self._lost = threading.Event()
-        self._lost_reason = ""
-        self._stopping = threading.Event()
-        self._newest: Any = _NOTHING
-        self._offered: Any = None
-        self._passed = 0
-        self._lose_after: int | None = None
-        self._stop_after: int | None = None
-        self._started_at = self._written_at = self.clock.monotonic()
-        self._ran = False
+        self._inner = inner
+        self._worker = worker
+        self._visible_at = visible_at
+        self._queue = queue
 
-    # ----------------------------------------------------------------- simulating
+    def __getattr__(self, method: str) -> Any:
+        target = getattr(self._inner, method)
+        if not callable(target):
+            return target
 
-    def lose_lease(self, reason: str = "lease lost (simulated by the test)") -> None:
-        """Lose the chunk's lease now, as when a renewal is refused or another worker
-        claimed the chunk: its next checkpoint raises LeaseLost and writes nothing."""
-        with self._lock:
-            if not self._lost.is_set():
-                self._lost_reason = reason
-                self._lost.set()
+        def call(*args: Any, **kwargs: Any) -> Any:
+            if self._worker.dead:
+                raise SimulatedCrash(f"{self._worker.id} is dead: it makes no more calls")
+            result = target(*args, **kwargs)
+            if self._visible_at is not None and args and args[0] == self._queue:
+                self._note(method, args, result)
+            return result
 
-    def lose_lease_after(self, checkpoints: int) -> None:
-        """Lose the lease once the chunk got past ``checkpoints`` checkpoints (0: before
-        it starts); the next one raises LeaseLost."""
-        self._lose_after = checkpoints
-        self._apply_schedule()
+        return call
 
-    def stop(self) -> None:
-        """Stop the worker now (SIGTERM): the chunk's next checkpoint flushes the newest
-        state and raises ChunkStopped."""
-        self._stopping.set()
+    def _note(self, method: str, args: tuple[Any, ...], result: Any) -> None:
+        assert self._visible_at is not None
+        if method == "receive":
+            self._visible_at.update((message.id, message.next_visible_on) for message in result)
+        elif method == "update":
+            self._visible_at[args[1]] = result.next_visible_on
+        elif method == "delete":
+            self._visible_at.pop(args[1], None)
+        elif method == "delete_many":
+            for message_id, _ in args[1]:
+                self._visible_at.pop(message_id, None)
 
-    def stop_after(self, checkpoints: int) -> None:
-        """Stop the worker once the chunk got past ``checkpoints`` checkpoints (0: before
-        it starts); the next one flushes and raises ChunkStopped."""
-        self._stop_after = checkpoints
-        self._apply_schedule()
 
-    @property
-    def lease_lost(self) -> bool:
-        """True once the lease is lost (simulated, or past ``max_chunk_seconds``)."""
-        self._check_deadline()
-        return self._lost.is_set()
+class _Watched:
+    """The :class:`~jobs.chunk.ChunkControl` your code is given: the runner's own, with
+    the harness at each cancellation point (to let time pass, count it, crash there)."""
 
-    # ----------------------------------------------------------------- ChunkControl
+    def __init__(self, inner: ChunkControl, harness: _WholeJob, call: Call):
+        self._inner = inner
+        self._harness = harness
+        self._call = call
 
     def offer(self, state: Any) -> None:
-        """Take the newest state; write it if an interval passed since the last write.
-
-        Part of :class:`~jobs.chunk.ChunkControl`, called by ``chunk.checkpoint``.
-
-        Raises:
-            CodecError: ``state`` is not msgpack-able (a worker could not store it).
-            LeaseLost: a write was due but the lease is lost.
-        """
-        snapshot = _copy(state, "checkpoint state")
-        with self._lock:
-            self.checkpoints.append(snapshot)
-            self._offered = snapshot
-            self._newest = snapshot
-            self._check_deadline()
-            if self.clock.monotonic() - self._written_at >= self.interval_seconds:
-                self._write_locked()
+        self._harness.pass_time(self._harness.checkpoint_seconds)
+        self._inner.offer(state)
+        self._call.checkpoints.append(round_trip(state, "checkpoint state"))
 
     def raise_if_stopped(self) -> None:
-        """Raise LeaseLost (writing nothing) if the lease is lost; flush the newest state
-        and raise ChunkStopped if the worker is stopping; return otherwise.
-
-        Part of :class:`~jobs.chunk.ChunkControl`, called by ``chunk.checkpoint``.
-        """
-        self._check_deadline()
-        if self._lost.is_set():
-            # Not flushed: the chunk may be someone else's now.
-            raise LeaseLost(self._lost_reason)
-        if self._stopping.is_set():
-            self._flush()
-            raise ChunkStopped("worker is stopping; progress saved, chunk released")
-        with self._lock:
-            self._passed += 1
-            offered = self._offered
-        if self.on_checkpoint is not None:
-            self.on_checkpoint(offered)
-        self._apply_schedule()
+        self._inner.raise_if_stopped()
+        self._call.passed += 1
+        self._harness.crash_if_due(self._call, self._call.passed, self._inner)
 
     @property
     def stopping(self) -> bool:
-        """True once the chunk should stop at its next checkpoint (lease lost, worker
-        stopping). Part of :class:`~jobs.chunk.ChunkControl`."""
-        self._check_deadline()
-        return self._stopping.is_set() or self._lost.is_set()
+        return self._inner.stopping
 
-    # ----------------------------------------------------------------- running
 
-    def run(self) -> Any:
-        """Run ``process`` on the chunk as a worker would, once; return its result.
+class _WholeJob:
+    """Runs one job with the runner's parts, one message at a time (see :func:`run_job`)."""
 
-        Returns:
-            What ``process`` returned (also kept in :attr:`result`).
+    def __init__(
+        self,
+        job_class: type[ChunkedJob],
+        storage: Storage,
+        clock: FakeClock,
+        crashes: tuple[CrashAt, ...],
+        checkpoint_seconds: float,
+        seed: int,
+    ):
+        self.job_class = job_class
+        self.storage = storage
+        self.store = CheckpointStore(storage, clock)
+        self.clock = clock
+        self.crashes = crashes
+        self.checkpoint_seconds = checkpoint_seconds
+        self.seed = seed
+        self.job_id = ""
+        self.calls: list[Call] = []
+        self.rounds = 0
+        self._observed = self._observe(job_class)
+        self._visible_at: dict[str, datetime] = {}
+        self._worker: _Worker | None = None
+        self._workers = 0
 
-        Raises:
-            LeaseLost: the lease was lost; nothing more was written.
-            ChunkStopped: the worker stopped; the newest state was written first.
-            CodecError: a state or the result is not msgpack-able.
-            Exception: whatever ``process`` raised (the newest state was written first,
-                as a worker does before it records the failure and retries).
-        """
-        if self._ran:
-            raise RuntimeError("a ChunkEnvironment runs one attempt; use next_attempt()")
-        self._ran = True
-        chunk = Chunk(
-            job_id=self.job_id,
-            index=self.index,
-            payload=self.payload,
-            params=self.params,
-            state=self.state,
-            attempt=self.attempt,
-            control=self,
+    def submit(self, params: Any, job_id: str) -> None:
+        self.job_id = submit(self.job_class, params, job_id=job_id, storage=self.storage)
+
+    # ----------------------------------------------------------------- the loop
+
+    def run(self, max_rounds: int, directory: Path | None) -> JobRun:
+        while not self._ended():
+            if self.rounds >= max_rounds:
+                raise JobDidNotFinish(
+                    f"the job had not ended after max_rounds={max_rounds} rounds (messages "
+                    "delivered and clock jumps)",
+                    self.report(directory),
+                )
+            self.rounds += 1
+            if not self._deliver():
+                self._wait(directory)
+        return self.report(directory)
+
+    def _ended(self) -> bool:
+        # As burst mode's test: the job ended and nothing is left on its queue (a
+        # duplicate message left behind is delivered, found done and deleted unrun).
+        state = self.store.get_job(self.job_id).state
+        queue = self.job_class.queue
+        return state in ("done", "failed") and self.storage.queues.approximate_length(queue) == 0
+
+    def _deliver(self) -> bool:
+        """Receive one message, as the worker loop does, and handle it; False if none
+        was visible."""
+        worker = self._worker = self._worker or self._new_worker()
+        assert worker.context is not None
+        queue = self.job_class.queue
+        received_at = self.clock.monotonic()  # before the receive, as the loop takes it
+        batch = worker.context.queues.receive(
+            queue, max_messages=1, visibility_seconds=self.job_class.lease_seconds
         )
-        self._started_at = self._written_at = self.clock.monotonic()  # the claim
+        if not batch:
+            return False
+        lease = hold(worker.context, queue, batch[0], received_at)
         try:
-            result = self._instance().process(chunk)
-            _copy(result, "chunk result")
-        except LeaseLost:
+            handle(worker.context, queue, batch[0], received_at, lease)
+        except SimulatedCrash:
+            if not worker.dead:
+                raise
+        if worker.dead:
+            self._worker = None  # the next message goes to a fresh worker process
+        return True
+
+    def _wait(self, directory: Path | None) -> None:
+        """Move the clock to when the next message becomes visible (a backoff ending,
+        a dead worker's lease running out)."""
+        now = self.clock.now()
+        upcoming = [moment for moment in self._visible_at.values() if moment >= now]
+        if upcoming:
+            # Visibility is stored as float seconds: if rounding left the message hidden
+            # at its own time, a microsecond more shows it.
+            self.pass_time((min(upcoming) - now).total_seconds() or 1e-6)
+        elif self.storage.queues.approximate_length(self.job_class.queue):
+            self.pass_time(1.0)  # not one we saw received: wait for it a second at a time
+        else:
+            state = self.store.get_job(self.job_id).state
+            raise JobDidNotFinish(
+                f"no message is left to run the job, yet it is {state}", self.report(directory)
+            )
+
+    def _new_worker(self) -> _Worker:
+        self._workers += 1
+        worker = _Worker(f"worker-{self._workers}")
+        queues = _Mortal(self.storage.queues, worker, self._visible_at, self.job_class.queue)
+        storage = Storage(
+            queues=cast(QueueStore, queues),
+            records=cast(RecordStore, _Mortal(self.storage.records, worker)),
+            blobs=cast(BlobStore, _Mortal(self.storage.blobs, worker)),
+            description=f"{self.storage.description} as {worker.id}",
+        )
+        worker.context = assemble(storage, [self._observed], self.clock, worker.id)
+        worker.context.rng = random.Random(f"{self.seed}:{worker.id}")
+        worker.context.store.ensure()
+        return worker
+
+    def pass_time(self, seconds: float) -> None:
+        """Let ``seconds`` pass, renewing the running worker's leases when due, as its
+        lease keeper's thread does."""
+        if seconds <= 0:
+            return
+        end = self.clock.monotonic() + seconds
+        while True:
+            worker = self._worker
+            due_in = math.inf
+            if worker is not None and worker.context is not None and not worker.dead:
+                due_in = worker.context.keeper.renew_due()
+            left = end - self.clock.monotonic()
+            if left <= 0:
+                return
+            self.clock.advance(min(left, max(due_in, 0.001)))
+
+    # ----------------------------------------------------------------- your code, watched
+
+    def _observe(self, job_class: type[ChunkedJob]) -> type[ChunkedJob]:
+        """A subclass calling your methods through the harness; same job type, queue and
+        settings, so the runner treats it as your class."""
+        namespace = {
+            "queue": job_class.queue,
+            "__module__": job_class.__module__,
+            "__qualname__": job_class.__qualname__,
+            "__doc__": job_class.__doc__,
+            "split": lambda job, params: self._split(job, params),
+            "process": lambda job, chunk: self._process(job, chunk),
+            "finalize": lambda job, params, summary: self._finalize(job, params, summary),
+        }
+        return type(job_class.__name__, (job_class,), namespace)
+
+    def _call(self, kind: TaskKind, index: int, attempt: int | None = None) -> Call:
+        if attempt is None:  # planning and finalize: which run this is
+            attempt = 1 + sum(1 for call in self.calls if call.kind == kind)
+        worker = self._worker.id if self._worker is not None else "?"
+        call = Call(kind, index, attempt, worker, self.clock.now())
+        self.calls.append(call)
+        return call
+
+    def _split(self, job: ChunkedJob, params: Any) -> Iterator[Any]:
+        call = self._call("plan", 0)
+        return self._payloads(call, lambda: self.job_class.split(job, params))
+
+    def _payloads(self, call: Call, split: Callable[[], Iterable[Any]]) -> Iterator[Any]:
+        try:
+            payloads = iter(split())
+            while True:
+                self.crash_if_due(call, call.passed)
+                try:
+                    payload = next(payloads)
+                except StopIteration:
+                    break
+                call.passed += 1
+                yield payload
+        except (SimulatedCrash, GeneratorExit):
             raise
-        except Exception:
-            if not self._lost.is_set():
-                self._flush()
+        except BaseException as error:
+            _raised(call, error)
             raise
-        if not self._lost.is_set():
-            self._flush()  # marked done together with the newest state
-        self.result = result
+        call.outcome = "returned"
+
+    def _process(self, job: ChunkedJob, chunk: Chunk) -> Any:
+        call = self._call("chunk", chunk.index, chunk.attempt)
+        call.started_from = round_trip(chunk.state, "chunk state")
+        # The runner's control is the chunk's own (private) one: wrapped, not replaced.
+        control = _Watched(chunk._control, self, call)
+        watched = Chunk(
+            job_id=chunk.job_id,
+            index=chunk.index,
+            payload=chunk.payload,
+            params=chunk.params,
+            state=chunk.state,
+            attempt=chunk.attempt,
+            control=control,
+        )
+        return self._run(call, lambda: self.job_class.process(job, watched))
+
+    def _finalize(self, job: ChunkedJob, params: Any, summary: JobSummary) -> Any:
+        call = self._call("final", 0)
+        seen = call.summary = SummarySeen(summary.job_id, summary.total, summary.done, [])
+        read = summary._results
+
+        def results() -> Iterator[tuple[int, Any]]:
+            for item in read():
+                seen.results.append(item)
+                yield item
+
+        control = None if summary._control is None else _Watched(summary._control, self, call)
+        watched = replace(summary, _results=results, _control=control)
+        return self._run(call, lambda: self.job_class.finalize(job, params, watched))
+
+    def _run(self, call: Call, action: Callable[[], Any]) -> Any:
+        self.crash_if_due(call, 0)
+        try:
+            result = action()
+        except SimulatedCrash:
+            call.outcome = "crashed"
+            raise
+        except BaseException as error:
+            _raised(call, error)
+            raise
+        call.outcome, call.result = "returned", result
+        self.crash_if_due(call, None)
         return result
 
-    @property
-    def durable_state(self) -> Any:
-        """The state a re-run would start from: the last durable one, else the initial."""
-        with self._lock:
-            return self.durable[-1] if self.durable else self.state
+    def crash_if_due(self, call: Call, point: int | None, control: Any = None) -> None:
+        """Kill the worker if a crash point names this one: the chunk's newest state is
+        written first (the crash point's checkpoint is durable), then nothing more."""
+        for crash in self.crashes:
+            if crash.hits(call.kind, call.index, call.attempt, point):
+                if isinstance(control, TaskControl):
+                    control.flush()
+                if self._worker is not None:
+                    self._worker.dead = True
+                call.outcome = "crashed"
+                raise SimulatedCrash(f"{call.worker} killed: {crash}")
 
-    def next_attempt(self) -> ChunkEnvironment:
-        """The chunk's next delivery: same job, params and payload and clock, attempt + 1,
-        starting from :attr:`durable_state` (as after a crash, a lost lease or a stop)."""
-        return ChunkEnvironment(
-            self.job,
-            params=self.params,
-            payload=self.payload,
-            state=self.durable_state,
-            attempt=self.attempt + 1,
+    # ----------------------------------------------------------------- the report
+
+    def report(self, directory: Path | None) -> JobRun:
+        job = self.store.get_job(self.job_id)
+        return JobRun(
             job_id=self.job_id,
-            index=self.index,
-            checkpoint_interval_seconds=self.interval_seconds,
+            state=job.state,
+            error=job.error,
+            total=job.total,
+            planning=self._task("plan"),
+            chunks=tuple(self._report(task) for task in self.store.chunks(self.job_id)),
+            finalize=self._task("final"),
+            calls=tuple(self.calls),
+            rounds=self.rounds,
             clock=self.clock,
-            on_checkpoint=self.on_checkpoint,
+            directory=directory,
         )
 
-    def plan(self, params: Any = _UNSET, *, check_deterministic: bool = True) -> list[Any]:
-        """Run ``split`` as planning does and return the chunk payloads it yields.
+    def _task(self, kind: TaskKind) -> TaskReport | None:
+        try:
+            return self._report(self.store.get_task(self.job_id, kind, 0))
+        except NotFound:
+            return None
 
-        Args:
-            params: the job's parameters; this environment's ``params`` if not given.
-            check_deterministic: run ``split`` twice and require the same payloads, as
-                resumed planning relies on (it skips the payloads already enqueued).
+    def _report(self, task: TaskRecord) -> TaskReport:
+        calls = tuple(c for c in self.calls if c.kind == task.kind and c.index == task.index)
+        return TaskReport(
+            kind=task.kind,
+            index=task.index,
+            state=task.state,
+            attempt=task.attempt,
+            result=self.store.value(task.properties, "result", of=task.name),
+            checkpoint=self.store.value(task.properties, "progress", of=task.name),
+            error=task.error,
+            calls=calls,
+        )
 
-        Returns:
-            The payloads, each as ``process`` will see it (after a msgpack round trip).
 
-        Raises:
-            CodecError: a payload is not msgpack-able; the message names its index.
-            AssertionError: ``split`` yielded different payloads the second time.
-        """
-        params = self.params if params is _UNSET else _copy(params, "params")
-        encoded = self._split_encoded(params)
-        if check_deterministic and self._split_encoded(params) != encoded:
-            raise AssertionError(
-                f"{self.job_class.__qualname__}.split is not deterministic: a second run "
-                "yielded other payloads, so resumed planning would lose or repeat chunks"
-            )
-        return [codec.decode(data, "chunk payload") for data in encoded]
-
-    def _split_encoded(self, params: Any) -> list[bytes]:
-        return [
-            codec.encode(payload, f"payload {index} of split")
-            for index, payload in enumerate(self._instance().split(params))
-        ]
-
-    def finalize(
-        self, params: Any = _UNSET, results: Sequence[Any] | Mapping[int, Any] = ()
-    ) -> Any:
-        """Run ``finalize`` with a summary of a job whose chunks are all done.
-
-        Args:
-            params: the job's parameters; this environment's ``params`` if not given.
-            results: the chunks' results: a sequence (index = position) or a mapping
-                from index to result. ``summary.total`` and ``summary.done`` are its length.
-
-        Returns:
-            What ``finalize`` returned.
-        """
-        params = self.params if params is _UNSET else _copy(params, "params")
-        items = results.items() if isinstance(results, Mapping) else enumerate(results)
-        stored = sorted((index, _copy(result, "chunk result")) for index, result in items)
-
-        def read_results() -> Iterator[tuple[int, Any]]:
-            return iter(stored)
-
-        summary = JobSummary(self.job_id, len(stored), len(stored), read_results)
-        return self._instance().finalize(params, summary)
-
-    # ----------------------------------------------------------------- internals
-
-    def _instance(self) -> ChunkedJob:
-        return self.job() if isinstance(self.job, type) else self.job
-
-    def _apply_schedule(self) -> None:
-        with self._lock:
-            passed = self._passed
-        if self._lose_after is not None and passed >= self._lose_after:
-            self.lose_lease(f"lease lost after {self._lose_after} checkpoint(s) (simulated)")
-        if self._stop_after is not None and passed >= self._stop_after:
-            self.stop()
-
-    def _check_deadline(self) -> None:
-        # The worker's lease keeper stops renewing past max_chunk_seconds (at its next
-        # renewal, so a real chunk may run a little longer than this).
-        cap = self.job_class.max_chunk_seconds
-        if cap is not None and self._ran and self.clock.monotonic() - self._started_at >= cap:
-            self.lose_lease(f"ran past max_chunk_seconds ({cap:g} s); lease not renewed")
-
-    def _flush(self) -> None:
-        with self._lock:
-            if self._newest is not _NOTHING:
-                self._write_locked()
-
-    def _write_locked(self) -> None:
-        if self._lost.is_set():
-            raise LeaseLost(self._lost_reason)  # a fenced write: refused, nothing written
-        # Encoded now, as the worker encodes at write time (not when it was offered).
-        self.durable.append(_copy(self._newest, "checkpoint state"))
-        self._newest = _NOTHING
-        self._written_at = self.clock.monotonic()
+def _raised(call: Call, error: BaseException) -> None:
+    call.outcome, call.error = "raised", error
+    call.traceback = "".join(traceback.format_exception(error))

@@ -7,6 +7,7 @@ reading a million chunk records.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from checkpoint import layout, messages
@@ -14,6 +15,7 @@ from checkpoint.records import JobRecord
 from checkpoint.retries import Budget
 from checkpoint.storage import NEVER_EXPIRES, QueueStore
 from checkpoint.store import CheckpointStore
+from jobs.job import ChunkedJob
 from runner.recent import Recent
 
 #: Jobs whose chunk total a worker remembers (a total never changes once planned).
@@ -39,9 +41,16 @@ def set_job(
 class Completion:
     """Sees whether a job is complete after one of its tasks ended, and acts on it."""
 
-    def __init__(self, store: CheckpointStore, queues: QueueStore, totals_kept: int = TOTALS_KEPT):
+    def __init__(
+        self,
+        store: CheckpointStore,
+        queues: QueueStore,
+        job_classes: Mapping[str, type[ChunkedJob]],
+        totals_kept: int = TOTALS_KEPT,
+    ):
         self._store = store
         self._queues = queues
+        self._job_classes = job_classes
         #: Chunk totals of planned jobs, with the incarnation each belongs to.
         self._totals: Recent[str, tuple[str | None, int]] = Recent(totals_kept)
 
@@ -51,21 +60,34 @@ class Completion:
         budget: Budget,
         shard: int | None = None,
         shard_counts: dict[str, int] | None = None,
+        poisoned: bool = False,
     ) -> None:
         """If every chunk of the job has ended, enqueue finalize (or fail the job).
 
         Called after each chunk ends, with its shard's counts as just written: the other
         shards are read only when that shard is complete, and only until one is found
         incomplete, so a job's completion costs a few dozen reads, not one per chunk.
+        After a chunk was ``poisoned``, a job that tolerates failures is failed at once
+        if it now has more than it tolerates (one read of every shard's counter).
         """
+        job = None
         known = self._totals.get(job_id)
+        total = known[1] if known is not None else None
         if known is None:
             job = self._store.get_job(job_id, budget)
-            if job.total is None:
-                return  # still planning: planning checks when it ends
-            known = (job.incarnation, job.total)
-            self._totals.put(job_id, known)  # a job's total never changes once set
-        _check(self._store, self._queues, job_id, known[1], budget, shard, shard_counts)
+            total = job.total
+            if total is not None:
+                # A job's total never changes once set (a job of this id submitted
+                # again after a deletion is another incarnation: see observe).
+                self._totals.put(job_id, (job.incarnation, total))
+        if poisoned:
+            job = job or self._store.get_job(job_id, budget)
+            if self._fail_past_tolerance(job, total, budget):
+                return
+        if total is None:
+            return  # still planning: planning checks when it ends
+        tolerated = self._tolerated(job_id, job)
+        _check(self._store, self._queues, job_id, total, budget, shard, shard_counts, tolerated)
 
     def observe(self, job: JobRecord) -> None:
         """Forget the total of an earlier job of this id (deleted, and submitted again
@@ -73,6 +95,46 @@ class Completion:
         known = self._totals.get(job.job_id)
         if known is not None and known[0] != job.incarnation:
             self._totals.forget(job.job_id)
+
+    def _tolerated(self, job_id: str, job: JobRecord | None) -> int | float | None:
+        job = job or self._store.get_job(job_id)
+        job_class = self._job_classes.get(job.job_type)
+        return job_class.tolerated_failures if job_class is not None else None
+
+    def _fail_past_tolerance(self, job: JobRecord, total: int | None, budget: Budget) -> bool:
+        """Fail the job, cancelling what is left of it, if more of its chunks are
+        poisoned than it tolerates; True if it has failed (now or before)."""
+        tolerated = self._tolerated(job.job_id, job)
+        if tolerated is None or job.ended:
+            return job.ended
+        if isinstance(tolerated, float) and total is None:
+            return False  # a fraction of a total not known yet: checked when it is
+        poisoned = self._store.counts(job.job_id, budget)["poisoned"]
+        if within_tolerance(poisoned, tolerated, total or 0):
+            return False
+        reason = (
+            f"{poisoned} chunk(s) poisoned, more than the {tolerated} tolerated; "
+            "the remaining chunks were cancelled"
+        )
+        now = self._store.clock.now()
+        self._store.change_job(
+            job.job_id,
+            lambda fresh: None
+            if fresh.ended
+            else {"state": "failed", "error": reason, "cancelled_on": now, "cancel_reason": reason},
+            budget,
+        )
+        return True
+
+
+def within_tolerance(poisoned: int, tolerated: int | float | None, total: int) -> bool:
+    """Whether a job with ``poisoned`` of ``total`` chunks poisoned may still complete:
+    ``tolerated`` a count, a fraction of the chunks, or None (none tolerated)."""
+    if tolerated is None:
+        return poisoned == 0
+    if isinstance(tolerated, float):
+        return poisoned <= tolerated * total
+    return poisoned <= tolerated
 
 
 def _check(
@@ -83,6 +145,7 @@ def _check(
     budget: Budget,
     shard: int | None,
     shard_counts: dict[str, int] | None,
+    tolerated: int | float | None,
 ) -> None:
     if shard is not None:
         counts = shard_counts or store.shard_counts(job_id, shard, budget)
@@ -92,9 +155,9 @@ def _check(
     if ended is None:
         return
     job = store.get_job(job_id, budget)
-    if job.state in ("finalizing", "done"):
-        return
-    if ended["poisoned"]:
+    if job.state != "running":
+        return  # finalizing or done already; cancelled or failed: no finalize
+    if not within_tolerance(ended["poisoned"], tolerated, total):
         set_job(
             store,
             job_id,

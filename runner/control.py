@@ -22,7 +22,7 @@ from checkpoint.records import TaskRecord
 from checkpoint.retries import Budget
 from checkpoint.settle import Writer
 from checkpoint.store import CheckpointStore
-from jobs.errors import ChunkStopped
+from jobs.errors import ChunkStopped, JobCancelled, JobPaused
 from runner.lease import Lease
 
 _NOTHING = object()
@@ -41,6 +41,8 @@ class TaskControl:
         worker_stopping: set when the worker is shutting down.
         writer: the claim's writer tokens (its own applied writes are recognised by
             them, so it never mistakes one for another worker's).
+        job_hold: asked at each lease renewal why the task's job wants it stopped
+            ("cancelled", "paused") or None (:meth:`runner.jobwatch.JobWatch.hold`).
     """
 
     def __init__(
@@ -52,8 +54,12 @@ class TaskControl:
         interval_seconds: float,
         worker_stopping: threading.Event,
         writer: Writer | None = None,
+        job_hold: Callable[[], str | None] | None = None,
     ):
         self._store = store
+        self._job_hold = job_hold
+        #: Why the job stopped wanting this task, learnt at a renewal (or None).
+        self.held: str | None = None
         self.writer = writer or Writer()
         self._clock = clock
         self._interval = interval_seconds
@@ -95,6 +101,12 @@ class TaskControl:
             # Not flushed: the chunk may be someone else's now, and a paused worker must
             # stop without waiting for the store to tell it so.
             raise LeaseLost(self.lease.why_lost(now))
+        if self.held == "cancelled":
+            self._flush_before_stop()
+            raise JobCancelled("the job was cancelled; progress saved, chunk dropped")
+        if self.held == "paused":
+            self._flush_before_stop()
+            raise JobPaused("the job was paused; progress saved, chunk handed back")
         if self._worker_stopping.is_set():
             self._flush_before_stop()
             raise ChunkStopped("worker is stopping; progress saved, chunk released")
@@ -118,6 +130,7 @@ class TaskControl:
         now = self._clock.monotonic()
         return (
             self._worker_stopping.is_set()
+            or self.held is not None
             or self.lease.expired(now)
             or self.lease.must_hand_back(now)
         )
@@ -173,7 +186,10 @@ class TaskControl:
         """Keep the record's ``lease_until`` fresh for status and duplicate detection.
 
         Skipped when a checkpoint already recorded this renewal's deadline, and once the
-        task is ending (:meth:`end`)."""
+        task is ending (:meth:`end`). First, asks whether the job still wants the task
+        (a cancel or a pause reaches it here, within one renewal)."""
+        if self._job_hold is not None and self.held is None:
+            self.held = self._job_hold()
         if self._recorded_visible_at >= lease.visible_at:
             return
         try:

@@ -26,6 +26,7 @@ from checkpoint.store import CheckpointStore
 from jobs.job import ChunkedJob
 from runner.completion import Completion
 from runner.finish import Finisher
+from runner.jobwatch import JobWatch
 from runner.lease import Lease, LeaseKeeper
 from runner.poison import PoisonRouter
 from runner.prefetch import Prefetch
@@ -88,17 +89,19 @@ def assemble(
     finisher are not started: the loop starts them (a test may drive them by hand)."""
     store = CheckpointStore(storage, clock)
     keeper = LeaseKeeper(storage.queues, clock)
-    completion = Completion(store, storage.queues)
+    classes = {cls.job_type(): cls for cls in job_classes}
+    completion = Completion(store, storage.queues, classes)
     return Context(
         store=store,
         queues=storage.queues,
         keeper=keeper,
         clock=clock,
         worker_id=worker_id,
-        job_classes={cls.job_type(): cls for cls in job_classes},
+        job_classes=classes,
         poison=PoisonRouter(storage.queues, keeper, clock),
         completion=completion,
         finisher=Finisher(store, keeper, completion, clock),
+        watch=JobWatch(store, clock),
     )
 
 

@@ -25,8 +25,9 @@ import logging
 import random
 import threading
 import traceback
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from checkpoint import checks, layout, messages, retries
@@ -46,18 +47,18 @@ from checkpoint.limits import MAX_VISIBILITY_SECONDS
 from checkpoint.records import JobRecord, TaskKind, TaskRecord, error_properties
 from checkpoint.retries import Budget
 from checkpoint.settle import Writer
-from checkpoint.storage import QueueMessage, QueueStore
+from checkpoint.storage import NEVER_EXPIRES, QueueMessage, QueueStore
 from checkpoint.store import CheckpointStore
 from jobs.backoff import compute_backoff
-from jobs.errors import ChunkStopped
+from jobs.errors import ChunkFailed, ChunkStopped, JobCancelled, JobPaused
 from jobs.job import ChunkedJob
 from runner.completion import Completion, set_job
 from runner.control import TaskControl
 from runner.finish import Ended, Finisher
+from runner.jobwatch import JobWatch
 from runner.lease import Lease, LeaseKeeper
 from runner.plan import run_plan
 from runner.poison import PoisonRouter
-from runner.recent import Recent
 from runner.work import run_user_code
 
 log = logging.getLogger(__name__)
@@ -65,13 +66,13 @@ log = logging.getLogger(__name__)
 #: Job states in which work is still expected.
 _OPEN_STATES = ("planning", "running", "finalizing")
 
+#: Bounds of how long a paused job's message is parked (:func:`park_seconds`).
+PARK_MIN_SECONDS = 5
+PARK_MAX_SECONDS = 300
+
 #: Deliveries allowed per attempt before a message is poisoned regardless (releases by
 #: graceful stops and prefetch hand-backs are deliveries but not attempts).
 DELIVERIES_PER_ATTEMPT = 4
-
-
-#: Job records a worker remembers (their type, queue and params never change).
-JOBS_KEPT = 256
 
 
 @dataclass
@@ -88,9 +89,9 @@ class Context:
     poison: PoisonRouter
     completion: Completion
     finisher: Finisher
+    watch: JobWatch
     stopping: threading.Event = field(default_factory=threading.Event)
     rng: random.Random = field(default_factory=random.Random)
-    jobs: Recent[str, JobRecord] = field(default_factory=lambda: Recent(JOBS_KEPT))
 
     @property
     def by_queue(self) -> dict[str, type[ChunkedJob]]:
@@ -171,18 +172,14 @@ def _handle_held(worker: Context, queue: str, message: QueueMessage, lease: Leas
 
 
 def _job(worker: Context, job_id: str, lease: Lease) -> JobRecord:
-    # Params never change, so a job record read once serves all its chunks here.
-    job = worker.jobs.get(job_id)
-    if job is None:
-        try:
-            job = worker.store.get_job(job_id, lease.budget(retries.READ, worker.clock))
-        except JobNotFound as missing:
-            raise BadMessage(f"no job {job_id!r} in the checkpoint store") from missing
-        except BadRecord as bad:
-            # Nothing can be written to a job nobody can read: poison the message only.
-            raise BadMessage(str(bad)) from bad
-        worker.jobs.put(job_id, job)
-    return job
+    # Fresh within a second (runner.jobwatch): a cancel or a pause counts at once.
+    try:
+        return worker.watch.job(job_id, lease.budget(retries.READ, worker.clock))
+    except JobNotFound as missing:
+        raise BadMessage(f"no job {job_id!r} in the checkpoint store") from missing
+    except BadRecord as bad:
+        # Nothing can be written to a job nobody can read: poison the message only.
+        raise BadMessage(str(bad)) from bad
 
 
 def _run_task(
@@ -200,6 +197,13 @@ def _run_task(
         # has no checkpoint to stop at: an unrenewed lease would only let a second
         # worker start it while the first still runs.
         lease.max_seconds = None
+    if kind != "chunk":
+        # Planning and finalize are two messages a job: read its record afresh, so a
+        # cancel made since the last read is never missed by them.
+        job = worker.watch.job(job.job_id, lease.budget(retries.READ, worker.clock), fresh=True)
+    if job.hold is not None:
+        _held_back(worker, lease, message, job, f"{kind} {index}")
+        return False
     writer = Writer()
     claimed = _claim_planned(worker, lease, message, job_class, task_message, writer)
     if claimed is not None:
@@ -259,6 +263,7 @@ def _start(
         job_class.checkpoint_interval_seconds,
         worker.stopping,
         writer,
+        job_hold=lambda: worker.watch.hold(job.job_id),
     )
     lease.on_renewed = control.on_renewed
     _execute(worker, lease, message, job_class, job, control)
@@ -386,6 +391,14 @@ def _execute(
         log.warning("%s %s of %s stopped: lease lost (%s)", task.kind, task.index, job.job_id, lost)
         worker.keeper.drop(lease)
         return
+    except JobCancelled:
+        log.info("%s %s of %s stopped: the job was cancelled", task.kind, task.index, job.job_id)
+        _stopped(worker, lease, control, lambda: worker.keeper.delete(lease))
+        return
+    except JobPaused:
+        log.info("%s %s of %s handed back: the job is paused", task.kind, task.index, job.job_id)
+        _stopped(worker, lease, control, lambda: _park(worker, lease, message, job))
+        return
     except ChunkStopped:
         _stopped(worker, lease, control)
         return
@@ -411,9 +424,13 @@ def _execute(
         worker.keeper.drop(lease)
 
 
-def _stopped(worker: Context, lease: Lease, control: TaskControl) -> None:
+def _stopped(
+    worker: Context, lease: Lease, control: TaskControl, then: Callable[[], Any] | None = None
+) -> None:
     """Hand the task back unfailed: newest state written, the claim's attempt given back
-    (only the user's code spends attempts), message visible again at once."""
+    (only the user's code spends attempts), then the message made visible again at once
+    (or whatever ``then`` does with it: deleted for a cancelled job, parked for a paused
+    one)."""
     refund = max(0, control.task.attempt - 1)
     try:
         control.write({"state": "waiting", "owner": "", "attempt": refund})
@@ -425,7 +442,52 @@ def _stopped(worker: Context, lease: Lease, control: TaskControl) -> None:
         log.warning("handing back %s %s failed: %s", *_name(control.task), error)
         worker.keeper.drop(lease)
         return
-    worker.keeper.release(lease, 0)
+    if then is None:
+        worker.keeper.release(lease, 0)
+    else:
+        then()
+
+
+def _held_back(
+    worker: Context, lease: Lease, message: QueueMessage, job: JobRecord, what: str
+) -> None:
+    """A message of a cancelled job is deleted unrun; one of a paused job is parked."""
+    if job.hold == "cancelled":
+        log.info("%s of %s: the job was cancelled; message deleted unrun", what, job.job_id)
+        worker.keeper.delete(lease)
+    else:
+        log.debug("%s of %s: the job is paused; message parked", what, job.job_id)
+        _park(worker, lease, message, job)
+
+
+def park_seconds(paused_on: datetime | None, now: datetime) -> int:
+    """How long a paused job's message stays out of sight before it is looked at again:
+    a quarter of the time the job has been paused, from 5 s to 5 min. A short pause is
+    resumed within seconds; a long one costs a send and a delete per message every
+    5 minutes at most."""
+    paused_for = (now - paused_on).total_seconds() if paused_on is not None else 0.0
+    return int(min(PARK_MAX_SECONDS, max(PARK_MIN_SECONDS, paused_for / 4)))
+
+
+def _park(worker: Context, lease: Lease, message: QueueMessage, job: JobRecord) -> None:
+    """Put a paused job's message out of sight for :func:`park_seconds`, as a fresh copy
+    (the original deleted), so a long pause does not pile up deliveries that would look
+    like a message failing again and again (``DELIVERIES_PER_ATTEMPT``)."""
+    delay = park_seconds(job.paused_on, worker.clock.now())
+    budget = lease.budget(retries.MESSAGE, worker.clock)
+    try:
+        # A send applied with its answer lost and sent again only duplicates the
+        # message: the claim runs one of them, the other is deleted unrun.
+        budget.call(
+            lambda: worker.queues.send(
+                lease.queue, message.body, delay_seconds=delay, ttl_seconds=NEVER_EXPIRES
+            )
+        )
+    except StorageError as error:
+        log.warning("parking message %s failed, hidden instead: %s", message.id, error)
+        worker.keeper.release(lease, delay)
+        return
+    worker.keeper.delete(lease)
 
 
 def _name(task: TaskRecord) -> tuple[str, int]:
@@ -485,19 +547,38 @@ def _failed(
         task.attempt,
         error,
     )
+    if not _retryable(error, job_class):
+        reason = f"failed on attempt {task.attempt}, not retryable: {error!r}"
+        _poison_task(worker, lease, message, job, task, (error, trace), reason, control)
+        return
     if task.attempt >= job_class.max_attempts:
         reason = f"failed on attempt {task.attempt} of {job_class.max_attempts}: {error!r}"
         _poison_task(worker, lease, message, job, task, (error, trace), reason, control)
         return
+    # Visible again after the backoff, which Azure caps at 7 days.
+    wait = min(compute_backoff(job_class.backoff, task.attempt, worker.rng), MAX_VISIBILITY_SECONDS)
+    retry_at = worker.clock.now() + timedelta(seconds=wait)  # what status shows
     # The newest state is written too: it was encoded once already, at its checkpoint.
     try:
-        control.write({"state": "retrying", "owner": "", **error_properties(error, trace)})
+        changes = {
+            "state": "retrying",
+            "owner": "",
+            "retry_at": retry_at,
+            "max_attempts": job_class.max_attempts,
+        }
+        control.write({**changes, **error_properties(error, trace)})
     except LeaseLost:
         worker.keeper.drop(lease)
         return
-    # Visible again after the backoff, which Azure caps at 7 days.
-    wait = min(compute_backoff(job_class.backoff, task.attempt, worker.rng), MAX_VISIBILITY_SECONDS)
     worker.keeper.release(lease, wait)
+
+
+def _retryable(error: BaseException, job_class: type[ChunkedJob]) -> bool:
+    """False for what trying again will not mend: ``ChunkFailed(..., retry=False)`` and
+    the job class's ``non_retryable`` exception types."""
+    if isinstance(error, ChunkFailed) and not error.retry:
+        return False
+    return not isinstance(error, job_class.non_retryable)
 
 
 def _poison_task(
@@ -531,7 +612,7 @@ def _poison_task(
     log.error("%s %s of %s poisoned: %s", task.kind, task.index, job.job_id, reason)
     worker.poison.move(lease, message.body, reason)
     if task.kind == "chunk":
-        worker.completion.check(job.job_id, budget, layout.shard_of(task.index))
+        worker.completion.check(job.job_id, budget, layout.shard_of(task.index), poisoned=True)
 
 
 def _write_poisoned(
@@ -602,6 +683,7 @@ def _poison_unreadable(
             job.job_id,
             lease.budget(retries.BOOKKEEPING, worker.clock),
             layout.shard_of(index),
+            poisoned=True,
         )
 
 
@@ -674,23 +756,17 @@ def _job_now(
 ) -> JobRecord | None:
     """The job record to judge a message by, None if there is none (BadRecord raised).
 
-    A remembered record serves a chunk of its own incarnation. Planning and finalize
-    are judged by the stored record (they would record their task anew for a job gone:
-    ``ensure_task``), and so is a message of another incarnation or of a job being
-    deleted (the remembered record may be of a job deleted and submitted again since).
+    A record read in the last second (:mod:`runner.jobwatch`) serves a chunk it does not
+    condemn. Planning and finalize are judged by the stored record (they would record
+    their task anew for a job gone: ``ensure_task``), and so is a chunk the remembered
+    record condemns: it may be of a job deleted and submitted again since.
     """
-    known = worker.jobs.get(task_message.job_id)
-    if (
-        known is not None
-        and not fresh
-        and task_message.kind == "chunk"
-        and leftover_reason(task_message, known) is None
-    ):
-        return known
+    budget = lease.budget(retries.READ, worker.clock)
+    fresh = fresh or task_message.kind != "chunk"
     try:
-        job = worker.store.get_job(task_message.job_id, lease.budget(retries.READ, worker.clock))
+        job = worker.watch.job(task_message.job_id, budget, fresh=fresh)
+        if not fresh and leftover_reason(task_message, job) is not None:
+            job = worker.watch.job(task_message.job_id, budget, fresh=True)
     except JobNotFound:
-        worker.jobs.forget(task_message.job_id)
         return None
-    worker.jobs.put(task_message.job_id, job)
     return job

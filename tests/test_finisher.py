@@ -58,7 +58,7 @@ class Job:
         self.keeper = LeaseKeeper(storage.queues, SystemClock())
         self.clock = SystemClock()
         self.finisher = Finisher(
-            self.store, self.keeper, Completion(self.store, storage.queues), self.clock
+            self.store, self.keeper, Completion(self.store, storage.queues, {}), self.clock
         )
         storage.queues.send_many(self.queue, [str(i).encode() for i in range(chunks)])
         received = storage.queues.receive(self.queue, max_messages=chunks, visibility_seconds=60)

@@ -1,5 +1,6 @@
 """Every sample runs as its README says: ``runner submit``, then ``runner start --burst``,
-as real processes, on both backends."""
+as real processes, on both backends; and in the test's own process with
+``jobs.testing.run_job``, workers killed mid-way."""
 
 from __future__ import annotations
 
@@ -11,8 +12,9 @@ from pathlib import Path
 
 import pytest
 
+from jobs.testing import CrashAt, run_job
 from samples.quickstart.make_text import make_text
-from samples.quickstart.wordcount import TOP_WORDS, WORD
+from samples.quickstart.wordcount import LINES_PER_CHECKPOINT, TOP_WORDS, WORD, WordCount
 from tests.conftest import BACKENDS
 from tests.e2e.processes import ROOT, Worker, runner_command
 
@@ -86,3 +88,32 @@ def test_quickstart_word_count(storage: str, tmp_path: Path, started: list[Worke
     }
     assert len(top) == TOP_WORDS and all(expected[word] == n for word, n in top.items())
     assert sorted(top.values(), reverse=True) == [n for _, n in expected.most_common(TOP_WORDS)]
+
+
+def test_quickstart_word_count_in_process_survives_crashes(tmp_path: Path) -> None:
+    # Given three files of 1,200 lines: each chunk checkpoints at lines 500 and 1,000
+    files = make_text(tmp_path / "input", files=3, lines=1200, seed=5)
+    expected = Counter(word for path in files for word in WORD.findall(path.read_text().lower()))
+    output = tmp_path / "out" / "summary.json"
+
+    # When chunk 1's worker dies right after its 2nd checkpoint, chunk 2's once it has
+    # counted its file (before recording it), and finalize's once it wrote the summary
+    params = {"input": str(tmp_path / "input"), "output": str(output)}
+    crashes = [CrashAt(chunk=1, checkpoint=2), CrashAt(chunk=2), CrashAt.finalizing()]
+    run = run_job(WordCount, params, crash=crashes).assert_done()
+
+    # Then chunk 1 went on from line 1,000 with the counts so far, and counted only the rest
+    crashed, resumed = run.chunks[1].calls
+    first_lines = files[1].read_text().lower().splitlines()[: 2 * LINES_PER_CHECKPOINT]
+    so_far = Counter(word for line in first_lines for word in WORD.findall(line))
+    assert resumed.started_from == {"line": 1000, "counts": dict(so_far)}
+    assert resumed.started_from == crashed.checkpoints[-1]
+    # chunk 2 counted its file again from the start (nothing of it was durable)
+    assert [call.started_from for call in run.chunks[2].calls] == [None, None]
+    # and finalize, run twice, wrote the true counts
+    assert [chunk.runs for chunk in run.chunks] == [1, 2, 2] and run.finalize is not None
+    assert run.finalize.runs == 2
+    summary = json.loads(output.read_text())
+    assert (summary["files"], summary["lines"]) == (3, 3 * 1200)
+    assert summary["words"] == sum(expected.values())
+    assert all(expected[word] == n for word, n in summary["top"])
