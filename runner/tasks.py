@@ -197,10 +197,8 @@ def _run_task(
         # has no checkpoint to stop at: an unrenewed lease would only let a second
         # worker start it while the first still runs.
         lease.max_seconds = None
-    if kind != "chunk":
-        # Planning and finalize are two messages a job: read its record afresh, so a
-        # cancel made since the last read is never missed by them.
-        job = worker.watch.job(job.job_id, lease.budget(retries.READ, worker.clock), fresh=True)
+    # For planning and finalize ``job`` was read afresh (``_job_now``): a cancel made
+    # since this worker's last read is never missed by them.
     if job.hold is not None:
         _held_back(worker, lease, message, job, f"{kind} {index}")
         return False
