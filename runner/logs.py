@@ -38,8 +38,9 @@ _STANDARD = set(vars(logging.LogRecord("", 0, "", 0, "", None, None))) | {
     "asctime",
     "taskName",
 }
-#: What the filter adds to a record.
-_OURS = ("worker_id", "job_id", "task", "chunk", "attempt", "ids")
+#: The ids the filter adds to a record, as the JSON format names them, and all it adds.
+_IDS = ("worker_id", "job_id", "task", "chunk", "attempt")
+_OURS = (*_IDS, "ids")
 
 
 @dataclass(frozen=True)
@@ -112,8 +113,11 @@ class ContextFilter(logging.Filter):
 
     def filter(self, record: logging.LogRecord) -> bool:
         ids = current_ids()
-        for name in _OURS[:-1]:
-            setattr(record, name, ids.get(name))
+        for name in _IDS:
+            if name in ids:
+                setattr(record, name, ids[name])
+            elif not hasattr(record, name):  # one passed in extra= stays
+                setattr(record, name, None)
         task = _TASK.get()
         shown = [part for part in (ids.get("worker_id"), task and str(task)) if part]
         record.ids = "".join(f" {part}" for part in shown)
@@ -152,7 +156,7 @@ class JsonFormatter(logging.Formatter):
         }
         entry.update(
             (name, getattr(record, name))
-            for name in _OURS[:-1]
+            for name in _IDS
             if getattr(record, name, None) is not None
         )
         entry.update(

@@ -5,7 +5,8 @@ file, CI) each refresh is printed below the last, plainly, so ``--watch`` also w
 progress log. The rate of each job (chunks per second, counting the fractions running
 chunks said they are done) is measured over the last :data:`RATE_WINDOW_SECONDS` of
 refreshes, and the ETA is what is left at that rate. A refresh that fails (the store out
-of reach) keeps the last view, saying so, and the next one tries again.
+of reach, the job deleted meanwhile) keeps the last view, saying so, and the next one
+tries again.
 
 Stopping is the caller's: ``stop`` is an event its SIGINT handler sets, so the view
 ends between two refreshes, never half-drawn.
@@ -23,7 +24,7 @@ from typing import Any
 from rich.console import Console
 from rich.live import Live
 
-from checkpoint.errors import StorageError
+from checkpoint.errors import RunnerError
 from checkpoint.store import CheckpointStore
 from runner.snapshot import read_snapshot
 from runner.watch_view import ENDED_STATES, render_watch
@@ -116,7 +117,7 @@ def _refreshed(
 ) -> dict[str, Any]:
     try:
         return _annotated(read(), rates, monotonic(), storage, interval_seconds)
-    except StorageError as error:
+    except RunnerError as error:  # the store out of reach, the job purged meanwhile, ...
         return {**last, "error": str(error)}
 
 

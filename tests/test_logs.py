@@ -93,6 +93,16 @@ def test_a_json_line_carries_the_exception_and_what_was_passed_in_extra(captured
     assert "\n" not in stream.getvalue().rstrip("\n")  # one line, traceback inside it
 
 
+def test_an_id_passed_in_extra_outside_a_task_is_kept(captured):
+    logger, stream, _ = captured
+    logger.info("submitted", extra={"job_id": "job-y"})
+    with task_ids(CHUNK):
+        logger.info("inside", extra={"table": "t"})
+    outside, inside = _lines(stream)
+    assert outside["job_id"] == "job-y" and "chunk" not in outside
+    assert inside["job_id"] == "job-x" and inside["table"] == "t"
+
+
 def test_the_text_format_shows_the_ids_compactly_in_its_bracket():
     record = logging.LogRecord("jobs.mine", logging.INFO, __file__, 1, "hello %s", ("x",), None)
     record.processName = "worker-1"
