@@ -15,6 +15,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from checkpoint.backends import open_storage
+from checkpoint.clock import Clock
 from checkpoint.records import JobRecord
 from checkpoint.storage import Storage
 from checkpoint.store import CheckpointStore
@@ -24,8 +25,15 @@ from jobs.errors import JobEnded
 MAX_REASON_CHARS = 1_000
 
 
-def cancel(job_id: str, reason: str = "", *, storage: Storage | str | None = None) -> JobRecord:
-    """Cancel the job: nothing more of it runs, finalize included; it ends ``cancelled``
+def cancel(
+    job_id: str,
+    reason: str = "",
+    *,
+    storage: Storage | str | None = None,
+    clock: Clock | None = None,
+) -> JobRecord:
+    """Cancel the job (``clock``: whose time records when; the system's by default):
+    nothing more of it runs, finalize included; it ends ``cancelled``
     with when and why. Cancelling a cancelled job changes nothing.
 
     Raises:
@@ -43,11 +51,17 @@ def cancel(job_id: str, reason: str = "", *, storage: Storage | str | None = Non
             "cancel_reason": reason[:MAX_REASON_CHARS],
         }
 
-    with _store(storage) as store:
+    with _store(storage, clock) as store:
         return _changed(store, job_id, decide)
 
 
-def pause(job_id: str, *, drain: bool = False, storage: Storage | str | None = None) -> JobRecord:
+def pause(
+    job_id: str,
+    *,
+    drain: bool = False,
+    storage: Storage | str | None = None,
+    clock: Clock | None = None,
+) -> JobRecord:
     """Pause the job: no new task of it starts; its running chunks save their state and
     hand their messages back without spending an attempt (with ``drain``: they finish).
     Pausing a paused job changes nothing (not even ``drain``).
@@ -63,11 +77,13 @@ def pause(job_id: str, *, drain: bool = False, storage: Storage | str | None = N
             return None
         return {"paused": True, "paused_on": store.clock.now(), "drain": drain}
 
-    with _store(storage) as store:
+    with _store(storage, clock) as store:
         return _changed(store, job_id, decide)
 
 
-def resume(job_id: str, *, storage: Storage | str | None = None) -> JobRecord:
+def resume(
+    job_id: str, *, storage: Storage | str | None = None, clock: Clock | None = None
+) -> JobRecord:
     """Resume a paused job from its checkpoints. Resuming a running job changes nothing.
 
     Raises:
@@ -81,7 +97,7 @@ def resume(job_id: str, *, storage: Storage | str | None = None) -> JobRecord:
             return None
         return {"paused": False, "drain": False}
 
-    with _store(storage) as store:
+    with _store(storage, clock) as store:
         return _changed(store, job_id, decide)
 
 
@@ -98,10 +114,10 @@ def _changed(
 
 
 @contextmanager
-def _store(storage: Storage | str | None) -> Iterator[CheckpointStore]:
+def _store(storage: Storage | str | None, clock: Clock | None) -> Iterator[CheckpointStore]:
     opened = storage if isinstance(storage, Storage) else open_storage(storage)
     try:
-        yield CheckpointStore(opened)
+        yield CheckpointStore(opened, clock)
     finally:
         if opened is not storage:
             opened.close()

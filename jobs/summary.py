@@ -10,6 +10,17 @@ from jobs.chunk import ChunkControl
 
 
 @dataclass(frozen=True)
+class PoisonedChunk:
+    """A chunk that was poisoned: what it was given and how it last failed."""
+
+    index: int
+    payload: Any
+    attempts: int
+    error_type: str
+    error_message: str
+
+
+@dataclass(frozen=True)
 class JobSummary:
     """The finished job as ``finalize`` sees it.
 
@@ -23,8 +34,10 @@ class JobSummary:
 
     Attributes:
         job_id: the job's id.
-        total: chunks the job was split into (all done when finalize runs).
-        done: chunks done (equal to ``total`` when finalize runs).
+        total: chunks the job was split into (all ended when finalize runs).
+        done: chunks done: ``total``, unless the job tolerates failures
+            (``tolerated_failures``) and some chunks were poisoned within it.
+        poisoned: chunks poisoned (``total - done``); :meth:`poisoned_chunks` lists them.
     """
 
     job_id: str
@@ -32,6 +45,20 @@ class JobSummary:
     done: int
     _results: Callable[[], Iterator[tuple[int, Any]]] = field(repr=False, compare=False)
     _control: ChunkControl | None = field(default=None, repr=False, compare=False)
+    _poisoned: Callable[[], Iterator[PoisonedChunk]] = field(
+        default=lambda: iter(()), repr=False, compare=False
+    )
+
+    @property
+    def poisoned(self) -> int:
+        return self.total - self.done
+
+    def poisoned_chunks(self) -> Iterator[PoisonedChunk]:
+        """Each poisoned chunk (within ``tolerated_failures``) in index order, with its
+        payload and last error, read lazily like :meth:`results`."""
+        for item in self._poisoned():
+            self.raise_if_stopped()
+            yield item
 
     def results(self) -> Iterator[tuple[int, Any]]:
         """``(index, result)`` of every chunk in index order, read lazily from the

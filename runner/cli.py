@@ -9,6 +9,7 @@ failed, 2 bad usage, 3 ``start`` stopped but chunks outlived the stop timeout,
 
 from __future__ import annotations
 
+import csv
 import json
 import logging
 import os
@@ -24,8 +25,10 @@ from checkpoint.backends import open_storage
 from checkpoint.errors import RunnerError
 from checkpoint.limits import MAX_VISIBILITY_SECONDS
 from checkpoint.location import parse_location
+from checkpoint.records import JobRecord
 from checkpoint.storage import Storage
 from checkpoint.store import CheckpointStore
+from jobs import manage
 from jobs.spark_settings import CONF_ENV, MASTER_ENV
 from jobs.submit import submit as submit_job
 from runner.logs import LOG_FORMATS, LogFormat
@@ -36,9 +39,9 @@ from runner.loop import (
     WorkerSettings,
 )
 from runner.redrive import redrive
-from runner.render import render_poisoned, render_status
+from runner.render import render_poisoned, render_report, render_status
 from runner.snapshot import read_report
-from runner.status import poisoned_chunks
+from runner.status import REPORT_COLUMNS, failure_report, poisoned_chunks
 from runner.supervisor import StartOptions, configure_logging, run_workers
 from runner.watch import DEFAULT_INTERVAL_SECONDS, MIN_INTERVAL_SECONDS, watch_status
 
@@ -317,6 +320,88 @@ def status(
         click.echo(json.dumps(report if not job_id else report[0], indent=2))
     else:
         click.echo(render_status(report, color=sys.stdout.isatty()))
+
+
+@cli.command()
+@click.argument("job_id")
+@click.option("--reason", default="", help="Why, kept on the job and shown by status.")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@storage_option
+def cancel(job_id: str, reason: str, as_json: bool, storage: str | None) -> None:
+    """Cancel a job: running chunks stop at their next checkpoint (within one lease
+    renewal), waiting ones are dropped unrun, finalize does not run. Repeating it is
+    harmless; cancelling a job that has ended is an error."""
+    _controlled(manage.cancel(job_id, reason, storage=storage), as_json)
+
+
+@cli.command()
+@click.argument("job_id")
+@click.option(
+    "--drain", is_flag=True, help="Let running chunks finish instead of handing them back."
+)
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@storage_option
+def pause(job_id: str, drain: bool, as_json: bool, storage: str | None) -> None:
+    """Pause a job: no new chunk starts; running chunks save their state and hand their
+    messages back (no attempt spent), or finish with --drain. Nothing is poisoned while
+    paused. `runner resume` continues from the checkpoints."""
+    _controlled(manage.pause(job_id, drain=drain, storage=storage), as_json)
+
+
+@cli.command()
+@click.argument("job_id")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@storage_option
+def resume(job_id: str, as_json: bool, storage: str | None) -> None:
+    """Resume a paused job from its checkpoints (its waiting chunks come back within a
+    quarter of the time it was paused, at most 5 minutes)."""
+    _controlled(manage.resume(job_id, storage=storage), as_json)
+
+
+def _controlled(job: JobRecord, as_json: bool) -> None:
+    if as_json:
+        fields = {
+            "job_id": job.job_id,
+            "state": job.state,
+            "paused": job.paused_on is not None,
+            "paused_on": job.paused_on.isoformat() if job.paused_on else None,
+            "drain": job.drain,
+            "cancelled_on": job.cancelled_on.isoformat() if job.cancelled_on else None,
+            "cancel_reason": job.cancel_reason,
+        }
+        click.echo(json.dumps(fields, indent=2))
+    elif job.cancelled_on is not None:
+        click.echo(f"{job.job_id}: {job.state}, cancelled on {job.cancelled_on.isoformat()}")
+    elif job.paused_on is not None:
+        drain = ", running chunks finish" if job.drain else ""
+        click.echo(f"{job.job_id}: paused since {job.paused_on.isoformat()}{drain}")
+    else:
+        click.echo(f"{job.job_id}: {job.state}")
+
+
+@cli.command()
+@click.argument("job_id")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per line.")
+@click.option("--csv", "as_csv", is_flag=True, help="CSV with a header row.")
+@storage_option
+def report(job_id: str, as_json: bool, as_csv: bool, storage: str | None) -> None:
+    """Every failed (retrying) or poisoned chunk of a job, with a payload summary,
+    attempts, last error and traceback."""
+    if as_json and as_csv:
+        raise click.UsageError("choose one of --json and --csv")
+    with open_storage(storage) as opened:
+        store = CheckpointStore(opened)
+        store.get_job(job_id)
+        entries = failure_report(store, job_id)
+        if as_csv:
+            writer = csv.DictWriter(sys.stdout, fieldnames=REPORT_COLUMNS, lineterminator="\n")
+            writer.writeheader()
+            writer.writerows(entries)
+        elif as_json:
+            for entry in entries:
+                click.echo(json.dumps(entry))
+        else:
+            click.echo(render_report(job_id, entries))
 
 
 @cli.group()

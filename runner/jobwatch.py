@@ -37,14 +37,15 @@ class JobWatch:
         self._clock = clock
         self._known: Recent[str, tuple[float, JobRecord]] = Recent(jobs_kept)
 
-    def job(self, job_id: str, budget: Budget) -> JobRecord:
-        """The job's record, read again if the one known is older than FRESH_SECONDS.
+    def job(self, job_id: str, budget: Budget, fresh: bool = False) -> JobRecord:
+        """The job's record, read again if the one known is older than FRESH_SECONDS
+        (or at once, ``fresh``).
 
         Raises what :meth:`CheckpointStore.get_job` raises (JobNotFound, BadRecord, a
         StorageError past ``budget``)."""
         known = self._known.get(job_id)
         now = self._clock.monotonic()
-        if known is not None and now - known[0] < FRESH_SECONDS:
+        if known is not None and not fresh and now - known[0] < FRESH_SECONDS:
             return known[1]
         job = self._store.get_job(job_id, budget)
         self._known.put(job_id, (now, job))

@@ -17,6 +17,7 @@ from checkpoint.layout import POISON_SUFFIX
 from checkpoint.records import TaskKind
 from checkpoint.storage import NEVER_EXPIRES, QueueStore
 from checkpoint.store import CheckpointStore
+from jobs.errors import JobEnded
 
 #: How long poison messages of other jobs stay hidden while we look past them.
 SCAN_VISIBILITY_SECONDS = 30
@@ -27,6 +28,12 @@ _RESET = {"state": "waiting", "owner": "", "attempt": 0}
 def redrive(store: CheckpointStore, queues: QueueStore, job_id: str) -> int:
     """Re-run a job's poisoned work; returns how many tasks or messages were redriven."""
     job = store.get_job(job_id)
+    if job.cancelled_on is not None:
+        # Its waiting chunks were dropped unrun: reopening it would finish nothing.
+        raise JobEnded(
+            f"job {job_id!r} was {job.state} and its remaining chunks cancelled "
+            f"({job.cancel_reason or 'no reason given'}); submit it again to re-run it"
+        )
     reset = _reset_poisoned(store, job_id)
     moved = move_back(queues, job.queue, job_id)
     for kind, index in sorted(reset - moved):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 BAR_CHARS = 30
@@ -11,6 +12,7 @@ _STATE_COLORS = {
     "running": "36",
     "finalizing": "36",
     "planning": "33",
+    "cancelled": "35",
 }
 
 
@@ -34,6 +36,9 @@ def _job(job: dict[str, Any], color: bool) -> str:
     state = job["state"]
     if color:
         state = f"\x1b[{_STATE_COLORS.get(state, '0')}m{state}\x1b[0m"
+    if job.get("paused") and job["state"] not in ("done", "failed", "cancelled"):
+        drain = ", running chunks let finish" if job.get("drain") else ""
+        state += f" (paused since {job['paused_on']}{drain}; `runner resume` continues)"
     total = f"{chunks['total']:,}" + ("" if job["planning_done"] else "+ (planning)")
     shown_total = chunks["total"] if job["planning_done"] else chunks["total"] + 1
     lines = [
@@ -46,7 +51,11 @@ def _job(job: dict[str, Any], color: bool) -> str:
     ]
     if job["finalize"]:
         lines.append(f"  finalize: {job['finalize']}")
-    if job["error"]:
+    if job.get("cancelled_on"):
+        why = job.get("cancel_reason") or "no reason given"
+        what = "cancelled" if job["state"] == "cancelled" else "remaining chunks cancelled"
+        lines.append(f"  {what} on {job['cancelled_on']}: {why}")
+    if job["error"] and job["error"] != job.get("cancel_reason"):
         lines.append(f"  error: {job['error']}")
     for chunk in job["running"]:
         expired = " (lease expired: worker gone?)" if chunk["lease_expired"] else ""
@@ -55,10 +64,12 @@ def _job(job: dict[str, Any], color: bool) -> str:
             f"lease until {chunk['lease_until']}{expired}, progress {chunk['progress_text']}"
             + _said(chunk)
         )
-    for chunk in job["failed"]:
+    for task in job["failed"]:
+        of = f" of {task['max_attempts']}" if task.get("max_attempts") else ""
+        retry = f", next try at {task['retry_at']}" if task.get("retry_at") else ""
         lines.append(
-            f"  failed  #{chunk['index']} attempt {chunk['attempt']}: "
-            f"{chunk['error_type']}: {chunk['error_message']}"
+            f"  failed  {_task_name(task)} attempt {task['attempt']}{of}{retry}: "
+            f"{task['error_type']}: {task['error_message']}"
         )
     for task in job.get("poisoned", []):
         lines.append(
@@ -115,5 +126,26 @@ def render_poisoned(job_id: str, found: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def render_report(job_id: str, entries: Iterable[dict[str, Any]]) -> str:
+    lines, count = [], 0
+    for entry in entries:
+        count += 1
+        of = f" of {entry['max_attempts']}" if entry.get("max_attempts") else ""
+        retry = f", next try at {entry['retry_at']}" if entry.get("retry_at") else ""
+        lines.append(
+            f"{_task_name(entry)} {entry['state']} after attempt {entry['attempt']}{of}{retry}"
+        )
+        if entry.get("payload"):
+            lines.append(f"  payload: {entry['payload']}")
+        lines.append(f"  {entry['error_type']}: {entry['error_message']}")
+        if entry.get("traceback"):
+            lines.extend(f"    {line}" for line in entry["traceback"].rstrip().splitlines())
+    if not count:
+        return f"{job_id}: no failed or poisoned chunks"
+    return "\n".join([f"{job_id}: {count} failed or poisoned", *lines])
+
+
 def _task_name(task: dict[str, Any]) -> str:
-    return f"chunk #{task['index']}" if task["kind"] == "chunk" else task["kind"]
+    if task["kind"] == "chunk":
+        return f"chunk #{task['index']}"
+    return "planning" if task["kind"] == "plan" else "finalize"

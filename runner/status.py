@@ -11,6 +11,7 @@ report: it is listed under ``unreadable`` with what is wrong, and the rest is sh
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from datetime import datetime
 from typing import Any
 
@@ -31,6 +32,7 @@ def job_status(store: CheckpointStore, job: JobRecord, now: datetime) -> dict[st
     counts = _counts(store, job.job_id, bad)
     running = _chunks(store, job.job_id, "running", bad)
     retrying = _chunks(store, job.job_id, "retrying", bad)
+    control_tasks = [_control_task(store, job.job_id, kind, bad) for kind in ("plan", "final")]
     planned = _planned(store, job, bad)
     total = job.total if job.total is not None else planned
     settled = counts["done"] + counts["poisoned"] + len(running) + len(retrying)
@@ -40,6 +42,11 @@ def job_status(store: CheckpointStore, job: JobRecord, now: datetime) -> dict[st
         "queue": job.queue,
         "state": job.state,
         "error": job.error,
+        "paused": job.paused_on is not None,
+        "paused_on": _iso(job.paused_on),
+        "drain": job.drain,
+        "cancelled_on": _iso(job.cancelled_on),
+        "cancel_reason": job.cancel_reason,
         "created_on": _iso(job.created_on),
         "updated_on": _iso(job.updated_on),
         "planning_done": job.total is not None,
@@ -53,11 +60,19 @@ def job_status(store: CheckpointStore, job: JobRecord, now: datetime) -> dict[st
         },
         "progress_fraction": job_fraction(total, counts["done"], running + retrying),
         "running": [_running(store, task, now, bad) for task in running],
-        "failed": [_failed(task) for task in retrying],
+        # Chunks retrying, and planning or finalize while it retries: each failure is
+        # shown as soon as it is recorded, with when the next try is.
+        "failed": [
+            _failed(task)
+            for task in [
+                *(t for t in control_tasks if t is not None and t.state == "retrying"),
+                *retrying,
+            ]
+        ],
         "poisoned": poisoned_chunks(store, job.job_id, bad)
         if counts["poisoned"] or job.state == "failed"
         else [],
-        "finalize": _task_state(store, job.job_id, "final", bad),
+        "finalize": control_tasks[1].state if control_tasks[1] is not None else None,
         "unreadable": list({(b["kind"], b["index"]): b for b in bad}.values()),
     }
 
@@ -138,13 +153,6 @@ def _planned(store: CheckpointStore, job: JobRecord, bad: list[dict[str, Any]]) 
     return progress if checks.is_whole(progress) else 0
 
 
-def _task_state(
-    store: CheckpointStore, job_id: str, kind: TaskKind, bad: list[dict[str, Any]]
-) -> str | None:
-    task = _control_task(store, job_id, kind, bad)
-    return task.state if task is not None else None
-
-
 def _running(
     store: CheckpointStore, task: TaskRecord, now: datetime, bad: list[dict[str, Any]]
 ) -> dict[str, Any]:
@@ -222,11 +230,68 @@ def _failed(task: TaskRecord) -> dict[str, Any]:
         "index": task.index,
         "attempt": task.attempt,
         "state": task.state,
+        "max_attempts": _whole_or_none(task.properties.get("max_attempts")),
+        "retry_at": _iso(_time_or_none(task.properties.get("retry_at")))
+        if task.state == "retrying"
+        else None,
         "error_type": error.get("type"),
         "error_message": error.get("message"),
         "traceback": error.get("traceback"),
     }
 
 
+def _whole_or_none(value: Any) -> int | None:
+    return value if checks.is_whole(value) else None
+
+
+def _time_or_none(value: Any) -> datetime | None:
+    return value if isinstance(value, datetime) else None
+
+
 def _iso(value: datetime | None) -> str | None:
     return value.isoformat() if value is not None else None
+
+
+#: Longest payload summary in a failure report (characters of its repr).
+PAYLOAD_CHARS = 120
+#: The columns of ``runner report --csv``, in order.
+REPORT_COLUMNS = (
+    "kind",
+    "index",
+    "state",
+    "attempt",
+    "max_attempts",
+    "retry_at",
+    "payload",
+    "error_type",
+    "error_message",
+    "traceback",
+)
+
+
+def failure_report(store: CheckpointStore, job_id: str) -> Iterator[dict[str, Any]]:
+    """Every failed (retrying) or poisoned task of the job, planning and finalize first,
+    then chunks in index order: payload summary, attempts, last error and traceback.
+    Read page by page, so a report of a million chunks streams."""
+    for kind in ("plan", "final"):
+        try:
+            task = store.get_task(job_id, kind, 0)
+        except NotFound:
+            continue
+        if task.state in ("retrying", "poisoned"):
+            yield _reported(store, task)
+    for _, found in store.scan_chunks(job_id, ("retrying", "poisoned")):
+        if isinstance(found, TaskRecord):  # status lists unreadable records
+            yield _reported(store, found)
+
+
+def _reported(store: CheckpointStore, task: TaskRecord) -> dict[str, Any]:
+    entry = _failed(task)
+    try:
+        payload = repr(store.value(task.properties, "payload", of=task.name))
+    except BadRecord as unreadable:
+        payload = f"(unreadable: {unreadable})"
+    if len(payload) > PAYLOAD_CHARS:
+        payload = payload[: PAYLOAD_CHARS - 3] + "..."
+    entry["payload"] = payload if task.kind == "chunk" else ""
+    return {column: entry.get(column) for column in REPORT_COLUMNS}

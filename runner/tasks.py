@@ -196,6 +196,10 @@ def _run_task(
         # has no checkpoint to stop at: an unrenewed lease would only let a second
         # worker start it while the first still runs.
         lease.max_seconds = None
+    if kind != "chunk":
+        # Planning and finalize are two messages a job: read its record afresh, so a
+        # cancel made since the last read is never missed by them.
+        job = worker.watch.job(job.job_id, lease.budget(retries.READ, worker.clock), fresh=True)
     if job.hold is not None:
         _held_back(worker, lease, message, job, f"{kind} {index}")
         return False
@@ -557,7 +561,12 @@ def _failed(
     retry_at = worker.clock.now() + timedelta(seconds=wait)  # what status shows
     # The newest state is written too: it was encoded once already, at its checkpoint.
     try:
-        changes = {"state": "retrying", "owner": "", "retry_at": retry_at}
+        changes = {
+            "state": "retrying",
+            "owner": "",
+            "retry_at": retry_at,
+            "max_attempts": job_class.max_attempts,
+        }
         control.write({**changes, **error_properties(error, trace)})
     except LeaseLost:
         worker.keeper.drop(lease)

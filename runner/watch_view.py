@@ -92,16 +92,24 @@ def _job(job: Mapping[str, Any], rate: Mapping[str, Any], now: datetime) -> Rend
     if job.get("running"):
         rows.append(_running(job["running"], now))
     for failed in job.get("failed", [])[:MAX_FAILED_ROWS]:
-        rows.append(
-            Text(
-                f"failed #{failed['index']} attempt {failed['attempt']}: "
-                f"{failed.get('error_type')}: {failed.get('error_message')}",
-                style="red",
-                overflow="ellipsis",
-                no_wrap=True,
-            )
-        )
+        rows.append(_failed(failed, now))
     return Group(*rows)
+
+
+def _failed(task: Mapping[str, Any], now: datetime) -> Text:
+    """``failed #6 attempt 1 of 5, next try in 40s: ValueError: row 100``."""
+    name = f"#{task['index']}" if task.get("kind", "chunk") == "chunk" else task["kind"]
+    of = f" of {task['max_attempts']}" if task.get("max_attempts") else ""
+    retry = ""
+    if task.get("retry_at"):
+        retry = f", next try in {duration((_when(task['retry_at']) - now).total_seconds())}"
+    return Text(
+        f"failed {name} attempt {task['attempt']}{of}{retry}: "
+        f"{task.get('error_type')}: {task.get('error_message')}",
+        style="red",
+        overflow="ellipsis",
+        no_wrap=True,
+    )
 
 
 def _state(job: Mapping[str, Any]) -> Text:

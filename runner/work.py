@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 from checkpoint import retries
 from checkpoint.records import JobRecord
+from checkpoint.retries import Budget
 from checkpoint.store import CheckpointStore
 from jobs.chunk import Chunk
 from jobs.job import ChunkedJob
-from jobs.summary import JobSummary
+from jobs.summary import JobSummary, PoisonedChunk
 from runner.control import TaskControl, runner_side
 
 
@@ -34,6 +36,7 @@ def run_user_code(
             counts["done"],
             lambda: store.results(job.job_id, budget),
             control,
+            lambda: _poisoned_chunks(store, job.job_id, budget),
         )
         instance.finalize(params, summary)
         return None
@@ -56,3 +59,17 @@ def run_user_code(
         control=control,
     )
     return instance.process(chunk)
+
+
+def _poisoned_chunks(
+    store: CheckpointStore, job_id: str, budget: Budget
+) -> Iterator[PoisonedChunk]:
+    for task in store.chunks(job_id, ("poisoned",), budget):
+        error = task.error or {}
+        yield PoisonedChunk(
+            index=task.index,
+            payload=store.value(task.properties, "payload", of=task.name),
+            attempts=task.attempt,
+            error_type=error.get("type", ""),
+            error_message=error.get("message", ""),
+        )

@@ -365,11 +365,16 @@ class World:
         return again
 
 
-@pytest.fixture
-def world(backend: Backend, monkeypatch: pytest.MonkeyPatch) -> Iterator[World]:
+def make_world(backend: Backend, monkeypatch: pytest.MonkeyPatch) -> Iterator[World]:
+    """The ``world`` fixture's body, for other test modules' fixtures of that name."""
     made = World(backend, monkeypatch)
     yield made
     assert made.meanwhile.unused == [], "an interference the test set up never happened"
+
+
+@pytest.fixture
+def world(backend: Backend, monkeypatch: pytest.MonkeyPatch) -> Iterator[World]:
+    yield from make_world(backend, monkeypatch)
 
 
 def _wait_until(condition: Callable[[], bool], seconds: float = 30.0) -> None:

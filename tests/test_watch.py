@@ -87,7 +87,17 @@ def _job(job_id: str = "copy-rows-1", **changes: Any) -> dict[str, Any]:
             },
         ],
         "failed": [
-            {"index": 6, "attempt": 1, "error_type": "ValueError", "error_message": "row 100"}
+            {
+                "kind": "chunk",
+                "index": 6,
+                "attempt": 1,
+                "max_attempts": 5,
+                "retry_at": _at(40),
+                "error_type": "ValueError",
+                "error_message": "row 100",
+            },
+            {"kind": "final", "index": 0, "attempt": 2, "error_type": "OSError",
+             "error_message": "x"},  # fmt: skip
         ],
         "finalize": None,
     }
@@ -149,7 +159,8 @@ def test_the_view_shows_each_job_its_running_chunks_and_the_workers():
     assert re.split(r"\s{2,}", lines[6].strip()) == [
         "#5", "vm:29467:73fa", "2", "-", "expired", "none yet"
     ]  # fmt: skip
-    assert lines[7] == "failed #6 attempt 1: ValueError: row 100"
+    assert lines[7] == "failed #6 attempt 1 of 5, next try in 40s: ValueError: row 100"
+    assert lines[8] == "failed final attempt 2: OSError: x"
     workers = lines[lines.index("workers") + 2 :]
     assert [re.split(r"\s{2,}", line.strip()) for line in workers if line] == [
         ["vm:29466:9ff4", "copy-rows", "1/2", "serving", "2s ago", "1h02m"],

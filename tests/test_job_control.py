@@ -1,0 +1,398 @@
+"""Running a long job: cancel, pause and resume, the failure policy, and what status
+and the failure report say (docs/semantics.md §16), in this process on both backends
+with a FakeClock, through the worker's own code (the :class:`World` of
+tests/test_task_lifecycle.py).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+from checkpoint import messages
+from jobs import ChunkFailed, manage
+from jobs.errors import JobEnded
+from runner import cli
+from runner.jobwatch import FRESH_SECONDS
+from runner.render import render_status
+from runner.status import REPORT_COLUMNS, failure_report, job_status
+from runner.tasks import PARK_MAX_SECONDS, PARK_MIN_SECONDS, park_seconds
+from tests.conftest import Backend
+from tests.test_task_lifecycle import FINALIZED, LEASE_SECONDS, Verdicts, World, make_world
+
+RENEWAL_SECONDS = LEASE_SECONDS * 0.7 + 1
+
+
+@pytest.fixture
+def world(backend: Backend, monkeypatch: pytest.MonkeyPatch) -> Iterator[World]:
+    yield from make_world(backend, monkeypatch)
+
+
+def _cancel(world: World, job_id: str, reason: str = "wrong input") -> None:
+    manage.cancel(job_id, reason, storage=world.backend.storage, clock=world.clock)
+    world.clock.advance(FRESH_SECONDS)  # what the worker knew of the job is stale now
+
+
+def _renew_now(world: World) -> None:
+    """A renewal falls due and is made, as the lease keeper's thread would."""
+    world.clock.advance(RENEWAL_SECONDS)
+    world.worker.keeper.renew_due()
+
+
+# --------------------------------------------------------------------------- cancel
+
+
+def test_a_cancelled_jobs_waiting_message_is_deleted_unrun(world: World):
+    job_id = world.job([{"act": "ok"}])
+    _cancel(world, job_id)
+    world.send(job_id)
+
+    message = world.deliver()
+
+    assert message.id in world.log.deleted and world.in_queue() == 0
+    task = world.task(job_id)
+    assert task.state == "waiting" and task.attempt == 0  # never claimed
+    job = world.job_record(job_id)
+    assert job.state == "cancelled" and job.cancel_reason == "wrong input"
+    assert job.cancelled_on is not None
+    assert world.poisoned() == []
+
+
+def test_a_running_chunk_learns_of_a_cancel_at_its_next_renewal_and_drops_its_message(
+    world: World,
+):
+    job_id = world.job([{"act": "ok"}])
+    world.send(job_id)
+    seen: dict[str, Any] = {}
+
+    def cancel_then_renew() -> None:
+        _cancel(world, job_id)
+        _renew_now(world)
+        (lease,) = world.worker.keeper.held()
+        seen["held"] = lease
+
+    world.during(job_id, cancel_then_renew)
+    message = world.deliver()
+
+    # Then its checkpoint saved the state and stopped it; the message is gone, unfailed
+    task = world.task(job_id)
+    assert task.state == "waiting" and task.attempt == 0 and task.error is None
+    assert world.progress(task) == "half"
+    assert message.id in world.log.deleted and world.in_queue() == 0
+    assert world.poisoned() == []
+
+
+def test_a_cancelled_job_is_not_finalized(world: World):
+    job_id = world.job([{"act": "ok"}, {"act": "ok"}])
+    world.send(job_id, index=0)
+    world.deliver()
+    _cancel(world, job_id)
+    world.send(job_id, index=1)
+    world.deliver()
+    world.send(job_id, "final")
+    world.deliver()
+
+    assert world.job_record(job_id).state == "cancelled"
+    assert job_id not in FINALIZED
+    assert world.in_queue() == 0
+
+
+def test_cancel_is_idempotent_and_refused_for_an_ended_job(world: World):
+    job_id = world.job([{"act": "ok"}])
+    _cancel(world, job_id, "first")
+    _cancel(world, job_id, "second")
+    assert world.job_record(job_id).cancel_reason == "first"
+
+    done = world.job([])
+    world.store.change_job(done, lambda job: {"state": "done"})
+    with pytest.raises(JobEnded, match=r"has ended \(done\); it cannot be cancelled"):
+        _cancel(world, done)
+
+
+# --------------------------------------------------------------------------- pause
+
+
+def test_a_paused_jobs_message_is_parked_as_a_fresh_copy_and_runs_after_resume(world: World):
+    job_id = world.job([{"act": "ok"}])
+    manage.pause(job_id, storage=world.backend.storage, clock=world.clock)
+    world.send(job_id)
+
+    first = world.deliver()
+
+    # Then the message was replaced by a copy delayed PARK_MIN_SECONDS: no attempt, no
+    # delivery counted against it
+    assert first.id in world.log.deleted
+    assert world.task(job_id).attempt == 0 and world.visible() == []
+    assert world.in_queue() == 1
+    manage.resume(job_id, storage=world.backend.storage, clock=world.clock)
+    world.clock.advance(PARK_MIN_SECONDS + 1)  # past the park and the job record's freshness
+    again = _parked_copy(world)
+    assert again.id != first.id and again.dequeue_count == 1
+    world.deliver(again)
+    assert world.task(job_id).state == "done" and world.task(job_id).attempt == 1
+
+
+def test_a_running_chunk_of_a_paused_job_hands_back_its_state_and_attempt(world: World):
+    job_id = world.job([{"act": "ok"}])
+    world.send(job_id)
+
+    def pause_then_renew() -> None:
+        manage.pause(job_id, storage=world.backend.storage, clock=world.clock)
+        _renew_now(world)
+
+    world.during(job_id, pause_then_renew)
+    message = world.deliver()
+
+    task = world.task(job_id)
+    assert task.state == "waiting" and task.attempt == 0  # the attempt given back
+    assert world.progress(task) == "half"
+    assert message.id in world.log.deleted and world.in_queue() == 1  # parked copy
+    assert world.poisoned() == []
+
+
+def test_a_pause_that_drains_lets_running_chunks_finish(world: World):
+    job_id = world.job([{"act": "ok"}, {"act": "ok"}])
+    world.send(job_id, index=0)
+
+    def pause_then_renew() -> None:
+        manage.pause(job_id, drain=True, storage=world.backend.storage, clock=world.clock)
+        _renew_now(world)
+
+    world.during(job_id, pause_then_renew)
+    world.deliver()
+    assert world.task(job_id, index=0).state == "done"
+    # but nothing new starts
+    world.send(job_id, index=1)
+    world.deliver()
+    assert world.task(job_id, index=1).attempt == 0
+
+
+def test_nothing_is_poisoned_while_a_job_is_paused(world: World):
+    # Given a chunk delivered far more often than its attempts allow
+    job_id = world.job([{"act": "ok"}])
+    manage.pause(job_id, storage=world.backend.storage, clock=world.clock)
+    world.send(job_id)
+    message = world.receive()
+    for _ in range(Verdicts.max_attempts * 4):
+        world.log.make_visible(world.queue, message.id)
+        message = world.receive()
+    assert message.dequeue_count > Verdicts.max_attempts * 4
+
+    world.deliver(message)
+
+    assert world.poisoned() == [] and world.task(job_id).state == "waiting"
+
+
+def test_pause_and_resume_are_idempotent_and_refused_for_an_ended_job(world: World):
+    job_id = world.job([{"act": "ok"}])
+    first = manage.pause(job_id, storage=world.backend.storage, clock=world.clock)
+    again = manage.pause(job_id, drain=True, storage=world.backend.storage, clock=world.clock)
+    assert again.paused_on == first.paused_on and not again.drain
+    assert manage.resume(job_id, storage=world.backend.storage, clock=world.clock).paused_on is None
+    assert manage.resume(job_id, storage=world.backend.storage, clock=world.clock).paused_on is None
+    _cancel(world, job_id)
+    with pytest.raises(JobEnded, match="cannot be paused"):
+        manage.pause(job_id, storage=world.backend.storage, clock=world.clock)
+
+
+def test_a_parked_message_waits_a_quarter_of_the_pause_within_bounds():
+    from datetime import UTC, datetime, timedelta
+
+    now = datetime(2026, 1, 1, tzinfo=UTC)
+    assert park_seconds(now, now) == PARK_MIN_SECONDS
+    assert park_seconds(now - timedelta(minutes=4), now) == 60
+    assert park_seconds(now - timedelta(days=1), now) == PARK_MAX_SECONDS
+
+
+# --------------------------------------------------------------------------- failure policy
+
+
+def test_chunk_failed_without_retry_is_poisoned_on_its_first_attempt(world: World):
+    job_id = world.job([{"act": "ok"}])
+    world.send(job_id)
+
+    def bad_row() -> None:
+        raise ChunkFailed("row 7 has no customer id", retry=False)
+
+    world.during(job_id, bad_row)
+    message = world.deliver()
+
+    task = world.task(job_id)
+    assert task.state == "poisoned" and task.attempt == 1
+    reason = "failed on attempt 1, not retryable: ChunkFailed('row 7 has no customer id')"
+    assert world.poisoned() == [(message.body, reason)]
+
+
+def test_an_exception_type_listed_as_non_retryable_is_poisoned_at_once(world: World):
+    world.monkeypatch.setattr(Verdicts, "non_retryable", (ValueError,))
+    job_id = world.job([{"act": "fail"}])
+    world.send(job_id)
+
+    world.deliver()
+
+    assert world.task(job_id).state == "poisoned" and world.task(job_id).attempt == 1
+
+
+def test_within_its_tolerated_failures_a_job_completes_and_finalize_sees_the_poisoned(
+    world: World,
+):
+    world.monkeypatch.setattr(Verdicts, "tolerated_failures", 1)
+    world.monkeypatch.setattr(Verdicts, "non_retryable", (ValueError,))
+    seen: list[Any] = []
+    world.monkeypatch.setattr(
+        Verdicts,
+        "finalize",
+        lambda self, params, summary: seen.append(
+            (
+                summary.done,
+                summary.poisoned,
+                [(p.index, p.error_type) for p in summary.poisoned_chunks()],
+            )
+        ),
+    )
+    job_id = world.job([{"act": "fail"}, {"act": "ok"}])
+    for index in (0, 1):
+        world.send(job_id, index=index)
+        world.deliver()
+
+    assert world.job_record(job_id).state == "finalizing"
+    world.deliver()
+    assert world.job_record(job_id).state == "done"
+    assert seen == [(1, 1, [(0, "ValueError")])]
+
+
+def test_past_its_tolerated_failures_a_job_fails_at_once_and_drops_the_rest(world: World):
+    world.monkeypatch.setattr(Verdicts, "tolerated_failures", 1)
+    world.monkeypatch.setattr(Verdicts, "non_retryable", (ValueError,))
+    job_id = world.job([{"act": "fail"}, {"act": "fail"}, {"act": "ok"}])
+    for index in (0, 1):
+        world.send(job_id, index=index)
+        world.deliver()
+
+    job = world.job_record(job_id)
+    assert job.state == "failed" and job.cancelled_on is not None
+    assert job.error == (
+        "2 chunk(s) poisoned, more than the 1 tolerated; the remaining chunks were cancelled"
+    )
+    # the chunk still waiting is dropped unrun (once this worker's record is stale)
+    world.clock.advance(FRESH_SECONDS)
+    world.send(job_id, index=2)
+    world.deliver()
+    assert world.task(job_id, index=2).attempt == 0 and world.in_queue() == 0
+
+
+def test_a_tolerated_fraction_counts_against_the_jobs_chunks(world: World):
+    world.monkeypatch.setattr(Verdicts, "tolerated_failures", 0.5)
+    world.monkeypatch.setattr(Verdicts, "non_retryable", (ValueError,))
+    job_id = world.job([{"act": "fail"}, {"act": "ok"}, {"act": "ok"}, {"act": "fail"}])
+    for index in range(4):
+        world.send(job_id, index=index)
+        world.deliver()
+    assert world.job_record(job_id).state == "finalizing"  # 2 of 4 is within a half
+
+
+# --------------------------------------------------------------------------- what is shown
+
+
+def test_a_retrying_planning_shows_its_error_attempt_and_next_try(world: World):
+    job_id = world.job(None, params={"split": "fail"})
+    world.send(job_id, "plan")
+    world.deliver()
+
+    status = job_status(world.store, world.job_record(job_id), world.clock.now())
+
+    (failed,) = status["failed"]
+    assert failed["kind"] == "plan" and failed["attempt"] == 1 and failed["max_attempts"] == 2
+    assert failed["error_message"] == "split failed" and failed["retry_at"] is not None
+    text = render_status([status])
+    assert "failed  planning attempt 1 of 2, next try at " in text
+    assert "ValueError: split failed" in text
+
+
+def test_status_shows_a_pause_and_a_cancel(world: World):
+    job_id = world.job([{"act": "ok"}])
+    manage.pause(job_id, drain=True, storage=world.backend.storage, clock=world.clock)
+    paused = job_status(world.store, world.job_record(job_id), world.clock.now())
+    assert paused["paused"] and paused["drain"]
+    assert "(paused since " in render_status([paused])
+    _cancel(world, job_id, "input was wrong")
+    cancelled = job_status(world.store, world.job_record(job_id), world.clock.now())
+    assert cancelled["state"] == "cancelled" and cancelled["cancel_reason"] == "input was wrong"
+    assert ": input was wrong" in render_status([cancelled])
+
+
+def test_the_failure_report_lists_every_failed_and_poisoned_chunk(world: World):
+    job_id = world.job([{"act": "fail", "row": "x" * 500}, {"act": "ok"}, {"act": "fail"}])
+    world.set_task(job_id, state="retrying", attempt=1)  # chunk 0's last attempt next
+    for index in (0, 2):
+        world.send(job_id, index=index)
+        world.deliver()
+
+    entries = list(failure_report(world.store, job_id))
+
+    assert [(e["index"], e["state"], e["attempt"]) for e in entries] == [
+        (0, "poisoned", 2),
+        (2, "retrying", 1),
+    ]
+    assert len(entries[0]["payload"]) == 120 and entries[0]["payload"].endswith("...")
+    assert "ValueError: bad row 0" in entries[0]["traceback"]
+    assert set(entries[1]) == set(REPORT_COLUMNS)
+
+
+def test_the_report_command_writes_csv_and_json_lines(world: World, monkeypatch):
+    job_id = world.job([{"act": "fail"}])
+    world.send(job_id)
+    world.deliver()
+    storage = world.backend.storage
+    monkeypatch.setattr(cli, "open_storage", lambda location: _Unclosed(storage))
+
+    as_csv = CliRunner().invoke(cli.cli, ["report", job_id, "--csv"])
+    as_json = CliRunner().invoke(cli.cli, ["report", job_id, "--json"])
+    as_text = CliRunner().invoke(cli.cli, ["report", job_id])
+
+    rows = list(csv.DictReader(io.StringIO(as_csv.output)))
+    assert [row["error_message"] for row in rows] == ["bad row 0"]
+    assert [json.loads(line)["state"] for line in as_json.output.splitlines()] == ["retrying"]
+    assert "chunk #0 retrying after attempt 1 of 2, next try at" in as_text.output
+
+
+class _Unclosed:
+    """A storage whose ``with`` block leaves it open (the test's backend owns it)."""
+
+    def __init__(self, storage: Any):
+        self._storage = storage
+
+    def __enter__(self) -> Any:
+        return self._storage
+
+    def __exit__(self, *exc: Any) -> None:
+        pass
+
+
+def test_a_message_kind_survives_the_park(world: World):
+    # The parked copy is the same message: its kind, job and index unchanged
+    job_id = world.job([{"act": "ok"}])
+    manage.pause(job_id, storage=world.backend.storage, clock=world.clock)
+    world.send(job_id)
+    body = world.deliver().body
+    world.clock.advance(PARK_MIN_SECONDS)
+    assert messages.decode(_parked_copy(world).body) == messages.decode(body)
+
+
+def _parked_copy(world: World) -> Any:
+    """The parked copy, once its delay has passed: at once on the embedded store, whose
+    clock the test moved; on Azurite, on server time (PARK_MIN_SECONDS, waited for)."""
+    deadline = time.monotonic() + PARK_MIN_SECONDS + 10
+    while True:
+        found = world.receive_all(1)
+        if found or world.backend.clock is not None or time.monotonic() > deadline:
+            (message,) = found
+            return message
+        time.sleep(0.25)
