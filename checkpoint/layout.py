@@ -17,6 +17,9 @@ from checkpoint.errors import ConfigurationError
 
 JOBS_TABLE = "runnerjobs"
 TASKS_TABLE = "runnertasks"
+#: Workers' heartbeats: one record per worker process, in one partition.
+WORKERS_TABLE = "runnerworkers"
+WORKERS_PARTITION = "workers"
 #: Blob container for large params, payloads, state and results.
 DATA_CONTAINER = "runner-data"
 #: Partition of the job catalogue (one record per job).

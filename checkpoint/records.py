@@ -90,7 +90,7 @@ class JobRecord:
     @classmethod
     def from_record(cls, record: Record) -> JobRecord:
         """The job a stored record holds. Raises BadRecord naming what is wrong with it."""
-        p = _Properties(record, record_name(record.row_key, "job"))
+        p = Properties(record, record_name(record.row_key, "job"))
         return cls(
             job_id=record.row_key,
             job_type=p.text("job_type", required=True),
@@ -138,7 +138,7 @@ class TaskRecord:
     @classmethod
     def from_record(cls, job_id: str, kind: TaskKind, index: int, record: Record) -> TaskRecord:
         """The task a stored record holds. Raises BadRecord naming what is wrong with it."""
-        p = _Properties(record, record_name(job_id, kind, index))
+        p = Properties(record, record_name(job_id, kind, index))
         error = None
         if p.text("error_type"):
             error = {
@@ -187,6 +187,60 @@ class TaskRecord:
         return bool(self.properties.get("progress") or self.properties.get("progress_blob"))
 
 
+#: Task record properties beside the state (``progress``): how far the chunk said it got
+#: with that state (a fraction 0-1, and ``"done/total"`` when given as a count, else
+#: ``""``), and when a state was last written (``updated_on`` changes at every write).
+PROGRESS_FRACTION = "progress_fraction"
+PROGRESS_OF = "progress_of"
+CHECKPOINT_ON = "checkpoint_on"
+
+
+@dataclass(frozen=True)
+class Progress:
+    """How far a chunk says it got (``chunk.checkpoint(state, progress=...)``): a fraction
+    from 0 to 1, and the count it was given as, if it was."""
+
+    fraction: float
+    done: int | float | None = None
+    total: int | float | None = None
+
+    def properties(self) -> dict[str, PropertyValue]:
+        """The task record properties holding it."""
+        of = "" if self.total is None else f"{self.done!r}/{self.total!r}"
+        return {PROGRESS_FRACTION: float(self.fraction), PROGRESS_OF: of}
+
+    @classmethod
+    def from_properties(cls, properties: dict[str, PropertyValue], name: str) -> Progress | None:
+        """The progress a task record holds, or None if it holds none. Raises BadRecord
+        naming ``name`` (the record) if what is there is not what we write."""
+        fraction, of = properties.get(PROGRESS_FRACTION), properties.get(PROGRESS_OF)
+        if fraction is None:
+            return None
+        if not checks.is_number(fraction) or not 0 <= fraction <= 1:
+            raise BadRecord(f"{name}: {PROGRESS_FRACTION} {_shown(fraction)} is not 0-1")
+        if not of:
+            return cls(float(fraction))
+        try:
+            done, total = (_number_text(part) for part in str(of).split("/"))
+        except ValueError:
+            raise BadRecord(f"{name}: {PROGRESS_OF} {_shown(of)} is not done/total") from None
+        return cls(float(fraction), done, total)
+
+    def __str__(self) -> str:
+        share = f"{self.fraction:.0%}"
+        if self.total is None:
+            return share
+        return f"{share} ({_count_text(self.done)}/{_count_text(self.total)})"
+
+
+def _number_text(text: str) -> int | float:
+    return int(text) if text.lstrip("-").isdigit() else float(text)
+
+
+def _count_text(value: int | float | None) -> str:
+    return f"{value:,}" if isinstance(value, int) else f"{value:,.6g}"
+
+
 def record_name(job_id: str, kind: str, index: int = 0) -> str:
     """How messages name a record: ``job 'x'``, ``chunk 7 of job 'x'``, ``plan of job 'x'``."""
     if kind == "job":
@@ -196,7 +250,7 @@ def record_name(job_id: str, kind: str, index: int = 0) -> str:
     return f"{kind} of job {job_id!r}"
 
 
-class _Properties:
+class Properties:
     """Reads a record's properties, checking each is what we write there.
 
     Records come from storage that other versions and people can edit (a storage

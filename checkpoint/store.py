@@ -81,11 +81,13 @@ class CheckpointStore:
         return budget if budget is not None else self.budget()
 
     def ensure(self, budget: Budget | None = None) -> None:
-        """Create the tables and the blob container (idempotent; once per store)."""
+        """Create the tables (jobs, tasks, workers) and the blob container (idempotent;
+        once per store)."""
         if not self._ready:
             budget = self._given(budget)
             budget.call(lambda: self._records.create_table(layout.JOBS_TABLE))
             budget.call(lambda: self._records.create_table(layout.TASKS_TABLE))
+            budget.call(lambda: self._records.create_table(layout.WORKERS_TABLE))
             budget.call(lambda: self.storage.blobs.create_container(layout.DATA_CONTAINER))
             self._ready = True
 

@@ -6,15 +6,23 @@ the chunk only offers its newest state and asks whether to go on.
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+import math
+from typing import Any, Protocol, TypeGuard
+
+from checkpoint import checks
+from checkpoint.records import Progress
+
+#: What ``progress=`` takes, said once for its error.
+PROGRESS_RULE = "a fraction from 0 to 1, or (done, total) with 0 <= done <= total and total > 0"
 
 
 class ChunkControl(Protocol):
     """What a running chunk needs from whoever runs it."""
 
-    def offer(self, state: Any) -> None:
-        """Take the newest state; write it if a checkpoint interval has passed since the
-        last write. Raises LeaseLost if the write is refused (someone else owns the chunk)."""
+    def offer(self, state: Any, progress: Progress | None = None) -> None:
+        """Take the newest state (and how far the chunk got, if it says; None keeps the
+        last said); write them if a checkpoint interval has passed since the last write.
+        Raises LeaseLost if the write is refused (someone else owns the chunk)."""
         ...
 
     def raise_if_stopped(self) -> None:
@@ -61,7 +69,7 @@ class Chunk:
         self.attempt = attempt
         self._control = control
 
-    def checkpoint(self, state: Any) -> None:
+    def checkpoint(self, state: Any, progress: float | tuple[float, float] | None = None) -> None:
         """Record progress: ``state`` (msgpack-able) is where a re-run will resume.
 
         Cheap to call often: a write happens at most once per checkpoint interval and
@@ -70,9 +78,19 @@ class Chunk:
         raises :class:`~checkpoint.errors.LeaseLost` when the lease is lost (another worker
         may own the chunk now) or :class:`~jobs.errors.ChunkStopped` when the worker is
         stopping, so ``process`` needs no other check.
+
+        Args:
+            state: where a re-run resumes.
+            progress: how far the chunk got, for ``runner status``: a fraction from 0
+                to 1, or ``(done, total)`` (``(430, 1000)``). Written with the state, in
+                the same write; None keeps what was last said.
+
+        Raises:
+            ValueError: ``progress`` is none of those (nothing is recorded).
         """
+        told = None if progress is None else progress_of(progress)
         self.state = state
-        self._control.offer(state)
+        self._control.offer(state, told)
         self._control.raise_if_stopped()
 
     @property
@@ -82,3 +100,22 @@ class Chunk:
 
     def __repr__(self) -> str:
         return f"Chunk(job_id={self.job_id!r}, index={self.index}, attempt={self.attempt})"
+
+
+def progress_of(value: object) -> Progress:
+    """``chunk.checkpoint``'s ``progress=`` as a :class:`~checkpoint.records.Progress`.
+
+    Raises:
+        ValueError: ``value`` is not :data:`PROGRESS_RULE`.
+    """
+    if _finite(value) and 0 <= value <= 1:
+        return Progress(float(value))
+    if isinstance(value, (tuple, list)) and len(value) == 2:
+        done, total = value
+        if _finite(done) and _finite(total) and 0 <= done <= total and total > 0:
+            return Progress(done / total, done, total)
+    raise ValueError(f"progress must be {PROGRESS_RULE}, not {value!r}")
+
+
+def _finite(value: object) -> TypeGuard[int | float]:
+    return checks.is_number(value) and math.isfinite(value)

@@ -38,6 +38,7 @@ from typing import Any
 from checkpoint import codec
 from checkpoint.clock import FakeClock
 from checkpoint.errors import LeaseLost
+from checkpoint.records import Progress
 from jobs.chunk import Chunk
 from jobs.errors import ChunkStopped
 from jobs.job import ChunkedJob
@@ -79,11 +80,16 @@ class ChunkEnvironment:
     Attributes:
         checkpoints: every state the chunk offered, in order (as msgpack copies taken
             when offered), including one that raised.
+        progress: how far the chunk said it got at each of those checkpoints
+            (``progress=``, as a :class:`~checkpoint.records.Progress`; None where it
+            did not say), in the same order.
         durable: every state written to the (simulated) checkpoint store, in order, as
             the worker would write it: at most once per interval, then the newest one
             when the chunk succeeds, fails or is stopped; never after the lease is lost.
             (A real worker may also write when it renews the lease, so it is at least
             this durable.)
+        durable_progress: the progress written with the last durable state (the
+            newest said up to it; None if none was said), as ``runner status`` shows it.
         result: what ``process`` returned, once :meth:`run` has succeeded.
         clock: the environment's FakeClock.
     """
@@ -118,7 +124,10 @@ class ChunkEnvironment:
         self.clock = clock if clock is not None else FakeClock()
         self.on_checkpoint = on_checkpoint
         self.checkpoints: list[Any] = []
+        self.progress: list[Progress | None] = []
         self.durable: list[Any] = []
+        self.durable_progress: Progress | None = None
+        self._newest_progress: Progress | None = None
         self.result: Any = None
         self._lock = threading.RLock()
         self._lost = threading.Event()
@@ -167,8 +176,9 @@ class ChunkEnvironment:
 
     # ----------------------------------------------------------------- ChunkControl
 
-    def offer(self, state: Any) -> None:
-        """Take the newest state; write it if an interval passed since the last write.
+    def offer(self, state: Any, progress: Progress | None = None) -> None:
+        """Take the newest state (and progress: None keeps the last said); write them if
+        an interval passed since the last write.
 
         Part of :class:`~jobs.chunk.ChunkControl`, called by ``chunk.checkpoint``.
 
@@ -179,6 +189,9 @@ class ChunkEnvironment:
         snapshot = round_trip(state, "checkpoint state")
         with self._lock:
             self.checkpoints.append(snapshot)
+            self.progress.append(progress)
+            if progress is not None:
+                self._newest_progress = progress
             self._offered = snapshot
             self._newest = snapshot
             self._check_deadline()
@@ -359,5 +372,6 @@ class ChunkEnvironment:
             raise LeaseLost(self._lost_reason)  # a fenced write: refused, nothing written
         # Encoded now, as the worker encodes at write time (not when it was offered).
         self.durable.append(round_trip(self._newest, "checkpoint state"))
+        self.durable_progress = self._newest_progress
         self._newest = _NOTHING
         self._written_at = self.clock.monotonic()

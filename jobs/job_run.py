@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from checkpoint.clock import FakeClock
-from checkpoint.records import JobState, TaskKind, TaskState
+from checkpoint.records import JobState, Progress, TaskKind, TaskState
 
 Outcome = Literal["running", "returned", "raised", "crashed"]
 
@@ -130,6 +130,8 @@ class Call:
         started_on: the fake clock's time at the call.
         started_from: ``chunk.state`` as ``process`` started (None otherwise).
         checkpoints: the states ``process`` passed to ``chunk.checkpoint``, in order.
+        progress: the ``progress=`` of each of those checkpoints, as a
+            :class:`~checkpoint.records.Progress` (None where it was not given).
         passed: cancellation points passed: checkpoints (``process``), payloads yielded
             (``split``), results read and stop checks (``finalize``).
         outcome: "returned", "raised" (your exception), "crashed" (a :class:`CrashAt`
@@ -147,6 +149,7 @@ class Call:
     started_on: datetime
     started_from: Any = None
     checkpoints: list[Any] = field(default_factory=list)
+    progress: list[Progress | None] = field(default_factory=list)
     passed: int = 0
     outcome: Outcome = "running"
     result: Any = None
@@ -167,6 +170,8 @@ class TaskReport:
         attempt: attempts recorded (claims, less the ones given back).
         result: the chunk's stored result (None for planning and finalize).
         checkpoint: the last durable state (for planning: chunks enqueued).
+        progress: how far the chunk said it got with that state (``progress=``), as
+            ``runner status`` shows it, or None if it never said.
         error: the recorded error of the last failure, ``{"type", "message",
             "traceback"}``, or None.
         calls: every call of your code for this task, in order.
@@ -180,6 +185,7 @@ class TaskReport:
     checkpoint: Any
     error: dict[str, str] | None
     calls: tuple[Call, ...]
+    progress: Progress | None = None
 
     @property
     def runs(self) -> int:

@@ -42,7 +42,7 @@ from checkpoint.backends import open_storage
 from checkpoint.clock import FakeClock
 from checkpoint.errors import NotFound
 from checkpoint.location import StorageLocation
-from checkpoint.records import TaskKind, TaskRecord
+from checkpoint.records import Progress, TaskKind, TaskRecord
 from checkpoint.storage import BlobStore, QueueStore, RecordStore, Storage
 from checkpoint.store import CheckpointStore
 from jobs.chunk import Chunk, ChunkControl
@@ -69,6 +69,7 @@ __all__ = [
     "CrashAt",
     "JobDidNotFinish",
     "JobRun",
+    "Progress",
     "SimulatedCrash",
     "SummarySeen",
     "TaskReport",
@@ -204,10 +205,11 @@ class _Watched:
         self._harness = harness
         self._call = call
 
-    def offer(self, state: Any) -> None:
+    def offer(self, state: Any, progress: Progress | None = None) -> None:
         self._harness.pass_time(self._harness.checkpoint_seconds)
-        self._inner.offer(state)
+        self._inner.offer(state, progress)
         self._call.checkpoints.append(round_trip(state, "checkpoint state"))
+        self._call.progress.append(progress)
 
     def raise_if_stopped(self) -> None:
         self._inner.raise_if_stopped()
@@ -476,6 +478,7 @@ class _WholeJob:
             attempt=task.attempt,
             result=self.store.value(task.properties, "result", of=task.name),
             checkpoint=self.store.value(task.properties, "progress", of=task.name),
+            progress=Progress.from_properties(task.properties, task.name),
             error=task.error,
             calls=calls,
         )

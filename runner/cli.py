@@ -24,7 +24,7 @@ import click
 
 from checkpoint.backends import open_storage
 from checkpoint.deletion import Deleted
-from checkpoint.errors import BadRecord, ConfigurationError, RunnerError
+from checkpoint.errors import ConfigurationError, RunnerError
 from checkpoint.limits import MAX_VISIBILITY_SECONDS
 from checkpoint.location import parse_location
 from checkpoint.records import ENDED_JOB_STATES, JobRecord
@@ -36,6 +36,7 @@ from jobs.retention import parse_age
 from jobs.retention import purge as purge_jobs
 from jobs.spark_settings import CONF_ENV, MASTER_ENV
 from jobs.submit import submit as submit_job
+from runner.logs import LOG_FORMATS, LogFormat
 from runner.loop import (
     DEFAULT_CONCURRENCY,
     DEFAULT_POLL_MAX_SECONDS,
@@ -44,14 +45,10 @@ from runner.loop import (
 )
 from runner.redrive import redrive
 from runner.render import render_poisoned, render_report, render_status
-from runner.status import (
-    REPORT_COLUMNS,
-    failure_report,
-    job_status,
-    poisoned_chunks,
-    unreadable_job,
-)
+from runner.snapshot import read_report
+from runner.status import REPORT_COLUMNS, failure_report, poisoned_chunks
 from runner.supervisor import StartOptions, configure_logging, run_workers
+from runner.watch import DEFAULT_INTERVAL_SECONDS, MIN_INTERVAL_SECONDS, watch_status
 
 STORAGE_HELP = (
     "Azure Storage connection string (AccountName=... or UseDevelopmentStorage=true), "
@@ -237,6 +234,13 @@ def _json_params(text: str) -> object:
     type=LOG_LEVELS,
     help="Log level of the workers. Default: runner's --log-level, else INFO.",
 )
+@click.option(
+    "--log-format",
+    type=click.Choice(LOG_FORMATS),
+    default="text",
+    show_default=True,
+    help="Log lines as text, or as one JSON object per line (for log collectors).",
+)
 @storage_option
 def start(
     jobs: tuple[str, ...],
@@ -250,6 +254,7 @@ def start(
     spark_master: str | None,
     spark_conf: str | None,
     log_level: str | None,
+    log_format: LogFormat,
     storage: str | None,
 ) -> None:
     """Run workers serving the queues of these job types (JOB is module:Class).
@@ -273,7 +278,7 @@ def start(
         os.environ[CONF_ENV] = spark_conf
 
     level = (log_level or click.get_current_context().find_root().params["log_level"] or "INFO")
-    configure_logging(level.upper())
+    configure_logging(level.upper(), log_format)
     settings = WorkerSettings(
         concurrency=concurrency,
         prefetch=prefetch,
@@ -281,39 +286,45 @@ def start(
         burst=burst,
         stop_timeout_seconds=stop_timeout_seconds,
     )
-    options = StartOptions(jobs, storage, settings, level.upper())
+    options = StartOptions(jobs, storage, settings, level.upper(), log_format)
     sys.exit(run_workers(options, workers, restart=restart))
 
 
 @cli.command()
 @click.argument("job_id", required=False)
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@click.option(
+    "--watch",
+    is_flag=True,
+    help="Keep showing it, refreshed, with rates, ETAs and workers (Ctrl-C quits); "
+    "without a terminal, each refresh is printed below the last.",
+)
+@click.option(
+    "--interval",
+    "interval_seconds",
+    type=click.FloatRange(MIN_INTERVAL_SECONDS),
+    default=DEFAULT_INTERVAL_SECONDS,
+    show_default=True,
+    help="Seconds between refreshes of --watch.",
+)
 @storage_option
-def status(job_id: str | None, as_json: bool, storage: str | None) -> None:
+def status(
+    job_id: str | None, as_json: bool, watch: bool, interval_seconds: float, storage: str | None
+) -> None:
     """Show jobs: state, chunk counts, running chunks (worker, lease, progress), failures."""
 
+    if watch and as_json:
+        raise click.UsageError("--watch shows a live view; for JSON, run --json repeatedly")
     with open_storage(storage) as opened:
         store = CheckpointStore(opened)
-        found = [(job_id, _job_or_bad(store, job_id))] if job_id else store.scan_jobs()
-        now = store.clock.now()
-        report = [
-            unreadable_job(found_id, job)
-            if isinstance(job, BadRecord)
-            else job_status(store, job, now)
-            for found_id, job in found
-        ]
+        if watch:
+            watch_status(store, job_id, interval_seconds)
+            return
+        report = read_report(store, job_id)
     if as_json:
         click.echo(json.dumps(report if not job_id else report[0], indent=2))
     else:
         click.echo(render_status(report, color=sys.stdout.isatty()))
-
-
-def _job_or_bad(store: CheckpointStore, job_id: str) -> JobRecord | BadRecord:
-    """The job, or why its record cannot be read (status shows that, not a traceback)."""
-    try:
-        return store.get_job(job_id)
-    except BadRecord as bad:
-        return bad
 
 
 @cli.command()

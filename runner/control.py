@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 from checkpoint import codec, retries
 from checkpoint.clock import Clock
 from checkpoint.errors import Conflict, LeaseLost, NotFound, StorageError, StorageTrouble
-from checkpoint.records import TaskRecord
+from checkpoint.records import CHECKPOINT_ON, Progress, TaskRecord
 from checkpoint.retries import Budget
 from checkpoint.settle import Writer
 from checkpoint.store import CheckpointStore
@@ -68,19 +68,24 @@ class TaskControl:
         self.task = task
         self.lease = lease
         self._newest: Any = _NOTHING
-        self._written_at = clock.monotonic()
+        #: How far the chunk said it got, newest first; written with the newest state.
+        self._progress: Progress | None = None
+        self._progress_written: Progress | None = None
+        self._written_at = self.started_at = clock.monotonic()
         self._recorded_visible_at = lease.visible_at  # the claim wrote this deadline
         self.writes = 0
         self._ended = False
 
     # ----------------------------------------------------------------- ChunkControl
 
-    def offer(self, state: Any) -> None:
+    def offer(self, state: Any, progress: Progress | None = None) -> None:
         # A snapshot, taken now: the caller may go on mutating its state object, and a
         # value msgpack cannot hold fails here, at the checkpoint that gave it.
         state = codec.decode(codec.encode(state, "checkpoint state"), "checkpoint state")
         with self._lock:
             self._newest = state
+            if progress is not None:
+                self._progress = progress
             if self._clock.monotonic() - self._written_at >= self._interval:
                 try:
                     self._write_locked()
@@ -155,6 +160,20 @@ class TaskControl:
     def has_unwritten_state(self) -> bool:
         return self._newest is not _NOTHING
 
+    @property
+    def progress(self) -> Progress | None:
+        """How far the chunk last said it got in this attempt (None: it has not said)."""
+        return self._progress
+
+    def checkpoint_changes(self) -> dict[str, Any]:
+        """What goes with the newest state in the write that stores it: when, and how
+        far the chunk said it got if that changed since the last write (a few bytes in
+        the same write, never a write of their own)."""
+        changes: dict[str, Any] = {CHECKPOINT_ON: self._clock.now()}
+        if self._progress is not None and self._progress != self._progress_written:
+            changes.update(self._progress.properties())
+        return changes
+
     def flush(self) -> None:
         """Write the newest state now if it was not written yet (retried in place while
         the lease lasts)."""
@@ -218,6 +237,8 @@ class TaskControl:
             raise LeaseLost(self.lease.why_lost(self._clock.monotonic()))
         visible_at = self.lease.visible_at
         changes = {"lease_until": self._lease_until(), **changes}
+        if "progress" in values:
+            changes = {**self.checkpoint_changes(), **changes}
         try:
             self.task = self._store.write_task(
                 self.task, changes, values, token=self.writer.next(), budget=budget
@@ -229,6 +250,8 @@ class TaskControl:
             ) from fenced
         self._written_at = self._clock.monotonic()
         self._recorded_visible_at = visible_at
+        if "progress" in values:
+            self._progress_written = self._progress
         self.writes += 1
 
     def _lease_until(self) -> datetime:

@@ -31,6 +31,7 @@ from checkpoint.retries import Budget
 from checkpoint.store import CheckpointStore
 from runner.completion import Completion, set_job
 from runner.lease import Lease, LeaseKeeper
+from runner.logs import in_context
 
 log = logging.getLogger(__name__)
 
@@ -90,7 +91,9 @@ class Finisher:
 
     def start(self) -> None:
         if self._thread is None:
-            self._thread = threading.Thread(target=self._run, name="finisher", daemon=True)
+            self._thread = threading.Thread(
+                target=in_context(self._run), name="finisher", daemon=True
+            )
             self._thread.start()
 
     def stop(self, timeout: float) -> bool:

@@ -24,6 +24,7 @@ from checkpoint.clock import Clock
 from checkpoint.errors import LeaseLost, StorageError
 from checkpoint.retries import Budget
 from checkpoint.storage import QueueMessage, QueueStore
+from runner.logs import in_context
 
 log = logging.getLogger(__name__)
 
@@ -287,7 +288,9 @@ class LeaseKeeper:
 
     def start(self) -> None:
         if self._thread is None:
-            self._thread = threading.Thread(target=self._run, name="lease-keeper", daemon=True)
+            self._thread = threading.Thread(
+                target=in_context(self._run), name="lease-keeper", daemon=True
+            )
             self._thread.start()
 
     def _run(self) -> None:

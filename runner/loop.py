@@ -23,11 +23,14 @@ from checkpoint.errors import ConfigurationError, StorageError
 from checkpoint.retries import Budget
 from checkpoint.storage import QueueMessage, Storage
 from checkpoint.store import CheckpointStore
+from checkpoint.workers import WorkerBook
 from jobs.job import ChunkedJob
 from runner.completion import Completion
 from runner.finish import Finisher
+from runner.heartbeat import BEAT_SECONDS, Heartbeat, Identity
 from runner.jobwatch import JobWatch
 from runner.lease import Lease, LeaseKeeper
+from runner.logs import in_context, worker_ids
 from runner.poison import PoisonRouter
 from runner.prefetch import Prefetch
 from runner.tasks import Context, handle, hold
@@ -61,6 +64,8 @@ class WorkerSettings:
         burst: exit once no work is left for these job types.
         stop_timeout_seconds: on a stop request, how long running chunks get to reach
             their next checkpoint before the process exits anyway.
+        heartbeat_seconds: how often the worker's heartbeat record is written
+            (:mod:`runner.heartbeat`).
     """
 
     concurrency: int = DEFAULT_CONCURRENCY
@@ -68,6 +73,7 @@ class WorkerSettings:
     poll_max_seconds: float = DEFAULT_POLL_MAX_SECONDS
     burst: bool = False
     stop_timeout_seconds: float = DEFAULT_STOP_TIMEOUT_SECONDS
+    heartbeat_seconds: float = BEAT_SECONDS
 
     def __post_init__(self) -> None:
         if self.concurrency < 1:
@@ -76,6 +82,8 @@ class WorkerSettings:
             raise ValueError("prefetch must be >= 0")
         if self.poll_max_seconds <= 0 or self.stop_timeout_seconds < 0:
             raise ValueError("poll_max_seconds must be > 0 and stop_timeout_seconds >= 0")
+        if self.heartbeat_seconds <= 0:
+            raise ValueError("heartbeat_seconds must be > 0")
 
 
 def new_worker_id() -> str:
@@ -131,6 +139,19 @@ class WorkerLoop:
         self._outstanding = 0
         self.prefetch = Prefetch(settings.concurrency, settings.prefetch)
         self._outstanding_changed = threading.Condition()
+        identity = Identity(
+            worker_id=self.worker_id,
+            queues=tuple(cls.queue for cls in job_classes),
+            job_types=tuple(cls.job_type() for cls in job_classes),
+            concurrency=settings.concurrency,
+        )
+        self.heartbeat = Heartbeat(
+            WorkerBook(storage.records),
+            identity,
+            self.context.running,
+            self.clock,
+            settings.heartbeat_seconds,
+        )
 
     @property
     def worker_id(self) -> str:
@@ -141,9 +162,15 @@ class WorkerLoop:
         only sets flags)."""
         self._stop.set()
         self.context.stopping.set()
+        self.heartbeat.stopping()
 
     def run(self) -> int:
-        """Serve until stopped; returns an exit code."""
+        """Serve until stopped; returns an exit code. Every line logged by its threads
+        carries the worker id (:mod:`runner.logs`)."""
+        with worker_ids(self.worker_id):
+            return self._run()
+
+    def _run(self) -> int:
         try:
             self._prepare()
         except StorageError:
@@ -153,8 +180,9 @@ class WorkerLoop:
         keeper = self.context.keeper
         keeper.start()
         self.context.finisher.start()
+        self.heartbeat.start()
         slots = [
-            threading.Thread(target=self._slot, name=f"chunk-{n + 1}", daemon=True)
+            threading.Thread(target=in_context(self._slot), name=f"chunk-{n + 1}", daemon=True)
             for n in range(self.settings.concurrency)
         ]
         for slot in slots:
@@ -167,6 +195,7 @@ class WorkerLoop:
             # Finished chunks are marked done and their messages deleted before leaving.
             finished = self.context.finisher.stop(self.settings.stop_timeout_seconds) and finished
             keeper.stop()
+            self.heartbeat.stop()
         return EXIT_OK if finished else EXIT_STOP_TIMEOUT
 
     def _prepare(self) -> None:

@@ -16,9 +16,9 @@ _STATE_COLORS = {
 }
 
 
-def bar(done: int, total: int, width: int = BAR_CHARS) -> str:
+def bar(done: float, total: int, width: int = BAR_CHARS) -> str:
     """``[#########.....]  60%`` for done of total."""
-    share = done / total if total else 1.0
+    share = min(1.0, done / total) if total else 1.0
     filled = round(share * width)
     return f"[{'#' * filled}{'.' * (width - filled)}] {share:4.0%}"
 
@@ -43,7 +43,7 @@ def _job(job: dict[str, Any], color: bool) -> str:
     shown_total = chunks["total"] if job["planning_done"] else chunks["total"] + 1
     lines = [
         f"{job['job_id']}  {job['job_type']}  {state}",
-        f"  {bar(chunks['done'], shown_total)}  {chunks['done']:,}/{total} done",
+        f"  {bar(_done(job), shown_total)}  {chunks['done']:,}/{total} done",
         "  "
         + "  ".join(
             f"{name} {chunks[name]:,}" for name in ("running", "waiting", "failed", "poisoned")
@@ -62,6 +62,7 @@ def _job(job: dict[str, Any], color: bool) -> str:
         lines.append(
             f"  running #{chunk['index']} on {chunk['worker']} attempt {chunk['attempt']}, "
             f"lease until {chunk['lease_until']}{expired}, progress {chunk['progress_text']}"
+            + _said(chunk)
         )
     for task in job["failed"]:
         of = f" of {task['max_attempts']}" if task.get("max_attempts") else ""
@@ -77,7 +78,37 @@ def _job(job: dict[str, Any], color: bool) -> str:
         )
     for bad in job.get("unreadable", []):
         lines.append(f"  unreadable: {bad['problem']}")
+    if job.get("workers") and job["state"] not in ("done", "failed", "cancelled"):
+        lines.append(f"  workers: {_workers(job['workers'])}")
     return "\n".join(lines)
+
+
+def _done(job: dict[str, Any]) -> float:
+    """Chunks done, counting the fractions running chunks said (for the bar)."""
+    chunks, fraction = job["chunks"], job.get("progress_fraction")
+    return float(fraction * chunks["total"]) if fraction is not None else float(chunks["done"])
+
+
+def _said(chunk: dict[str, Any]) -> str:
+    """``, 43% done (430/1,000)`` when the chunk said how far it got."""
+    fraction = chunk.get("progress_fraction")
+    if fraction is None:
+        return ""
+    if chunk.get("progress_total") is None:
+        return f", {fraction:.0%} done"
+    done, total = chunk["progress_done"], chunk["progress_total"]
+    return f", {fraction:.0%} done ({done:,}/{total:,})"
+
+
+def _workers(workers: list[dict[str, Any]]) -> str:
+    """``w:1:ab (2 running), w:2:cd (idle); 1 gone``."""
+    live = [w for w in workers if not w["gone"]]
+    shown = [
+        f"{w['worker_id']} ({w['running']} running)" if w["running"] else f"{w['worker_id']} (idle)"
+        for w in live
+    ]
+    gone = len(workers) - len(live)
+    return (", ".join(shown) or "none live") + (f"; {gone} gone" if gone else "")
 
 
 def render_poisoned(job_id: str, found: list[dict[str, Any]]) -> str:

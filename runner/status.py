@@ -17,7 +17,7 @@ from typing import Any
 
 from checkpoint import checks
 from checkpoint.errors import BadRecord, NotFound
-from checkpoint.records import JobRecord, TaskKind, TaskRecord
+from checkpoint.records import CHECKPOINT_ON, JobRecord, Progress, TaskKind, TaskRecord
 from checkpoint.store import CheckpointStore
 
 #: Longest progress text shown per running chunk.
@@ -58,6 +58,7 @@ def job_status(store: CheckpointStore, job: JobRecord, now: datetime) -> dict[st
             "failed": len(retrying),
             "poisoned": counts["poisoned"],
         },
+        "progress_fraction": job_fraction(total, counts["done"], running + retrying),
         "running": [_running(store, task, now, bad) for task in running],
         # Chunks retrying, and planning or finalize while it retries: each failure is
         # shown as soon as it is recorded, with when the next try is.
@@ -173,7 +174,41 @@ def _running(
         "progress_text": text
         if len(text) <= PROGRESS_CHARS
         else text[: PROGRESS_CHARS - 3] + "...",
+        **_said(task, bad),
     }
+
+
+def _said(task: TaskRecord, bad: list[dict[str, Any]]) -> dict[str, Any]:
+    """How far a chunk said it got (``chunk.checkpoint(..., progress=)``), when it last
+    wrote a state, and when this attempt started."""
+    progress = _progress(task, bad)
+    checkpoint_on = task.properties.get(CHECKPOINT_ON)
+    started_on = task.properties.get("started_on")
+    return {
+        "progress_fraction": progress.fraction if progress else None,
+        "progress_done": progress.done if progress else None,
+        "progress_total": progress.total if progress else None,
+        "checkpoint_on": _iso(checkpoint_on) if isinstance(checkpoint_on, datetime) else None,
+        "started_on": _iso(started_on) if isinstance(started_on, datetime) else None,
+    }
+
+
+def _progress(task: TaskRecord, bad: list[dict[str, Any]] | None = None) -> Progress | None:
+    try:
+        return Progress.from_properties(task.properties, task.name)
+    except BadRecord as unreadable:
+        if bad is not None:
+            bad.append(_unreadable("chunk", task.index, unreadable))
+        return None
+
+
+def job_fraction(total: int, done: int, unfinished: list[TaskRecord]) -> float | None:
+    """How far the job got, 0-1: its done chunks, plus the fraction each running or
+    retrying chunk said it got, over its chunks (None before it has any)."""
+    if total <= 0:
+        return None
+    said = sum(progress.fraction for task in unfinished if (progress := _progress(task)))
+    return round(min(1.0, (done + said) / total), 6)
 
 
 def _as_json(value: Any) -> Any:

@@ -32,7 +32,9 @@ from checkpoint.backends import open_storage
 from checkpoint.errors import RunnerError
 from jobs.backoff import Backoff, compute_backoff
 from jobs.registry import load_job_class
+from runner import logs
 from runner.faults import injected_faults
+from runner.logs import LogFormat
 from runner.loop import EXIT_ERROR, EXIT_FORCED, EXIT_OK, WorkerLoop, WorkerSettings
 
 log = logging.getLogger(__name__)
@@ -52,13 +54,12 @@ _EXIT_UNUSABLE = 78
 #: prctl(2) option: the signal this process gets when its parent dies.
 _PR_SET_PDEATHSIG = 1
 
-LOG_FORMAT = "%(asctime)s %(levelname)s [%(processName)s] %(name)s: %(message)s"
 
-
-def configure_logging(level: str) -> None:
-    """Log at ``level``; the Azure SDK's per-request HTTP logs only at DEBUG (at INFO
-    they bury the runner's own lines under ~20 lines per storage call)."""
-    logging.basicConfig(level=level, format=LOG_FORMAT, force=True)
+def configure_logging(level: str, log_format: LogFormat = "text") -> None:
+    """Log at ``level`` to stderr in ``log_format`` (:mod:`runner.logs`); the Azure SDK's
+    per-request HTTP logs only at DEBUG (at INFO they bury the runner's own lines under
+    ~20 lines per storage call)."""
+    logging.basicConfig(level=level, handlers=[logs.handler(log_format)], force=True)
     if logging.getLevelNamesMapping().get(level) != logging.DEBUG:
         logging.getLogger("azure").setLevel(logging.WARNING)
         # Its WARNING is a dozen lines per failed token; our own error says it in one.
@@ -73,6 +74,7 @@ class StartOptions:
     storage: str | None
     settings: WorkerSettings
     log_level: str = "INFO"
+    log_format: LogFormat = "text"
 
 
 def run_in_this_process(options: StartOptions) -> int:
@@ -91,21 +93,22 @@ def run_in_this_process(options: StartOptions) -> int:
 
         for number in (signal.SIGTERM, signal.SIGINT):
             signal.signal(number, on_signal)
-        log.info(
-            "worker %s serving %s on %s",
-            loop.worker_id,
-            ", ".join(cls.queue for cls in classes),
-            storage.description,
-        )
-        code = loop.run()
-        log.info("worker %s stopped (exit %d)", loop.worker_id, code)
+        with logs.worker_ids(loop.worker_id):
+            log.info(
+                "worker %s serving %s on %s",
+                loop.worker_id,
+                ", ".join(cls.queue for cls in classes),
+                storage.description,
+            )
+            code = loop.run()
+            log.info("worker %s stopped (exit %d)", loop.worker_id, code)
         return code
 
 
 def _child(options: StartOptions, parent_pid: int) -> None:
     os.setsid()
     _die_with_parent(parent_pid)
-    configure_logging(options.log_level)
+    configure_logging(options.log_level, options.log_format)
     try:
         code = run_in_this_process(options)
     except RunnerError as error:  # a setting, a credential, a job: restarting won't help

@@ -55,8 +55,10 @@ from jobs.job import ChunkedJob
 from runner.completion import Completion, set_job
 from runner.control import TaskControl
 from runner.finish import Ended, Finisher
+from runner.heartbeat import RunningTasks
 from runner.jobwatch import JobWatch
 from runner.lease import Lease, LeaseKeeper
+from runner.observe import finished_line, task_running
 from runner.plan import run_plan
 from runner.poison import PoisonRouter
 from runner.work import run_user_code
@@ -92,6 +94,7 @@ class Context:
     watch: JobWatch
     stopping: threading.Event = field(default_factory=threading.Event)
     rng: random.Random = field(default_factory=random.Random)
+    running: RunningTasks = field(default_factory=RunningTasks)
 
     @property
     def by_queue(self) -> dict[str, type[ChunkedJob]]:
@@ -240,7 +243,7 @@ def _run_task(
     if claimed is None:
         worker.keeper.release(lease, job_class.lease_seconds)
         return False
-    _start(worker, lease, message, job_class, job, claimed, writer)
+    _start(worker, lease, message, job_class, job, claimed, writer, before=task)
     return kind == "chunk"
 
 
@@ -252,7 +255,9 @@ def _start(
     job: JobRecord,
     claimed: TaskRecord,
     writer: Writer,
+    before: TaskRecord | None = None,
 ) -> None:
+    """Run the claimed task (``before``: its record as read before the claim, if it was)."""
     control = TaskControl(
         worker.store,
         claimed,
@@ -264,7 +269,8 @@ def _start(
         job_hold=lambda: worker.watch.hold(job.job_id),
     )
     lease.on_renewed = control.on_renewed
-    _execute(worker, lease, message, job_class, job, control)
+    with task_running(worker.worker_id, worker.running, claimed, before):
+        _execute(worker, lease, message, job_class, job, control)
 
 
 def _exhausted(task: TaskRecord, message: QueueMessage, job_class: type[ChunkedJob]) -> str | None:
@@ -397,7 +403,8 @@ def _execute(
         log.info("%s %s of %s handed back: the job is paused", task.kind, task.index, job.job_id)
         _stopped(worker, lease, control, lambda: _park(worker, lease, message, job))
         return
-    except ChunkStopped:
+    except ChunkStopped as stopped:
+        log.info("%s %s of %s handed back: %s", task.kind, task.index, job.job_id, stopped)
         _stopped(worker, lease, control)
         return
     except StorageTrouble as trouble:
@@ -502,12 +509,15 @@ def _succeeded(
         values = {"result": outcome}
         if control.has_unwritten_state:  # else the stored state stands (no blob re-read)
             values["progress"] = control.newest_state
+            done.update(control.checkpoint_changes())
         token = control.writer.next()
         final = worker.store.final_changes(task, done, values, token)  # CodecError: failed
+        log.info(finished_line(task, worker.clock.monotonic() - control.started_at))
         lease.handed_over = True
         worker.finisher.add(Ended(task, final, lease))
         return
     task = control.write(done, {"progress": outcome} if task.kind == "plan" else {})
+    log.info(finished_line(task, worker.clock.monotonic() - control.started_at))
     # Marked done before the message is deleted: a crash in between re-delivers a message
     # that is deleted unrun, after _after_done has run again.
     _after_done(worker, job.job_id, task, lease.budget(retries.BOOKKEEPING, worker.clock))
@@ -593,6 +603,8 @@ def _poison_task(
     error, trace = failure if failure else (RuntimeError(reason), "")
     changes = {"state": "poisoned", "owner": "", **error_properties(error, trace)}
     values = {"progress": control.newest_state} if control and control.has_unwritten_state else {}
+    if control and values:
+        changes.update(control.checkpoint_changes())
     current = control.end() if control else task
     writer = control.writer if control else Writer()
     budget = lease.budget(retries.TASK_WRITE, worker.clock)

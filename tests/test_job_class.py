@@ -11,6 +11,7 @@ import pytest
 
 from checkpoint.errors import JobNotFound, LeaseLost
 from checkpoint.layout import POISON_SUFFIX
+from checkpoint.records import Progress
 from jobs.backoff import Backoff
 from jobs.chunk import Chunk
 from jobs.errors import ChunkStopped, JobDefinitionError
@@ -197,11 +198,13 @@ class RecordingControl:
 
     def __init__(self, raise_on_check: BaseException | None = None, stopping: bool = False):
         self.calls: list[tuple[str, Any]] = []
+        self.progress: list[Progress | None] = []
         self.raise_on_check = raise_on_check
         self._stopping = stopping
 
-    def offer(self, state: Any) -> None:
+    def offer(self, state: Any, progress: Progress | None = None) -> None:
         self.calls.append(("offer", state))
+        self.progress.append(progress)
 
     def raise_if_stopped(self) -> None:
         self.calls.append(("check", None))
@@ -251,6 +254,58 @@ def test_checkpoint_is_the_cancellation_point(error):
     # The state was offered (so it can be flushed) before the stop was raised
     assert control.calls == [("offer", 3), ("check", None)]
     assert chunk.state == 3
+
+
+@pytest.mark.parametrize(
+    ("given", "said"),
+    [
+        (0, Progress(0.0)),
+        (0.25, Progress(0.25)),
+        (1, Progress(1.0)),
+        ((430, 1000), Progress(0.43, 430, 1000)),
+        ([3, 4], Progress(0.75, 3, 4)),
+        ((1.5, 6.0), Progress(0.25, 1.5, 6.0)),
+        ((0, 5), Progress(0.0, 0, 5)),
+    ],
+)
+def test_checkpoint_takes_progress_as_a_fraction_or_a_count(given, said):
+    control = RecordingControl()
+    _chunk(control).checkpoint("s", progress=given)
+    assert control.progress == [said]
+    assert control.calls == [("offer", "s"), ("check", None)]
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        -0.1,
+        1.01,
+        float("nan"),
+        float("inf"),
+        True,
+        "50%",
+        (5, 4),
+        (1, 0),
+        (-1, 4),
+        (1, 2, 3),
+        (1, None),
+        {"done": 1, "total": 2},
+        (float("nan"), 2),
+    ],
+)
+def test_a_bad_progress_is_one_clear_error_and_nothing_is_offered(bad):
+    control = RecordingControl()
+    chunk = _chunk(control, state="before")
+    rule = r"progress must be a fraction from 0 to 1, or \(done, total\) with 0 <= done <= "
+    with pytest.raises(ValueError, match=rule + r"total and total > 0, not "):
+        chunk.checkpoint("after", progress=bad)
+    assert control.calls == [] and chunk.state == "before"
+
+
+def test_checkpoint_without_progress_offers_none():
+    control = RecordingControl()
+    _chunk(control).checkpoint(1)
+    assert control.progress == [None]
 
 
 def test_stopping_flag_comes_from_the_control():

@@ -16,7 +16,7 @@ from checkpoint import layout
 from checkpoint.backends import open_storage
 from checkpoint.clock import FakeClock
 from checkpoint.errors import LeaseLost, Throttled
-from checkpoint.records import TaskRecord
+from checkpoint.records import CHECKPOINT_ON, Progress, TaskRecord
 from checkpoint.storage import Storage
 from checkpoint.store import CheckpointStore
 from jobs.chunk import Chunk, ChunkControl
@@ -541,3 +541,43 @@ def test_a_hold_learnt_at_a_renewal_stops_the_chunk_at_its_next_checkpoint(world
     # and it is asked once: the hold stands
     control.on_renewed(world.lease)
     assert asked == ["asked"]
+
+
+# --------------------------------------------------------------------------- progress=
+
+
+def test_progress_goes_with_the_newest_state_in_the_same_write(world: World):
+    # Given offers with progress inside one interval
+    world.control.offer(1, Progress(0.1, 1, 10))
+    world.control.offer(2, Progress(0.2, 2, 10))
+    assert world.control.writes == 0
+    assert Progress.from_properties(world.stored().properties, "x") is None
+
+    # When the interval passes, one write holds the newest state and its progress
+    world.clock.advance(INTERVAL)
+    world.control.offer(3, Progress(0.3, 3, 10))
+    assert world.control.writes == 1
+    stored = world.stored()
+    assert world.stored_progress() == 3
+    assert Progress.from_properties(stored.properties, "x") == Progress(0.3, 3, 10)
+    assert stored.properties[CHECKPOINT_ON] == world.clock.now()
+
+
+def test_an_offer_without_progress_keeps_the_last_said(world: World):
+    world.control.offer(1, Progress(0.5))
+    world.clock.advance(INTERVAL)
+    world.control.offer(2)  # no progress said: 50 % still stands
+    world.clock.advance(INTERVAL)
+    world.control.offer(3)
+    assert world.control.writes == 2
+    assert Progress.from_properties(world.stored().properties, "x") == Progress(0.5)
+    assert world.control.progress == Progress(0.5)
+
+
+def test_the_flush_on_stop_writes_the_newest_progress(world: World):
+    world.control.offer(7, Progress(0.7, 7, 10))
+    world.stopping.set()
+    with pytest.raises(ChunkStopped):
+        world.control.raise_if_stopped()
+    assert world.stored_progress() == 7
+    assert Progress.from_properties(world.stored().properties, "x") == Progress(0.7, 7, 10)

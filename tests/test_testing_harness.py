@@ -18,6 +18,7 @@ import pytest
 from checkpoint.backends import open_storage
 from checkpoint.clock import FakeClock
 from checkpoint.errors import CodecError, LeaseLost
+from checkpoint.records import Progress
 from checkpoint.store import CheckpointStore
 from jobs.backoff import Backoff
 from jobs.chunk import Chunk, ChunkControl
@@ -950,3 +951,54 @@ def test_crash_points_are_checked():
     assert str(CrashAt.planning(0, attempt=None)) == (
         "crash of planning after 0 payload(s), every attempt"
     )
+
+
+# --------------------------------------------------------------------------- progress=
+
+
+class SaysProgress(ChunkedJob):
+    """Ten steps a chunk, saying how far it got at each, and nothing at the last."""
+
+    checkpoint_interval_seconds = 5
+
+    def split(self, params: Any) -> Any:
+        return range(params["chunks"])
+
+    def process(self, chunk: Chunk) -> int:
+        for step in range((chunk.state or 0) + 1, 11):
+            chunk.checkpoint(step, progress=(step, 10) if step < 10 else None)
+        return chunk.payload
+
+
+def test_the_environment_records_the_progress_each_checkpoint_said():
+    clock = FakeClock()
+    env = ChunkEnvironment(
+        SaysProgress, payload=0, clock=clock, on_checkpoint=lambda _: clock.advance(2)
+    )
+    env.run()
+
+    assert env.progress == [Progress(step / 10, step, 10) for step in range(1, 10)] + [None]
+    # durable every 5 s of 2 s steps (steps 4 and 7, then 10), the last write with the
+    # last progress said (step 9's: the tenth checkpoint said none)
+    assert env.durable == [4, 7, 10]
+    assert env.durable_progress == Progress(0.9, 9, 10)
+
+
+def test_a_bad_progress_fails_in_the_environment_as_on_a_worker():
+    class Bad(ChunkedJob):
+        def process(self, chunk: Chunk) -> None:
+            chunk.checkpoint(1, progress=1.5)
+
+    with pytest.raises(ValueError, match="progress must be a fraction from 0 to 1"):
+        ChunkEnvironment(Bad).run()
+
+
+def test_run_job_reports_the_progress_said_and_stored():
+    run = run_job(SaysProgress, {"chunks": 2}, crash=CrashAt(chunk=1, checkpoint=4))
+
+    run.assert_done()
+    crashed, resumed = run.chunks[1].calls
+    assert crashed.progress == [Progress(step / 10, step, 10) for step in range(1, 5)]
+    assert resumed.started_from == 4 and resumed.progress[0] == Progress(0.5, 5, 10)
+    assert run.chunks[0].progress == Progress(0.9, 9, 10)  # stored with the last state
+    assert run.planning is not None and run.planning.progress is None

@@ -1,0 +1,157 @@
+"""``runner status --watch``: read a snapshot every few seconds and draw it.
+
+On a terminal the view is redrawn in place (rich's ``Live``); anywhere else (a pipe, a
+file, CI) each refresh is printed below the last, plainly, so ``--watch`` also works as a
+progress log. The rate of each job (chunks per second, counting the fractions running
+chunks said they are done) is measured over the last :data:`RATE_WINDOW_SECONDS` of
+refreshes, and the ETA is what is left at that rate. A refresh that fails (the store out
+of reach, the job deleted meanwhile) keeps the last view, saying so, and the next one
+tries again.
+
+Stopping is the caller's: ``stop`` is an event its SIGINT handler sets, so the view
+ends between two refreshes, never half-drawn.
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from typing import Any
+
+from rich.console import Console
+from rich.live import Live
+
+from checkpoint.errors import RunnerError
+from checkpoint.store import CheckpointStore
+from runner.snapshot import read_snapshot
+from runner.watch_view import ENDED_STATES, render_watch
+
+DEFAULT_INTERVAL_SECONDS = 2.0
+MIN_INTERVAL_SECONDS = 0.2
+
+#: Refreshes older than this do not count toward a job's rate.
+RATE_WINDOW_SECONDS = 60.0
+#: The least time between the first and last refresh of the window to give a rate.
+RATE_MIN_SPAN_SECONDS = 1.0
+
+
+class Rates:
+    """Each job's rate and ETA over the last :data:`RATE_WINDOW_SECONDS` of snapshots."""
+
+    def __init__(self, window_seconds: float = RATE_WINDOW_SECONDS):
+        self.window_seconds = window_seconds
+        self._seen: dict[str, deque[tuple[float, float]]] = {}
+
+    def observe(self, at: float, jobs: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+        """Note the jobs of a snapshot taken at ``at`` (monotonic seconds); return each
+        job's ``chunks_per_second`` and ``eta_seconds`` (None while unknown)."""
+        rates: dict[str, dict[str, Any]] = {}
+        for job in jobs:
+            if "chunks" not in job:
+                continue
+            seen = self._seen.setdefault(job["job_id"], deque())
+            seen.append((at, _chunks_done(job)))
+            while len(seen) > 2 and at - seen[1][0] >= self.window_seconds:
+                seen.popleft()  # keep one sample at or before the window's start
+            rates[job["job_id"]] = self._rate(job, seen)
+        for gone in set(self._seen) - {job["job_id"] for job in jobs}:
+            del self._seen[gone]  # bounded by the jobs shown
+        return rates
+
+    def _rate(self, job: dict[str, Any], seen: deque[tuple[float, float]]) -> dict[str, Any]:
+        (first_at, first), (last_at, last) = seen[0], seen[-1]
+        span = last_at - first_at
+        if span < RATE_MIN_SPAN_SECONDS:
+            return {"chunks_per_second": None, "eta_seconds": None}
+        rate = max(0.0, (last - first) / span)
+        left = max(0.0, job["chunks"]["total"] - last)
+        ended = job.get("state") in ENDED_STATES
+        eta = left / rate if rate > 0 and job.get("planning_done", True) and not ended else None
+        return {"chunks_per_second": rate, "eta_seconds": eta}
+
+
+def _chunks_done(job: dict[str, Any]) -> float:
+    """Chunks done, counting the fractions the running ones said."""
+    fraction, total = job.get("progress_fraction"), job["chunks"]["total"]
+    return float(fraction * total) if fraction is not None else float(job["chunks"]["done"])
+
+
+def watch(
+    read: Callable[[], dict[str, Any]],
+    interval_seconds: float,
+    stop: threading.Event,
+    console: Console,
+    storage: str = "",
+    monotonic: Callable[[], float] = time.monotonic,
+) -> None:
+    """Show ``read()`` every ``interval_seconds`` until ``stop`` is set.
+
+    The first read's errors are raised (a job that does not exist, a store that cannot
+    be opened); later ones are shown over the last snapshot.
+    """
+    rates = Rates()
+    snapshot = _annotated(read(), rates, monotonic(), storage, interval_seconds)
+    if not console.is_terminal:
+        while True:
+            console.print(render_watch(snapshot))
+            console.print()
+            if stop.wait(interval_seconds):
+                return
+            snapshot = _refreshed(read, snapshot, rates, monotonic, storage, interval_seconds)
+    with Live(render_watch(snapshot), console=console, auto_refresh=False) as live:
+        while not stop.wait(interval_seconds):
+            snapshot = _refreshed(read, snapshot, rates, monotonic, storage, interval_seconds)
+            live.update(render_watch(snapshot), refresh=True)
+
+
+def _refreshed(
+    read: Callable[[], dict[str, Any]],
+    last: dict[str, Any],
+    rates: Rates,
+    monotonic: Callable[[], float],
+    storage: str,
+    interval_seconds: float,
+) -> dict[str, Any]:
+    try:
+        return _annotated(read(), rates, monotonic(), storage, interval_seconds)
+    except RunnerError as error:  # the store out of reach, the job purged meanwhile, ...
+        return {**last, "error": str(error)}
+
+
+def _annotated(
+    snapshot: dict[str, Any], rates: Rates, at: float, storage: str, interval_seconds: float
+) -> dict[str, Any]:
+    return {
+        **snapshot,
+        "rates": rates.observe(at, snapshot["jobs"]),
+        "storage": storage,
+        "interval_seconds": interval_seconds,
+    }
+
+
+def watch_status(store: CheckpointStore, job_id: str | None, interval_seconds: float) -> None:
+    """``runner status --watch``: until the first SIGINT (Ctrl-C), which ends the view
+    after the refresh in progress; a second one interrupts at once."""
+    stop = threading.Event()
+    signals = {"count": 0}
+
+    def on_signal(number: int, frame: object) -> None:
+        signals["count"] += 1
+        if signals["count"] > 1:
+            raise KeyboardInterrupt
+        stop.set()
+
+    previous = signal.signal(signal.SIGINT, on_signal)
+    try:
+        watch(
+            lambda: read_snapshot(store, job_id),
+            interval_seconds,
+            stop,
+            Console(),
+            store.storage.description,
+        )
+    finally:
+        signal.signal(signal.SIGINT, previous)

@@ -1,0 +1,434 @@
+"""``runner status --watch``: the view drawn from a snapshot (runner/watch_view.py, a pure
+function rendered to a recording console, no terminal), rates and ETAs
+(runner/watch.py), and the command itself in a subprocess: refreshing without a terminal,
+redrawn on a pseudo-terminal, ending cleanly on Ctrl-C."""
+
+from __future__ import annotations
+
+import os
+import re
+import select
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from rich.console import Console
+
+from checkpoint.backends import open_storage
+from checkpoint.clock import FakeClock
+from checkpoint.errors import Throttled
+from checkpoint.records import CHECKPOINT_ON, Progress
+from checkpoint.store import CheckpointStore
+from checkpoint.workers import WorkerBook
+from runner.heartbeat import Heartbeat, Identity, RunningTasks
+from runner.logs import TaskIds
+from runner.snapshot import read_snapshot
+from runner.watch import Rates, watch
+from runner.watch_view import duration, render_watch
+from tests.conftest import Backend
+from tests.e2e.processes import ROOT, runner_command
+
+NOW = datetime(2030, 1, 1, 12, 0, 0, tzinfo=UTC)
+
+
+def _at(seconds: float) -> str:
+    return (NOW + timedelta(seconds=seconds)).isoformat()
+
+
+def _text(renderable: Any, width: int = 120) -> str:
+    console = Console(record=True, width=width, color_system=None)
+    console.print(renderable)
+    return console.export_text()
+
+
+def _job(job_id: str = "copy-rows-1", **changes: Any) -> dict[str, Any]:
+    job: dict[str, Any] = {
+        "job_id": job_id,
+        "job_type": "example:CopyRows",
+        "queue": "copy-rows",
+        "state": "running",
+        "error": None,
+        "updated_on": _at(-5),
+        "planning_done": True,
+        "chunks": {"total": 8, "done": 4, "running": 2, "waiting": 1, "failed": 1, "poisoned": 0},
+        "progress_fraction": 0.5625,
+        "running": [
+            {
+                "index": 4,
+                "worker": "vm:29466:9ff4",
+                "attempt": 1,
+                "lease_until": _at(21),
+                "lease_expired": False,
+                "progress": 430,
+                "progress_text": "430",
+                "progress_fraction": 0.43,
+                "progress_done": 430,
+                "progress_total": 1000,
+                "checkpoint_on": _at(-3),
+            },
+            {
+                "index": 5,
+                "worker": "vm:29467:73fa",
+                "attempt": 2,
+                "lease_until": _at(-1),
+                "lease_expired": True,
+                "progress": None,
+                "progress_text": "None",
+                "progress_fraction": None,
+                "progress_done": None,
+                "progress_total": None,
+                "checkpoint_on": None,
+            },
+        ],
+        "failed": [
+            {
+                "kind": "chunk",
+                "index": 6,
+                "attempt": 1,
+                "max_attempts": 5,
+                "retry_at": _at(40),
+                "error_type": "ValueError",
+                "error_message": "row 100",
+            },
+            {"kind": "final", "index": 0, "attempt": 2, "error_type": "OSError",
+             "error_message": "x"},  # fmt: skip
+        ],
+        "finalize": None,
+    }
+    job.update(changes)
+    return job
+
+
+def _worker(worker_id: str, **changes: Any) -> dict[str, Any]:
+    worker: dict[str, Any] = {
+        "worker_id": worker_id,
+        "queues": ["copy-rows"],
+        "concurrency": 2,
+        "running": 1,
+        "state": "serving",
+        "gone": False,
+        "started_on": _at(-3725),
+        "seen_on": _at(-2),
+    }
+    worker.update(changes)
+    return worker
+
+
+def _snapshot(**changes: Any) -> dict[str, Any]:
+    snapshot: dict[str, Any] = {
+        "taken_on": NOW.isoformat(),
+        "storage": "embedded:/data/.runner",
+        "interval_seconds": 2.0,
+        "jobs": [_job()],
+        "workers": [
+            _worker("vm:29466:9ff4"),
+            _worker("vm:29467:73fa", running=0),
+            _worker("vm:29468:0abc", gone=True, seen_on=_at(-45)),
+            _worker("vm:29469:1def", gone=True, state="stopped", seen_on=_at(-600)),
+        ],
+        "rates": {"copy-rows-1": {"chunks_per_second": 0.25, "eta_seconds": 14.0}},
+    }
+    snapshot.update(changes)
+    return snapshot
+
+
+# --------------------------------------------------------------------------- the view
+
+
+def test_the_view_shows_each_job_its_running_chunks_and_the_workers():
+    text = _text(render_watch(_snapshot()))
+    lines = [line.rstrip() for line in text.splitlines()]
+
+    assert lines[0].startswith("chunkrunner  embedded:/data/.runner  2030-01-01 12:00:00 UTC")
+    assert "every 2 s, Ctrl-C to quit" in lines[0]
+    assert lines[1] == "copy-rows-1  example:CopyRows  running"
+    assert re.search(r"  56%  4/8 done  0\.25 chunks/s  ETA 14s$", lines[2])
+    assert lines[3] == "running 2  waiting 1  failed 1  poisoned 0"
+    assert re.split(r"\s{2,}", lines[4].strip()) == [
+        "chunk", "worker", "attempt", "progress", "lease left", "checkpoint"
+    ]  # fmt: skip
+    assert re.split(r"\s{2,}", lines[5].strip()) == [
+        "#4", "vm:29466:9ff4", "1", "43% (430/1,000)", "21s", "3s"
+    ]  # fmt: skip
+    assert re.split(r"\s{2,}", lines[6].strip()) == [
+        "#5", "vm:29467:73fa", "2", "-", "expired", "none yet"
+    ]  # fmt: skip
+    assert lines[7] == "failed #6 attempt 1 of 5, next try in 40s: ValueError: row 100"
+    assert lines[8] == "failed final attempt 2: OSError: x"
+    workers = lines[lines.index("workers") + 2 :]
+    assert [re.split(r"\s{2,}", line.strip()) for line in workers if line] == [
+        ["vm:29466:9ff4", "copy-rows", "1/2", "serving", "2s ago", "1h02m"],
+        ["vm:29467:73fa", "copy-rows", "idle", "serving", "2s ago", "1h02m"],
+        ["vm:29468:0abc", "copy-rows", "-", "gone", "45s ago", "1h02m"],
+        ["vm:29469:1def", "copy-rows", "-", "stopped", "10m00s ago", "1h02m"],
+    ]
+
+
+def test_the_same_snapshot_draws_the_same_view():
+    assert _text(render_watch(_snapshot())) == _text(render_watch(_snapshot()))
+
+
+def test_paused_and_cancelled_jobs_say_so_and_ended_jobs_take_a_line_each():
+    jobs = [
+        _job("paused-1", paused=True),
+        _job("cancelled-1", state="cancelled", updated_on=_at(-60)),
+        _job("done-1", state="done", updated_on=_at(-30)),
+    ]
+    lines = _text(render_watch(_snapshot(jobs=jobs, rates={}))).splitlines()
+
+    assert lines[1].rstrip() == "paused-1  example:CopyRows  running  paused"
+    ended = [line.split() for line in lines if line.startswith(("cancelled-1", "done-1"))]
+    assert ended == [
+        ["cancelled-1", "cancelled", "4/8", "done"],
+        ["done-1", "done", "4/8", "done"],
+    ]
+    assert "ETA" not in "\n".join(lines)
+
+
+def test_a_failed_refresh_keeps_the_last_view_and_says_why():
+    text = _text(render_watch(_snapshot(error="storage unreachable: ServerBusy")))
+    assert text.rstrip().endswith("last refresh failed: storage unreachable: ServerBusy")
+
+
+def test_no_jobs_and_no_workers():
+    text = _text(render_watch(_snapshot(jobs=[], workers=[], rates={})))
+    assert "no jobs" in text and "workers: none seen" in text
+
+
+def test_long_lists_are_cut_short():
+    running = [dict(_job()["running"][0], index=n) for n in range(30)]
+    workers = [_worker(f"vm:{n}:aaaa") for n in range(25)]
+    text = _text(render_watch(_snapshot(jobs=[_job(running=running)], workers=workers)))
+    assert "... 18 more" in text and "... 5 more" in text
+
+
+@pytest.mark.parametrize(
+    ("seconds", "said"),
+    [(0, "0s"), (44.6, "45s"), (125, "2m05s"), (3725, "1h02m"), (3 * 86400 + 4 * 3600, "3d04h")],
+)
+def test_durations_are_two_units_at_most(seconds, said):
+    assert duration(seconds) == said
+
+
+def test_a_real_snapshot_renders(backend: Backend):
+    # Given a job whose chunk 0 runs at 40 % on a worker whose heartbeat is written
+    clock = FakeClock()
+    store = CheckpointStore(backend.storage, clock)
+    job_id = f"watch-{uuid.uuid4().hex[:8]}"
+    queue = f"wq-{uuid.uuid4().hex[:8]}"
+    job, _ = store.create_job(job_id, "tests:Job", queue, {})
+    store.add_chunks(job_id, 0, [0, 1])
+    store.update_job(job, state="running", total=2)
+    task = store.get_task(job_id, "chunk", 0)
+    changes = {
+        "state": "running",
+        "owner": "test-host:1:abcd",
+        "attempt": 1,
+        "lease_until": clock.now() + timedelta(seconds=30),
+        CHECKPOINT_ON: clock.now(),
+        **Progress(0.4, 4, 10).properties(),
+    }
+    store.write_task(task, changes, {"progress": 4})
+    running = RunningTasks()
+    identity = Identity("test-host:1:abcd", (queue,), ("tests:Job",), 2)
+    heartbeat = Heartbeat(WorkerBook(backend.storage.records), identity, running, clock)
+    with running.running(TaskIds(job_id, "chunk", 0, 1)):
+        heartbeat.beat()
+    clock.advance(3)
+
+    # When a snapshot of the job is read and drawn
+    text = _text(render_watch(read_snapshot(store, job_id)))
+
+    # Then it shows the job at 20 %, the chunk at 40 %, and the worker
+    assert f"{job_id}  tests:Job  running" in text
+    assert " 20%  0/2 done" in text
+    assert re.search(r"#0\s+test-host:1:abcd\s+1\s+40% \(4/10\)\s+27s\s+3s", text)
+    assert re.search(r"test-host:1:abcd\s+" + queue + r"\s+1/2\s+serving\s+3s ago", text)
+    backend.storage.records.delete("runnerworkers", "workers", "test-host:1:abcd", etag="*")
+
+
+# --------------------------------------------------------------------------- rates
+
+
+def _progress_job(done: float, total: int = 100, **changes: Any) -> dict[str, Any]:
+    job = {
+        "job_id": "j",
+        "state": "running",
+        "planning_done": True,
+        "chunks": {"total": total, "done": int(done)},
+        "progress_fraction": done / total,
+    }
+    job.update(changes)
+    return job
+
+
+def test_the_rate_is_measured_over_the_last_minute_and_gives_an_eta():
+    rates = Rates(window_seconds=60)
+    assert rates.observe(0, [_progress_job(0)])["j"] == {
+        "chunks_per_second": None,
+        "eta_seconds": None,
+    }
+    # 1 chunk/s for the first 60 s, then 2 chunks/s
+    for second in range(1, 61):
+        rates.observe(second, [_progress_job(second)])
+    assert rates.observe(61, [_progress_job(61)])["j"]["chunks_per_second"] == pytest.approx(1.0)
+    for second in range(62, 150):
+        said = rates.observe(second, [_progress_job(61 + 2 * (second - 61), total=1000)])["j"]
+    assert said["chunks_per_second"] == pytest.approx(2.0, rel=0.05)
+    assert said["eta_seconds"] == pytest.approx((1000 - 237) / said["chunks_per_second"])
+
+
+def test_no_eta_while_nothing_moves_or_planning_goes_on_or_the_job_ended():
+    rates = Rates()
+    rates.observe(0, [_progress_job(10)])
+    assert rates.observe(5, [_progress_job(10)])["j"] == {
+        "chunks_per_second": 0.0,
+        "eta_seconds": None,
+    }
+    rates.observe(10, [_progress_job(20, planning_done=False)])
+    assert rates.observe(15, [_progress_job(30, planning_done=False)])["j"]["eta_seconds"] is None
+    assert rates.observe(20, [_progress_job(40, state="failed")])["j"]["eta_seconds"] is None
+
+
+def test_a_job_no_longer_shown_is_forgotten():
+    rates = Rates()
+    rates.observe(0, [_progress_job(0)])
+    rates.observe(1, [])
+    assert rates.observe(2, [_progress_job(50)])["j"]["chunks_per_second"] is None
+
+
+def test_without_a_terminal_each_refresh_is_printed_below_the_last():
+    # Given a read whose second refresh fails and whose third stops the watch
+    console = Console(record=True, width=100, color_system=None, force_terminal=False)
+    stop = _Stop(after=3)
+    reads = iter([_snapshot(), None, _snapshot(rates={})])
+
+    def read() -> dict[str, Any]:
+        snapshot = next(reads)
+        if snapshot is None:
+            raise Throttled("ServerBusy")
+        return snapshot
+
+    watch(read, 0.01, stop, console, "embedded:/x", monotonic=iter(range(100)).__next__)
+
+    text = console.export_text()
+    assert text.count("chunkrunner  embedded:/x") == 3
+    assert text.count("last refresh failed: ServerBusy") == 1
+
+
+class _Stop:
+    """A stop event that is set after ``after`` waits."""
+
+    def __init__(self, after: int):
+        self.left = after
+
+    def wait(self, seconds: float) -> bool:
+        self.left -= 1
+        return self.left <= 0
+
+
+# --------------------------------------------------------------------------- the command
+
+
+def _store_with_a_job(tmp_path: Path) -> str:
+    storage = str(tmp_path / "store")
+    with open_storage(storage) as opened:
+        store = CheckpointStore(opened)
+        job, _ = store.create_job("watched-1", "tests:Job", "watched", {})
+        store.add_chunks("watched-1", 0, [0, 1, 2])
+        store.update_job(job, state="running", total=3)
+    return storage
+
+
+def _env() -> dict[str, str]:
+    return {**os.environ, "PYTHONPATH": str(ROOT), "PYTHONUNBUFFERED": "1", "COLUMNS": "100"}
+
+
+def test_watch_without_a_terminal_refreshes_until_sigint_then_exits_0(tmp_path: Path):
+    storage = _store_with_a_job(tmp_path)
+    command = [*runner_command(), "status", "--watch", "--interval", "0.2", "--storage", storage]
+    process = subprocess.Popen(
+        command, cwd=ROOT, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+    try:
+        # Two refreshes printed
+        assert process.stdout is not None
+        seen = 0
+        deadline = time.monotonic() + 30
+        while seen < 2 and time.monotonic() < deadline:
+            line = process.stdout.readline().decode()
+            seen += line.startswith("chunkrunner  embedded:")
+        assert seen == 2
+        process.send_signal(signal.SIGINT)
+        out, err = process.communicate(timeout=10)
+    finally:
+        process.kill()
+    assert process.returncode == 0, err
+    assert err == b""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="a Linux pseudo-terminal")
+def test_watch_on_a_terminal_redraws_in_place_and_ends_on_ctrl_c(tmp_path: Path):
+    storage = _store_with_a_job(tmp_path)
+    command = [*runner_command(), "status", "--watch", "--interval", "0.2", "--storage", storage]
+    pid, terminal = os.forkpty()
+    if pid == 0:  # the child: the command on the pseudo-terminal, nothing else
+        try:
+            os.chdir(ROOT)
+            os.execvpe(command[0], command, _env())
+        finally:
+            os._exit(127)
+    output = b""
+    try:
+        # Drawn, then redrawn in place twice (each redraw moves the cursor up first)
+        output = _read_until(terminal, lambda out: out.count(b"chunkrunner") >= 3, 30)
+        assert b"\x1b[1A" in output
+        os.write(terminal, b"\x03")  # Ctrl-C, through the terminal: SIGINT
+        output += _read_until(terminal, lambda out: False, 10)
+        _, status = os.waitpid(pid, 0)
+    finally:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    assert os.waitstatus_to_exitcode(status) == 0, output.decode(errors="replace")
+    text = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", output.decode(errors="replace"))
+    assert "watched-1  tests:Job  running" in text
+    assert "Traceback" not in text and "aborted" not in text
+
+
+def _read_until(terminal: int, done: Any, seconds: float) -> bytes:
+    """What the terminal shows until ``done(output)`` or its end (or a timeout)."""
+    output = b""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline and not done(output):
+        ready, _, _ = select.select([terminal], [], [], 0.1)
+        if not ready:
+            continue
+        try:
+            data = os.read(terminal, 65536)
+        except OSError:  # the child closed the terminal: it has exited
+            return output
+        if not data:
+            return output
+        output += data
+    return output
+
+
+def test_watch_and_json_together_are_refused(tmp_path: Path):
+    done = subprocess.run(
+        [*runner_command(), "status", "--watch", "--json", "--storage", str(tmp_path / "s")],
+        cwd=ROOT,
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2
+    assert "--watch shows a live view" in done.stderr
