@@ -43,8 +43,14 @@ $(AZURITE_BIN):
 		azurite@$(AZURITE_VERSION)
 	test -x $@
 
+# The suite under coverage (pyproject.toml [tool.coverage]; worker subprocesses too), then
+# the report and the check that every uncovered line is in tests/coverage_gaps.txt.
 test: venv azurite lint typecheck
-	$(BIN)/python -m pytest $(PYTEST_ARGS)
+	$(BIN)/python -m coverage erase
+	$(BIN)/python -m coverage run -m pytest $(PYTEST_ARGS)
+	$(BIN)/python -m coverage combine --quiet
+	$(BIN)/python -m coverage report
+	$(BIN)/python -m tests.coverage_gaps
 
 lint: venv
 	$(BIN)/ruff check jobs checkpoint runner tests samples

@@ -197,3 +197,17 @@ def test_storage_retry_policy_counts_and_waits():
     assert (policy.total_retries, policy.connect_retries, policy.status_retries) == (2, 2, 2)
     waits = [policy.get_backoff_time({"count": n}) for n in (1, 2, 3)]
     assert 0.4 <= waits[0] <= 0.6 and 0.8 <= waits[1] <= 1.2 and 1.6 <= waits[2] <= 2.4
+
+
+def test_an_azure_location_with_neither_string_nor_url_is_refused():
+    with pytest.raises(ConfigurationError, match="needs a connection string or an account URL"):
+        endpoints_for(StorageLocation("azure"))
+
+
+def test_a_connection_string_naming_no_account_is_refused_without_its_key():
+    text = "DefaultEndpointsProtocol=https;AccountKey=c2VjcmV0c2VjcmV0"
+
+    with pytest.raises(ConfigurationError, match="names no AccountName") as caught:
+        parse_connection_string(text)
+
+    assert "c2VjcmV0c2VjcmV0" not in str(caught.value)

@@ -6,6 +6,7 @@ suite (``tests/contract``); these pin the SDK traps the conversions work around.
 
 from __future__ import annotations
 
+import uuid
 from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
@@ -110,3 +111,17 @@ def test_datetimes_in_other_zones_read_back_as_utc():
 
     assert from_sdk(moment) == moment
     assert from_sdk(moment).tzinfo is UTC
+
+
+def test_binary_values_of_any_buffer_type_are_written_as_bytes():
+    entity = to_entity("p", "r", {"raw": bytearray(b"ab"), "view": memoryview(b"cd")})
+
+    assert entity["raw"] == b"ab" and type(entity["raw"]) is bytes
+    assert entity["view"] == b"cd" and type(entity["view"]) is bytes
+
+
+def test_a_value_of_another_writer_of_no_type_we_write_reads_back_as_text():
+    guid = uuid.UUID("12345678-1234-5678-1234-567812345678")
+
+    assert from_sdk(guid) == "12345678-1234-5678-1234-567812345678"
+    assert from_sdk(EntityProperty(guid, EdmType.GUID)) == str(guid)

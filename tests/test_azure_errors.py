@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 
 import pytest
 from azure.core.exceptions import (
+    AzureError,
     ClientAuthenticationError,
     HttpResponseError,
     ResourceExistsError,
@@ -450,3 +451,35 @@ def test_transaction_refused_as_a_whole_is_not_an_operations_failure(status, exp
     err = _http_error(status, "Whatever", TableTransactionError)
 
     assert type(translate(err, "batch")) is expected
+
+
+def test_another_sdk_error_without_a_response_is_unavailable_saying_what_failed():
+    error = translate(AzureError("the pipeline broke"), "send")
+
+    assert type(error) is Unavailable
+    assert str(error).startswith("send: failed talking to Azure Storage (AzureError: ")
+
+
+class UnreadableResponse(FakeResponse):
+    """A response whose body was streamed away already."""
+
+    def text(self, encoding: str | None = None) -> str:
+        raise RuntimeError("the body was consumed")
+
+
+def test_a_body_that_cannot_be_read_just_has_no_code():
+    err = HttpResponseError(message="gone", response=UnreadableResponse(404, None))
+
+    translated_error = translate(err, "read")
+
+    assert isinstance(translated_error, NotFound) and translated_error.code is None
+
+
+def test_scrub_follows_an_exception_given_as_an_argument():
+    secret = "AccountKey=c2VjcmV0c2VjcmV0c2VjcmV0"
+    inner = ValueError(f"connection string {secret}")
+    outer = RuntimeError("wrapped", inner)
+
+    scrub(outer)
+
+    assert secret not in repr(outer.args) and secret not in str(inner)

@@ -52,3 +52,8 @@ def test_system_clock_is_utc_aware_and_monotonic():
     assert clock.now().utcoffset() == timedelta(0)
     first = clock.monotonic()
     assert clock.monotonic() >= first
+
+
+def test_clocks_say_what_they_are():
+    assert repr(SystemClock()) == "SystemClock()"
+    assert repr(FakeClock()) == "FakeClock(now=2030-01-01T00:00:00+00:00)"

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import multiprocessing
 import os
+import sqlite3
 import threading
 from collections import Counter
 from datetime import UTC, datetime, timedelta, timezone
@@ -20,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from checkpoint.backends import open_storage
+from checkpoint.backends.embedded import blobs as embedded_blobs
 from checkpoint.backends.embedded import db as embedded_db
 from checkpoint.backends.embedded import open_embedded
 from checkpoint.clock import FakeClock
@@ -557,3 +559,33 @@ def test_datetimes_round_trip_as_utc(store: Storage):
     got = store.records.get("zones", "p", "r").properties["at"]
     assert isinstance(got, datetime) and got.utcoffset() == timedelta(0)
     assert got == datetime(2030, 1, 1, 6, 30, tzinfo=UTC)
+
+
+@pytest.mark.parametrize(
+    ("raised", "expected", "status"),
+    [
+        (sqlite3.OperationalError("database is locked"), Throttled, 503),
+        (sqlite3.OperationalError("database table is busy"), Throttled, 503),
+        (sqlite3.OperationalError("disk I/O error"), StorageError, 500),
+        (sqlite3.IntegrityError("UNIQUE constraint failed"), StorageError, 500),
+    ],
+)
+def test_sqlite_errors_leave_the_backend_as_storage_errors(raised, expected, status):
+    with pytest.raises(expected) as caught:
+        with embedded_db.translated():
+            raise raised
+
+    assert type(caught.value) is expected
+    assert caught.value.status == status and caught.value.__cause__ is raised
+    assert str(raised) in str(caught.value)
+
+
+def test_blob_listing_pages_through_a_large_container(store: Storage, monkeypatch):
+    monkeypatch.setattr(embedded_blobs, "LIST_PAGE_SIZE", 2)
+    store.blobs.create_container("many")
+    names = [f"b/{n:02d}" for n in range(7)] + ["c/other"]
+    for name in names:
+        store.blobs.put("many", name, b"x")
+
+    assert [blob.name for blob in store.blobs.list("many", "b/")] == names[:7]
+    assert [blob.name for blob in store.blobs.list("many")] == names

@@ -221,3 +221,23 @@ def test_batch_bounds_and_distinct_rows():
         limits.check_batch(["a", "a"], [1, 1])
     with pytest.raises(TooLarge):
         limits.check_batch(["a", "b", "c", "d", "e"], [1024 * 1024] * 5)
+
+
+def test_keys_and_property_names_must_be_strings():
+    with pytest.raises(InvalidRequest, match="RowKey must be a string, not int"):
+        limits.check_entity("p", 7, {})  # type: ignore[arg-type]
+    with pytest.raises(InvalidRequest, match="invalid property name"):
+        limits.check_entity("p", "r", {1: "x"})  # type: ignore[dict-item]
+
+
+def test_a_subclass_of_a_stored_type_is_sized_and_checked_as_its_base():
+    class Name(str):
+        pass
+
+    class Count(int):
+        pass
+
+    plain = limits.check_entity("p", "r", {"name": "abc", "count": 3})
+    assert limits.check_entity("p", "r", {"name": Name("abc"), "count": Count(3)}) == plain
+    with pytest.raises(InvalidRequest, match="64 bits"):
+        limits.check_entity("p", "r", {"count": Count(2**63)})

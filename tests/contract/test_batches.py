@@ -248,3 +248,18 @@ def test_batch_on_missing_table_is_not_found(backend):
     assert isinstance(reason, NotFound)
     assert error.status == reason.status == 404
     assert error.code == reason.code == "TableNotFound"
+
+
+@pytest.mark.parametrize(
+    "op", [BatchOp("frobnicate", "b", {"n": 1}), BatchOp("merge", "a", {"n": 2}, etag=5)],
+    ids=["unknown-kind", "etag-not-text"],
+)
+def test_a_malformed_operation_is_refused_before_anything_is_written(backend, op):
+    records = backend.storage.records
+    table = backend.table()
+    records.insert(table, "p", "a", {"n": 1})
+
+    with fails_with(InvalidRequest, status=400, code="InvalidInput"):
+        records.batch(table, "p", [BatchOp("insert", "c", {"n": 3}), op])
+
+    assert [r.row_key for r in records.query(table, "p")] == ["a"]

@@ -160,6 +160,53 @@ def test_range_read_of_a_large_blob(backend):
     assert blobs.get(container, "large", offset=offset) == LARGE[offset:]
 
 
+def _diverges_on(backend, name: str, request: pytest.FixtureRequest, reason: str) -> None:
+    """Mark the test an expected failure on one backend: a known divergence from the
+    contract, reported, to be fixed in that backend (strict: the fix makes it fail)."""
+    if backend.name == name:
+        request.applymarker(pytest.mark.xfail(strict=True, reason=reason))
+
+
+@pytest.mark.parametrize(("offset", "length"), [(1024, None), (1024, 1), (2000, 5)])
+def test_a_range_from_the_end_or_past_it_reads_nothing(backend, request, offset, length):
+    _diverges_on(backend, "embedded", request, "bug: the embedded backend raises "
+                 "InvalidRequest (416 InvalidRange) where the Azure backend reads b''")
+    blobs = backend.storage.blobs
+    container = backend.container()
+    blobs.put(container, "pattern", PATTERN)
+
+    assert blobs.get(container, "pattern", offset=offset, length=length) == b""
+
+
+@pytest.mark.parametrize("offset", [0, 5])
+def test_a_range_of_no_bytes_reads_nothing(backend, offset):
+    blobs = backend.storage.blobs
+    container = backend.container()
+    blobs.put(container, "pattern", PATTERN)
+
+    assert blobs.get(container, "pattern", offset=offset, length=0) == b""
+    with fails_with(NotFound, status=404, code="BlobNotFound"):
+        blobs.get(container, "missing", offset=offset, length=0)
+
+
+def test_data_that_is_not_bytes_is_refused(backend):
+    container = backend.container()
+
+    with fails_with(InvalidRequest, status=400):
+        backend.storage.blobs.put(container, "text", "not bytes")  # type: ignore[arg-type]
+
+
+def test_put_with_both_conditions_is_refused(backend, request):
+    _diverges_on(backend, "embedded", request, "bug: the embedded backend checks "
+                 "if_match and answers 412 where the Azure backend refuses the call (400)")
+    container = backend.container()
+    written = backend.storage.blobs.put(container, "blob", b"one")
+
+    with fails_with(InvalidRequest, status=400):
+        backend.storage.blobs.put(container, "blob", b"two", if_match=written.etag,
+                                  if_none_match=True)
+
+
 @pytest.mark.parametrize("operation", ["get", "info", "range"])
 def test_reading_a_missing_blob_is_not_found(backend, operation):
     blobs = backend.storage.blobs

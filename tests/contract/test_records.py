@@ -412,3 +412,20 @@ def test_reinsert_after_delete_works(backend):
 
     record = records.get(table, "p", "r")
     assert record.etag == new and record.properties == {"v": 2}
+
+
+@pytest.mark.parametrize("etag", ["", None])
+@pytest.mark.parametrize("operation", ["merge", "replace", "delete"])
+def test_a_conditional_write_without_an_etag_is_refused(backend, operation, etag):
+    records = backend.storage.records
+    table = backend.table()
+    records.insert(table, "p", "r", {"n": 1})
+    call = {
+        "merge": lambda: records.merge(table, "p", "r", {"n": 2}, etag=etag),
+        "replace": lambda: records.replace(table, "p", "r", {"n": 2}, etag=etag),
+        "delete": lambda: records.delete(table, "p", "r", etag=etag),
+    }[operation]
+
+    with fails_with(InvalidRequest, status=400, code="InvalidInput"):
+        call()
+    assert records.get(table, "p", "r").properties["n"] == 1
