@@ -45,7 +45,7 @@ HEADER = """\
 """
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, order=True)
 class Gap:
     """One uncovered line: where it is and what it says."""
 

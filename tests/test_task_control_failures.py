@@ -143,17 +143,6 @@ def test_a_checkpoint_applied_with_its_answer_lost_is_ours(world: World):
     assert not world.control.has_unwritten_state and not world.lease.lost
 
 
-def test_forgetting_an_unwritten_state_falls_back_to_the_stored_one(world: World):
-    world.control.offer({"bad": "state"})
-
-    world.control.forget_unwritten()
-
-    assert not world.control.has_unwritten_state
-    assert world.control.newest_state == "start"
-    world.control.flush()  # nothing to write
-    assert world.control.writes == 0
-
-
 # --------------------------------------------------------------------------- runner_side
 
 
