@@ -96,6 +96,10 @@ def test_a_whole_number_read_back_as_a_double_is_a_count():
         ({"job_type": "m:C", "queue": "q", "state": "stuck"}, "state 'stuck' is not one of"),
         ({"job_type": "m:C", "queue": "q", "state": "running", "total": "9"}, "total '9'"),
         ({"job_type": "m:C", "queue": "q", "state": "failed", "error": 1}, "error 1 is not"),
+        ({"job_type": "m:C", "queue": "q", "state": "running", "paused": "yes"},
+         "paused 'yes' is not true or false"),
+        ({"job_type": "m:C", "queue": "q", "state": "running", "drain": 1},
+         "drain 1 is not true or false"),
     ],
 )
 def test_a_garbled_job_record_is_a_bad_record_naming_it(properties, problem):

@@ -237,7 +237,14 @@ def test_a_subclass_of_a_stored_type_is_sized_and_checked_as_its_base():
     class Count(int):
         pass
 
-    plain = limits.check_entity("p", "r", {"name": "abc", "count": 3})
-    assert limits.check_entity("p", "r", {"name": Name("abc"), "count": Count(3)}) == plain
+    class Ratio(float):
+        pass
+
+    class Raw(bytes):
+        pass
+
+    plain = limits.check_entity("p", "r", {"name": "abc", "count": 3, "ratio": 0.5, "raw": b"x"})
+    subclassed = {"name": Name("abc"), "count": Count(3), "ratio": Ratio(0.5), "raw": Raw(b"x")}
+    assert limits.check_entity("p", "r", subclassed) == plain
     with pytest.raises(InvalidRequest, match="64 bits"):
         limits.check_entity("p", "r", {"count": Count(2**63)})

@@ -1,5 +1,6 @@
 """A record's state is parsed against the Literal type it is declared with: every state
-of the type is read back as itself (garbled ones: tests/test_bad_records.py)."""
+of the type is read back as itself (garbled ones: tests/test_bad_records.py); a task's
+error fields, and how records are named."""
 
 from __future__ import annotations
 
@@ -7,7 +8,15 @@ from typing import get_args
 
 import pytest
 
-from checkpoint.records import JobRecord, JobState, TaskRecord, TaskState
+from checkpoint.records import (
+    MAX_ERROR_CHARS,
+    JobRecord,
+    JobState,
+    TaskRecord,
+    TaskState,
+    error_properties,
+    record_name,
+)
 from checkpoint.storage import Record
 
 
@@ -21,3 +30,25 @@ def test_every_task_state_is_read(state: str) -> None:
 def test_every_job_state_is_read(state: str) -> None:
     record = Record("p", "job-x", {"job_type": "m:C", "queue": "q", "state": state}, "e1")
     assert JobRecord.from_record(record).state == state
+
+
+def test_error_fields_keep_the_start_of_the_message_and_the_end_of_the_traceback() -> None:
+    error = ValueError("m" * MAX_ERROR_CHARS + "CUT")
+    traceback_text = "CUT" + "t" * MAX_ERROR_CHARS
+
+    fields = error_properties(error, traceback_text)
+
+    assert fields["error_type"] == "ValueError"
+    assert fields["error_message"] == "m" * MAX_ERROR_CHARS
+    assert fields["error_traceback"] == "t" * MAX_ERROR_CHARS
+
+
+def test_no_error_clears_the_fields_with_empty_strings() -> None:
+    # A merge keeps a property set to None, so clearing writes empty strings
+    assert error_properties(None) == {"error_type": "", "error_message": "", "error_traceback": ""}
+
+
+def test_records_are_named_as_messages_say_them() -> None:
+    assert record_name("j", "job") == "job 'j'"
+    assert record_name("j", "chunk", 7) == "chunk 7 of job 'j'"
+    assert record_name("j", "plan") == "plan of job 'j'"
