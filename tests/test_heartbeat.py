@@ -22,10 +22,12 @@ from checkpoint.backends import open_storage
 from checkpoint.clock import FakeClock
 from checkpoint.errors import BadRecord
 from checkpoint.faults import FaultyStorage, ScriptedFaults
+from checkpoint.storage import Record
 from checkpoint.store import CheckpointStore
 from checkpoint.workers import (
     GONE_AFTER_BEATS,
     REMOVE_AFTER_SECONDS,
+    TASKS_CHARS,
     WorkerBook,
     WorkerRecord,
 )
@@ -231,3 +233,38 @@ def test_a_worker_loop_beats_while_it_serves_and_says_stopped_at_the_end(tmp_pat
     (after,) = book.scan(CheckpointStore(storage).budget())
     assert isinstance(after, WorkerRecord) and after.state == "stopped"
     storage.close()
+
+
+def _worker_record(**changes: Any) -> WorkerRecord:
+    when = FakeClock().now()
+    fields: dict[str, Any] = {
+        "worker_id": "host:1:abcd", "host": "host", "pid": 1, "queues": ("q",),
+        "job_types": ("m:Job",), "concurrency": 2, "tasks": ("j#1",), "running": 1,
+        "state": "serving", "started_on": when, "seen_on": when, "beat_seconds": 5.0,
+    }
+    return WorkerRecord(**{**fields, **changes})
+
+
+def test_a_heartbeat_reads_back_as_written_with_its_task_list_cut_at_a_whole_task():
+    many = tuple(f"job-{n:04d}#{n}" for n in range(1000))  # ~13,000 characters
+    written = _worker_record(tasks=many, running=1000).properties()
+
+    assert len(written["tasks"]) <= TASKS_CHARS  # type: ignore[arg-type]
+    assert str(written["tasks"]).split()[-1] in many
+    back = WorkerRecord.from_record(Record("workers", "host:1:abcd", written, "e1"))
+    assert back.running == 1000 and back.tasks == many[: len(back.tasks)]
+
+
+@pytest.mark.parametrize(
+    ("changes", "problem"),
+    [
+        ({"started_on": None}, "started_on and seen_on are required"),
+        ({"beat_seconds": 0.0}, "beat_seconds 0.0 is not a number of seconds > 0"),
+        ({"beat_seconds": "5"}, "beat_seconds '5' is not a number of seconds > 0"),
+    ],
+)
+def test_a_garbled_heartbeat_is_a_bad_record_naming_the_worker(changes, problem):
+    properties = {**_worker_record().properties(), **changes}
+
+    with pytest.raises(BadRecord, match=f"^worker 'host:1:abcd': {problem}"):
+        WorkerRecord.from_record(Record("workers", "host:1:abcd", properties, "e1"))

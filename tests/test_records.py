@@ -1,17 +1,21 @@
 """A record's state is parsed against the Literal type it is declared with: every state
-of the type is read back as itself (garbled ones: tests/test_bad_records.py); a task's
-error fields, and how records are named."""
+of the type is read back as itself (garbled ones: tests/test_bad_records.py); a chunk's
+progress, a task's error fields, and how records are named."""
 
 from __future__ import annotations
 
-from typing import get_args
+from typing import Any, get_args
 
 import pytest
 
+from checkpoint.errors import BadRecord
 from checkpoint.records import (
     MAX_ERROR_CHARS,
+    PROGRESS_FRACTION,
+    PROGRESS_OF,
     JobRecord,
     JobState,
+    Progress,
     TaskRecord,
     TaskState,
     error_properties,
@@ -52,3 +56,29 @@ def test_records_are_named_as_messages_say_them() -> None:
     assert record_name("j", "job") == "job 'j'"
     assert record_name("j", "chunk", 7) == "chunk 7 of job 'j'"
     assert record_name("j", "plan") == "plan of job 'j'"
+
+
+@pytest.mark.parametrize(
+    ("properties", "problem"),
+    [
+        ({PROGRESS_FRACTION: 1.5}, "progress_fraction 1.5 is not 0-1"),
+        ({PROGRESS_FRACTION: "half"}, "progress_fraction 'half' is not 0-1"),
+        ({PROGRESS_FRACTION: 0.5, PROGRESS_OF: "5 of 10"},
+         "progress_of '5 of 10' is not done/total"),
+        ({PROGRESS_FRACTION: 0.5, PROGRESS_OF: "1/2/3"}, "progress_of '1/2/3' is not done/total"),
+    ],
+)
+def test_garbled_progress_is_a_bad_record_naming_it(
+    properties: dict[str, Any], problem: str
+) -> None:
+    with pytest.raises(BadRecord, match=f"^chunk 3 of job 'j': {problem}"):
+        Progress.from_properties(properties, "chunk 3 of job 'j'")
+
+
+def test_progress_reads_back_with_and_without_its_count() -> None:
+    assert Progress.from_properties({}, "x") is None
+    bare = Progress.from_properties({PROGRESS_FRACTION: 0.25, PROGRESS_OF: ""}, "x")
+    counted = Progress.from_properties({PROGRESS_FRACTION: 0.5, PROGRESS_OF: "5/10"}, "x")
+
+    assert bare == Progress(0.25) and str(bare) == "25%"
+    assert counted == Progress(0.5, 5, 10) and str(counted).startswith("50% (5")
