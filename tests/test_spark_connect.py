@@ -15,6 +15,7 @@ import json
 import logging
 import os
 import queue
+import signal
 import subprocess
 import sys
 import threading
@@ -47,14 +48,14 @@ from jobs.spark import (
 )
 from jobs.testing import ChunkEnvironment
 from samples.migration.cluster import LoopbackCluster
+from tests.connect_jobs import endless_action
+from tests.e2e.processes import ROOT, Worker, runner_command, wait_until
 
 pytestmark = pytest.mark.spark
 
 #: How long an interrupted Spark action may take to give up; it would otherwise run
 #: for hours (a sum over 10^13 rows), so ending well inside this shows it was cut short.
 CANCEL_BOUND_SECONDS = 30
-#: Rows of an action no test waits out.
-ENDLESS_ROWS = 10**13
 #: A session connected to the server, as a worker's; its conf says what it may change.
 CONF = {"spark.sql.shuffle.partitions": "3", "spark.ui.enabled": "false"}
 
@@ -82,11 +83,6 @@ def settings(connect_remote: str):
 def spark(settings: SparkSettings):
     """This process's Connect session (built again if a test stopped it)."""
     return spark_session(settings)
-
-
-def _endless(spark: Any) -> Any:
-    """A frame whose one action would run for hours on the cluster's cores."""
-    return spark.range(0, ENDLESS_ROWS, numPartitions=4).select(F.sum(F.sqrt("id")))
 
 
 # --------------------------------------------------------------------------- the session
@@ -207,7 +203,7 @@ class EndlessAction(RemoteJob):
         with self.job_group(chunk) as group:
             RUNNING.put(group.id)
             try:
-                _endless(self.spark).collect()
+                endless_action(self.spark)
             except Exception:
                 if not chunk.payload["swallow"]:
                     raise
@@ -243,10 +239,7 @@ def test_a_chunk_that_must_stop_has_its_tagged_operation_interrupted(
     env = ChunkEnvironment(EndlessAction, payload={"swallow": swallow})
     thread, outcome = _run_in_thread(env)
     RUNNING.get(timeout=60)
-    # The action's job is running on the executors by then. (An interrupt that lands
-    # while the server still plans an action can leave a shuffle stage it submits
-    # later running to its end: docs/spark.md, "Spark Connect".)
-    time.sleep(3)
+    time.sleep(3)  # the action reaches the server
 
     # When the worker stops, or the lease is lost, mid-action
     asked_at = time.monotonic()
@@ -321,3 +314,48 @@ def test_observed_metrics_come_with_the_action(spark, tmp_path):
     observed.write.parquet(str(tmp_path / "out"))
 
     assert observed_metrics(seen) == {"rows": 20}
+
+
+# --------------------------------------------------------------------------- a worker
+
+
+def test_a_sigtermed_connect_worker_interrupts_its_chunk_and_hands_it_back(
+    spark, connect_remote, tmp_path
+):
+    # Given a `runner start --spark-remote` worker whose chunk is inside an endless action
+    env = {**os.environ, "RUNNER_STORAGE": str(tmp_path / "store"), "PYTHONUNBUFFERED": "1"}
+    env.pop("RUNNER_SPARK_MASTER", None)
+    job = "tests.connect_jobs:EndlessChunk"
+
+    def runner(*args: str) -> str:
+        return subprocess.run([*runner_command(), *args], cwd=ROOT, env=env, check=True,
+                              capture_output=True, text=True, timeout=120).stdout
+
+    job_id = runner("submit", job, "--params", "{}").strip()
+    with open(tmp_path / "worker.log", "wb") as log:
+        process = subprocess.Popen(
+            [*runner_command(), "start", job, "--burst", "--prefetch", "0",
+             "--spark-remote", connect_remote],
+            cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+        )
+    worker = Worker("connect-worker", process, tmp_path / "worker.log")
+    try:
+        wait_until(lambda: "chunk 0 of" in worker.log() or not worker.alive(),
+                   "the chunk to start", timeout=120, explain=worker.tail)
+        wait_until(lambda: json.loads(runner("status", job_id, "--json"))["running"],
+                   "the chunk's checkpoint", timeout=60, explain=worker.tail)
+        time.sleep(3)  # its action runs on the cluster by now
+
+        # When the worker gets SIGTERM
+        sent_at = worker.send(signal.SIGTERM)
+
+        # Then it interrupts the action, hands the chunk back and exits 0 promptly
+        assert worker.wait_exit(60) == 0, worker.tail()
+        assert time.time() - sent_at < 30, worker.tail()
+    finally:
+        worker.kill_all()
+    assert "cancelling chunkrunner-" in worker.log(), worker.tail()
+    status = json.loads(runner("status", job_id, "--json"))
+    assert status["chunks"]["done"] == 0 and not status["running"], status
+    # and the cluster's cores are free again: nothing of the chunk runs on
+    assert spark.range(3).count() == 3
