@@ -27,11 +27,12 @@ started before raising.
 **Cores.** A standalone master gives an application every free core until it ends
 (``spark.deploy.*`` defaults are kept). With ``connect=True`` the Connect server is an
 application and holds every worker's core while it runs, so a classic driver started
-next to it would wait for cores forever: its clients (and the demo's one-shot check) all
-go through the Connect server instead. For classic drivers, start the cluster with
-``connect=False`` and give each driver ``spark.cores.max`` (e.g. two chunkrunner workers,
-each a driver with ``spark.cores.max=1``, on two 1-core workers). ``connect_conf`` is
-extra conf for the Connect server (e.g. its own ``spark.cores.max`` to leave cores free).
+next to it would wait for cores forever: send the work through the Connect server (the
+demo's one-shot check runs as a local driver, off the cluster). For classic drivers,
+start the cluster with ``connect=False`` and give each driver ``spark.cores.max`` (e.g.
+two chunkrunner workers, each a driver with ``spark.cores.max=1``, on two 1-core
+workers). ``connect_conf`` is extra conf for the Connect server (e.g. its own
+``spark.cores.max`` to leave cores free).
 """
 
 from __future__ import annotations

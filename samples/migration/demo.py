@@ -32,7 +32,7 @@ from checkpoint.backends import open_storage
 from checkpoint.storage import Storage
 from jobs.spark import SparkSettings, spark_session
 from samples.migration.cluster import LoopbackCluster
-from samples.migration.demo_cluster import SparkKill, SparkSide
+from samples.migration.demo_cluster import CLASSIC_NO_SPARK_KILL, SparkKill, SparkSide
 from samples.migration.generate import Generated, generate
 from samples.migration.job import MigrateOrders
 from samples.migration.layout import MigrationParams, get_json
@@ -141,7 +141,9 @@ def run_cluster_demo(
         say(side.describe())
         # Staging scratch is a local folder; every executor reads it: all on this machine.
         options = replace(options, worker_args=side.worker_args(), scratch_shared=True)
-        result = run_demo(options, workdir, say, on_kill=side.kill_worker)
+        if not connect:
+            say(CLASSIC_NO_SPARK_KILL)
+        result = run_demo(options, workdir, say, on_kill=side.kill_worker if connect else None)
         side.report(say)
     return replace(result, spark_kill=side.kill)
 
@@ -243,7 +245,9 @@ def _maybe_kill(
         if worker is None or not worker.alive() or entry["lease_expired"] or not 0 < batch < of:
             continue
         worker.kill()
-        say(f"3. SIGKILL {worker.name} (pid {worker.pid}, with its Spark JVM) while it runs "
+        # A Connect client has no JVM of its own: its Spark work runs in the server's.
+        jvm = "a Spark Connect client" if "--spark-remote" in worker_args else "with its Spark JVM"
+        say(f"3. SIGKILL {worker.name} (pid {worker.pid}, {jvm}) while it runs "
             f"chunk #{entry['index']}: checkpoint says batch {batch} of {of} is next")
         replacement = runner.start_worker(*worker_args)
         say(f"   {_start_line(worker_args)} -> {replacement.name} (pid "

@@ -26,6 +26,13 @@ CLASSIC_DRIVER_CONF = {
     "spark.driver.host": HOST,
     "spark.driver.bindAddress": HOST,
 }
+#: Why the classic variant kills no Spark worker: each driver holds its core until it
+#: ends, and a burst runner worker ends only with the job.
+CLASSIC_NO_SPARK_KILL = (
+    "   (classic drivers: no Spark worker is killed: with one core fewer than drivers, "
+    "the replacement runner worker's driver would wait forever for a core that the other "
+    "runner worker's driver holds until the job is done)"
+)
 #: Log lines about a lost worker or executor, in the master's and the drivers' logs.
 LOSS_MARKERS = ("Removing worker", "Lost executor", "ExecutorLostFailure")
 #: How many such lines the demo shows.
@@ -96,7 +103,7 @@ class SparkSide:
         noticed = (f"after {kill.noticed_seconds:.1f} s" if kill.noticed_seconds is not None
                    else "not yet")
         say(f"   the master lists {len(kill.alive_after)} alive Spark worker(s) {noticed}; "
-            "the application carries on with the executors left")
+            "Spark goes on with the executors left")
         return kill
 
     def report(self, say: Say) -> None:
