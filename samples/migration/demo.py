@@ -26,13 +26,13 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from checkpoint.backends import open_storage
 from checkpoint.storage import Storage
 from jobs.spark import SparkSettings, spark_session
 from samples.migration.cluster import LoopbackCluster
-from samples.migration.demo_cluster import CLASSIC_NO_SPARK_KILL, SparkKill, SparkSide
+from samples.migration.demo_cluster import SparkKill, SparkSide
 from samples.migration.generate import Generated, generate
 from samples.migration.job import MigrateOrders
 from samples.migration.layout import MigrationParams, get_json
@@ -92,13 +92,18 @@ class DemoResult:
     spark_kill: SparkKill | None = None
 
 
-#: Called right after the demo SIGKILLed a runner worker (the cluster demo kills a
-#: Spark worker there too).
-OnKill = Callable[[Say], None]
+class ClusterSide(Protocol):
+    """The cluster demo's part (:class:`~.demo_cluster.SparkSide`)."""
+
+    def kill_worker(self, say: Say) -> object:
+        """Called right after the demo SIGKILLed a runner worker."""
+
+    def report(self, say: Say) -> None:
+        """Called once the job is done, before the verification."""
 
 
 def run_demo(
-    options: DemoOptions, workdir: Path, say: Say = print, on_kill: OnKill | None = None
+    options: DemoOptions, workdir: Path, say: Say = print, cluster: ClusterSide | None = None
 ) -> DemoResult:
     """Run the whole demo with its files under ``workdir``; raises if the job fails."""
     storage = options.storage or str(workdir / "store")
@@ -119,8 +124,10 @@ def run_demo(
         for _ in range(2):
             worker = runner.start_worker(*options.worker_args)
             say(f"   {_start_line(options.worker_args)} -> {worker.name} (pid {worker.pid})")
-        crash = _watch(runner, job_id, options, say, on_kill)
+        crash = _watch(runner, job_id, options, say, cluster)
         exit_codes = _wait_for_exit(runner, say)
+        if cluster is not None:
+            cluster.report(say)
     except BaseException:
         for worker in runner.workers:
             say(f"--- {worker.name} log, last lines ---\n{worker.tail()}")
@@ -141,10 +148,7 @@ def run_cluster_demo(
         say(side.describe())
         # Staging scratch is a local folder; every executor reads it: all on this machine.
         options = replace(options, worker_args=side.worker_args(), scratch_shared=True)
-        if not connect:
-            say(CLASSIC_NO_SPARK_KILL)
-        result = run_demo(options, workdir, say, on_kill=side.kill_worker if connect else None)
-        side.report(say)
+        result = run_demo(options, workdir, say, cluster=side)
     return replace(result, spark_kill=side.kill)
 
 
@@ -169,7 +173,7 @@ def job_params(
 
 
 def _watch(
-    runner: Runner, job_id: str, options: DemoOptions, say: Say, on_kill: OnKill | None
+    runner: Runner, job_id: str, options: DemoOptions, say: Say, cluster: ClusterSide | None
 ) -> Crash | None:
     """Show progress until the job is done; kill one worker mid-chunk on the way."""
     crash: Crash | None = None
@@ -189,8 +193,8 @@ def _watch(
             last_line, last_said = line, elapsed
         if options.kill and crash is None:
             crash = _maybe_kill(runner, status, options.worker_args, say)
-            if crash is not None and on_kill is not None:
-                on_kill(say)
+            if crash is not None and cluster is not None:
+                cluster.kill_worker(say)
         elif crash is not None and crash.resumed_by is None:
             _notice_resume(runner, status, crash, say)
         if not any(worker.alive() for worker in runner.workers):

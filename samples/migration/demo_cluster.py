@@ -79,9 +79,12 @@ class SparkSide:
         return ("--spark-master", self.cluster.master_url,
                 "--spark-conf", json.dumps(CLASSIC_DRIVER_CONF))
 
-    def kill_worker(self, say: Say, index: int = -1) -> SparkKill:
+    def kill_worker(self, say: Say, index: int = -1) -> SparkKill | None:
         """SIGKILL Spark worker ``index`` (its executors too); wait (bounded) for the
-        master to list it dead."""
+        master to list it dead. Not with classic drivers (:data:`CLASSIC_NO_SPARK_KILL`)."""
+        if self.cluster.remote_url is None:
+            say(CLASSIC_NO_SPARK_KILL)
+            return None
         daemon = self.cluster.worker_daemons[index]
         before = self.cluster.alive_workers()
         pids = group_pids(daemon.pid)  # the Worker JVM and its executors
@@ -107,7 +110,8 @@ class SparkSide:
         return kill
 
     def report(self, say: Say) -> None:
-        """What the logs say about the lost worker (call once the job is done)."""
+        """Alive workers before and after, and what the logs say about the lost worker
+        (once the job is done)."""
         if self.kill is None:
             return
         self.kill.log_lines = self._loss_lines()
