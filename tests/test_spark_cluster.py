@@ -54,8 +54,10 @@ def classic_run(
     workdir = tmp_path_factory.mktemp("cluster-classic")
     worker_args = ("--spark-master", cluster.master_url,
                    "--spark-conf", json.dumps(CLASSIC_DRIVER_CONF))
+    # The staging scratch is a local folder that every executor reads (all are on this
+    # machine): the params must say so, or a cluster driver refuses it.
     options = DemoOptions(None, ROWS, FILES, FILES_PER_CHUNK, kill=False,
-                          timeout_seconds=600, worker_args=worker_args)
+                          timeout_seconds=600, worker_args=worker_args, scratch_shared=True)
     said: list[str] = []
     try:
         yield run_demo(options, workdir, say=said.append), said, workdir
