@@ -24,7 +24,8 @@ import pyspark  # noqa: F401  - a missing spark extra must fail here, never skip
 import pytest
 
 from jobs.spark import stop_spark
-from samples.migration.cluster import ClusterError, LoopbackCluster, group_pids
+from samples.migration.cluster import ClusterError, LoopbackCluster
+from samples.migration.daemon import group_pids
 from samples.migration.demo import DemoOptions, DemoResult, run_demo
 from samples.migration.demo_cluster import CLASSIC_DRIVER_CONF
 

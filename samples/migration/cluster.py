@@ -49,19 +49,17 @@ import threading
 import time
 import urllib.request
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
+
+from samples.migration.daemon import Daemon
 
 #: The master declares a worker dead after this long without a heartbeat.
 WORKER_TIMEOUT_SECONDS = 10
 #: Bound on each daemon's readiness wait.
 START_TIMEOUT_SECONDS = 120.0
-#: SIGTERM, then this long, then SIGKILL.
-STOP_TIMEOUT_SECONDS = 15.0
 #: How often readiness is polled.
 POLL_SECONDS = 0.25
-LOG_TAIL_LINES = 25
 HOST = "127.0.0.1"
 #: Master and workers alike: the master drops a worker silent this long (default 60 s).
 _TIMEOUT_OPT = f"-Dspark.worker.timeout={WORKER_TIMEOUT_SECONDS}"
@@ -83,70 +81,6 @@ def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
         probe.bind((HOST, 0))
         return int(probe.getsockname()[1])
-
-
-@dataclass
-class Daemon:
-    """One JVM daemon, leader of its own process group (its children are in it too)."""
-
-    name: str
-    process: subprocess.Popen[bytes]
-    log_path: Path
-    ports: dict[str, int] = field(default_factory=dict)
-
-    @property
-    def pid(self) -> int:
-        return self.process.pid
-
-    def alive(self) -> bool:
-        return self.process.poll() is None
-
-    def kill(self) -> None:
-        """SIGKILL the whole process group (the JVM and every child, e.g. executors)."""
-        _signal_group(self.pid, signal.SIGKILL)
-        self.process.wait(STOP_TIMEOUT_SECONDS)
-
-    def stop(self) -> None:
-        """SIGTERM the group, wait up to :data:`STOP_TIMEOUT_SECONDS`, then SIGKILL it."""
-        if self.alive():
-            _signal_group(self.pid, signal.SIGTERM)
-            try:
-                self.process.wait(STOP_TIMEOUT_SECONDS)
-            except subprocess.TimeoutExpired:
-                pass
-        # Even once the leader is gone, children it left (executors) may still run.
-        self.kill()
-
-    def tail(self, lines: int = LOG_TAIL_LINES) -> str:
-        try:
-            text = self.log_path.read_text(errors="replace")
-        except OSError:
-            return "(no log)"
-        return "\n".join(text.splitlines()[-lines:])
-
-
-def _signal_group(pgid: int, signum: int) -> None:
-    try:
-        os.killpg(pgid, signum)
-    except ProcessLookupError:
-        pass
-
-
-def group_pids(pgid: int) -> list[int]:
-    """Live (non-zombie) processes of process group ``pgid``, read from ``/proc``."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue  # exited while we looked
-        # "pid (comm) state ppid pgrp ...": comm may hold spaces and parentheses.
-        fields = stat.rsplit(")", 1)[1].split()
-        if fields[0] != "Z" and int(fields[2]) == pgid:
-            found.append(int(entry.name))
-    return found
 
 
 class LoopbackCluster:
@@ -182,6 +116,7 @@ class LoopbackCluster:
         self.worker_daemons: list[Daemon] = []
         self.connect_server: Daemon | None = None
         self._lock = threading.Lock()
+        self._launched: list[Daemon] = []  # in start order, whatever its role
 
     # ------------------------------------------------------------------ addresses
 
@@ -241,10 +176,18 @@ class LoopbackCluster:
         return self
 
     def stop(self) -> None:
-        """Stop every daemon started (Connect server, workers, then master); idempotent."""
+        """Stop every daemon started (Connect server, workers, then master); idempotent.
+        A daemon that will not die does not keep the others running: its error is
+        raised once every one has been tried."""
+        errors: list[BaseException] = []
         with self._lock:
-            for daemon in reversed(self.daemons):
-                daemon.stop()
+            for daemon in reversed(self._launched):
+                try:
+                    daemon.stop()
+                except Exception as error:  # e.g. a JVM stuck past SIGKILL's wait
+                    errors.append(error)
+        if errors:
+            raise ClusterError(f"{len(errors)} daemon(s) did not stop") from errors[0]
 
     def kill_worker(self, index: int) -> Daemon:
         """SIGKILL worker ``index``'s process group: the Worker JVM and its executors."""
@@ -326,7 +269,11 @@ class LoopbackCluster:
                 cwd=self._folder(name), stdin=subprocess.DEVNULL, stdout=log,
                 stderr=subprocess.STDOUT, start_new_session=True,
             )
-        return Daemon(name, process, log_path, ports)
+        daemon = Daemon(name, process, log_path, ports)
+        # Recorded at once, before the caller names it: a Ctrl-C right after the
+        # Popen must still find it in stop().
+        self._launched.append(daemon)
+        return daemon
 
     def _env(self, name: str, extra: Mapping[str, str]) -> dict[str, str]:
         # The caller's SPARK_* / PYSPARK_* settings (a SPARK_CONF_DIR, a master's

@@ -16,7 +16,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from samples.migration.cluster import HOST, WORKER_TIMEOUT_SECONDS, LoopbackCluster, group_pids
+from samples.migration.cluster import HOST, WORKER_TIMEOUT_SECONDS, LoopbackCluster
+from samples.migration.daemon import group_pids
 
 #: Each classic driver (a runner worker) takes one core, so two of them share two
 #: 1-core workers instead of the first taking both (a standalone master's default).
