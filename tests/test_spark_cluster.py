@@ -104,13 +104,26 @@ def test_cluster_is_up(cluster: LoopbackCluster):
     assert cluster.alive_workers() == ports
 
 
+def executors_listening(cluster: LoopbackCluster) -> tuple[list[int], list[tuple[int, str]]]:
+    """The workers' executor pids and every socket of the cluster, once an executor is
+    up and every process listens (an executor binds its ports a few seconds after it
+    starts; bounded by :data:`NOTICE_BOUND_SECONDS`)."""
+    deadline = time.monotonic() + NOTICE_BOUND_SECONDS
+    while True:
+        executors = [pid for daemon in cluster.worker_daemons
+                     for pid in group_pids(daemon.pid) if pid != daemon.pid]
+        sockets = listening(every_pid(cluster))
+        wanted = {*executors, *(daemon.pid for daemon in cluster.daemons)}
+        if (executors and {pid for pid, _ in sockets} >= wanted) or time.monotonic() > deadline:
+            return executors, sockets
+        time.sleep(0.5)
+
+
 def test_every_listening_socket_is_on_loopback(cluster: LoopbackCluster):
     # Given the Connect server's executor running on a worker (in its process group)
-    executors = [pid for daemon in cluster.worker_daemons for pid in group_pids(daemon.pid)
-                 if pid != daemon.pid]
-    assert executors, "no executor JVM found under the workers"
     # When every listening socket of every process of the cluster is listed
-    sockets = listening(every_pid(cluster))
+    executors, sockets = executors_listening(cluster)
+    assert executors, "no executor JVM found under the workers"
     # Then each daemon and the executor listen, and only on 127.0.0.1
     assert {pid for pid, _ in sockets} >= {*executors, *(d.pid for d in cluster.daemons)}
     assert [entry for entry in sockets if host_of(entry[1]) not in LOOPBACK] == []
