@@ -219,7 +219,9 @@ class LoopbackCluster:
     def _master_answers(self) -> bool:
         try:
             self.alive_workers()
-        except OSError:
+        except (OSError, ValueError):
+            # Not up yet; or, seen once under load, up but answering /json/ with an
+            # HTML page for a moment: not ready either.
             return False
         return True
 
