@@ -14,11 +14,13 @@ DEMO_ARGS ?=
 export AZURITE_BIN := $(abspath $(AZURITE_BIN))
 export SPARK_LOCAL_IP := 127.0.0.1
 
-.PHONY: help venv azurite test lint typecheck bench chaos demo demo-azure clean
+.PHONY: help venv azurite test lint typecheck bench chaos demo demo-azure demo-cluster clean
 
 help:
 	@echo "make demo       run the main job on the embedded default (DEMO_ARGS='--rows 200000')"
 	@echo "make demo-azure the same on a private Azurite"
+	@echo "make demo-cluster the same on a loopback Spark cluster (master, 2 workers, Spark"
+	@echo "                Connect): workers as Connect clients, a Spark worker killed too"
 	@echo "make test       install everything, then run the full test suite (both backends)"
 	@echo "make bench      storage operations, the chunk engine (both backends) and the"
 	@echo "                migration chunked vs one plain Spark job -> BENCHMARKS.md"
@@ -86,6 +88,12 @@ demo: venv
 
 demo-azure: venv azurite
 	$(BIN)/python -m samples.migration.demo --azurite $(DEMO_ARGS)
+
+# The same on a Spark standalone cluster on loopback (samples/migration/cluster.py: a
+# master, two 1-core workers and a Spark Connect server, started and stopped by the
+# demo); the runner workers are Connect clients, and a Spark worker is SIGKILLed too.
+demo-cluster: venv
+	$(BIN)/python -m samples.migration.demo --cluster $(DEMO_ARGS)
 
 clean:
 	rm -rf $(VENV) .tools .runner
