@@ -292,6 +292,9 @@ class LoopbackCluster:
             "SPARK_PID_DIR": str(self._folder(name, "pid")),
             "SPARK_LOCAL_DIRS": str(self._folder(name, "local")),
             "SPARK_WORKER_DIR": str(self._folder(name, "work")),
+            # Executors run Python UDFs in the clients' own interpreter (same version,
+            # same packages), as a cluster's nodes must.
+            "PYSPARK_PYTHON": sys.executable,
             **extra,
         }
 
