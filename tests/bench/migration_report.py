@@ -106,11 +106,11 @@ def memory_rows(pairs: list[Pair]) -> list[str]:
         ("plain: the one-shot process", [pair.plain.peaks for pair in pairs]),
     )
     for label, peaks in sides:
-        rows.append(f"| {label} | " + " | ".join(_memory_cells(peaks)) + " |")
+        rows.append(f"| {label} | " + " | ".join(memory_cells(peaks)) + " |")
     return rows
 
 
-def _memory_cells(peaks: list[TreePeaks]) -> list[str]:
+def memory_cells(peaks: list[TreePeaks]) -> list[str]:
     return [
         _mib([p.root_kib for p in peaks]),
         _mib([p.jvm_kib for p in peaks]),
