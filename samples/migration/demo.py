@@ -4,6 +4,7 @@
     python -m samples.migration.demo --rows 200000       # smaller / larger
     python -m samples.migration.demo --azurite           # a private Azurite (make demo-azure)
     python -m samples.migration.demo --storage "$CONN"   # your Azure Storage account
+    python -m samples.migration.demo --cluster           # on a loopback Spark cluster
 
 1. generate the legacy v1 orders into the blob store (container ``orders-v1``);
 2. ``runner submit`` the migration, ``runner start`` two worker processes;
@@ -30,6 +31,8 @@ from typing import Any
 from checkpoint.backends import open_storage
 from checkpoint.storage import Storage
 from jobs.spark import SparkSettings, spark_session
+from samples.migration.cluster import LoopbackCluster
+from samples.migration.demo_cluster import SparkKill, SparkSide
 from samples.migration.generate import Generated, generate
 from samples.migration.job import MigrateOrders
 from samples.migration.layout import MigrationParams, get_json
@@ -57,6 +60,10 @@ class DemoOptions:
     files_per_chunk: int = DEFAULT_FILES_PER_CHUNK
     kill: bool = True
     timeout_seconds: float = 1800.0
+    #: Extra ``runner start`` options for every worker (``--spark-master ...``).
+    worker_args: tuple[str, ...] = ()
+    #: Say in the params that the staging scratch is readable by every executor.
+    scratch_shared: bool = False
 
 
 @dataclass
@@ -82,9 +89,17 @@ class DemoResult:
     crash: Crash | None
     verdict: Verdict
     exit_codes: dict[str, int | None]
+    spark_kill: SparkKill | None = None
 
 
-def run_demo(options: DemoOptions, workdir: Path, say: Say = print) -> DemoResult:
+#: Called right after the demo SIGKILLed a runner worker (the cluster demo kills a
+#: Spark worker there too).
+OnKill = Callable[[Say], None]
+
+
+def run_demo(
+    options: DemoOptions, workdir: Path, say: Say = print, on_kill: OnKill | None = None
+) -> DemoResult:
     """Run the whole demo with its files under ``workdir``; raises if the job fails."""
     storage = options.storage or str(workdir / "store")
     with open_storage(storage) as opened:
@@ -95,14 +110,16 @@ def run_demo(options: DemoOptions, workdir: Path, say: Say = print) -> DemoResul
             f"{len(generated.names)} blobs of container {generated.container!r} "
             f"({time.monotonic() - started:.0f} s)")
         params = job_params(opened, generated, options.files_per_chunk, workdir)
+        if options.scratch_shared:
+            params["scratch_shared"] = True
     runner = Runner(storage, workdir)
     try:
         job_id = runner.submit(params)
         say(f"2. runner submit {MigrateOrders.job_type()} -> job {job_id}")
         for _ in range(2):
-            worker = runner.start_worker()
-            say(f"   runner start --workers 1 --burst -> {worker.name} (pid {worker.pid})")
-        crash = _watch(runner, job_id, options, say)
+            worker = runner.start_worker(*options.worker_args)
+            say(f"   {_start_line(options.worker_args)} -> {worker.name} (pid {worker.pid})")
+        crash = _watch(runner, job_id, options, say, on_kill)
         exit_codes = _wait_for_exit(runner, say)
     except BaseException:
         for worker in runner.workers:
@@ -111,6 +128,22 @@ def run_demo(options: DemoOptions, workdir: Path, say: Say = print) -> DemoResul
     finally:
         runner.kill_all()
     return _conclude(storage, workdir, job_id, generated, crash, exit_codes, say)
+
+
+def run_cluster_demo(
+    options: DemoOptions, workdir: Path, say: Say = print, *, connect: bool = True
+) -> DemoResult:
+    """:func:`run_demo` against a :class:`LoopbackCluster` started (and stopped) for it:
+    the runner workers are Spark Connect clients of its server (``connect``) or else
+    classic drivers on its master; a Spark worker is SIGKILLed with the runner worker."""
+    with LoopbackCluster(workdir / "cluster", connect=connect) as cluster:
+        side = SparkSide(cluster, runner_logs=workdir)
+        say(side.describe())
+        # Staging scratch is a local folder; every executor reads it: all on this machine.
+        options = replace(options, worker_args=side.worker_args(), scratch_shared=True)
+        result = run_demo(options, workdir, say, on_kill=side.kill_worker)
+        side.report(say)
+    return replace(result, spark_kill=side.kill)
 
 
 def job_params(
@@ -133,7 +166,9 @@ def job_params(
 # --------------------------------------------------------------------------- watching
 
 
-def _watch(runner: Runner, job_id: str, options: DemoOptions, say: Say) -> Crash | None:
+def _watch(
+    runner: Runner, job_id: str, options: DemoOptions, say: Say, on_kill: OnKill | None
+) -> Crash | None:
     """Show progress until the job is done; kill one worker mid-chunk on the way."""
     crash: Crash | None = None
     started = time.monotonic()
@@ -151,7 +186,9 @@ def _watch(runner: Runner, job_id: str, options: DemoOptions, say: Say) -> Crash
             say(f"   [{elapsed:5.0f} s] {line}")
             last_line, last_said = line, elapsed
         if options.kill and crash is None:
-            crash = _maybe_kill(runner, status, say)
+            crash = _maybe_kill(runner, status, options.worker_args, say)
+            if crash is not None and on_kill is not None:
+                on_kill(say)
         elif crash is not None and crash.resumed_by is None:
             _notice_resume(runner, status, crash, say)
         if not any(worker.alive() for worker in runner.workers):
@@ -196,7 +233,9 @@ def _batch(progress: Any) -> tuple[int, int]:
     return 0, 0
 
 
-def _maybe_kill(runner: Runner, status: dict[str, Any], say: Say) -> Crash | None:
+def _maybe_kill(
+    runner: Runner, status: dict[str, Any], worker_args: tuple[str, ...], say: Say
+) -> Crash | None:
     """SIGKILL a worker that holds a chunk with a checkpoint and batches still to do."""
     for entry in status["running"]:
         batch, of = _batch(entry["progress"])
@@ -206,8 +245,8 @@ def _maybe_kill(runner: Runner, status: dict[str, Any], say: Say) -> Crash | Non
         worker.kill()
         say(f"3. SIGKILL {worker.name} (pid {worker.pid}, with its Spark JVM) while it runs "
             f"chunk #{entry['index']}: checkpoint says batch {batch} of {of} is next")
-        replacement = runner.start_worker()
-        say(f"   runner start --workers 1 --burst -> {replacement.name} (pid "
+        replacement = runner.start_worker(*worker_args)
+        say(f"   {_start_line(worker_args)} -> {replacement.name} (pid "
             f"{replacement.pid}) replaces it; the chunk is back on the queue once its "
             f"lease runs out (at most {MigrateOrders.lease_seconds} s), for the next free "
             "worker")
@@ -229,6 +268,10 @@ def _notice_resume(runner: Runner, status: dict[str, Any], crash: Crash, say: Sa
         if worker is not None:
             for line in worker.log_lines("resumes from its checkpoint"):
                 say(f"   {worker.name} log: {line.split(': ', 1)[-1]}")
+
+
+def _start_line(worker_args: tuple[str, ...]) -> str:
+    return " ".join(["runner start --workers 1 --burst", *worker_args])
 
 
 def _wait_for_exit(runner: Runner, say: Say) -> dict[str, int | None]:
@@ -260,9 +303,10 @@ def _conclude(
         manifest = get_json(opened, settings.results_container, f"{job_id}/manifest.json")
         summary = get_json(opened, settings.results_container, f"{job_id}/summary.json")
         _report(summary, manifest, crash, say)
-        say("5. one-shot plain Spark run of the same transform over all the input ...")
         started = time.monotonic()
         spark = spark_session(SparkSettings.for_job(MigrateOrders))
+        say("5. one-shot plain Spark run of the same transform over all the input (a "
+            f"classic driver in this process, master {spark.sparkContext.master}) ...")
         verdict = verify(spark, opened, settings, list(generated.names), (manifest, summary),
                          workdir / "one-shot")
     say(f"   ({time.monotonic() - started:.0f} s)")
@@ -301,6 +345,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--files", type=int, default=DEFAULT_FILES)
     parser.add_argument("--files-per-chunk", type=int, default=DEFAULT_FILES_PER_CHUNK)
     parser.add_argument("--no-kill", dest="kill", action="store_false", help="no crash")
+    parser.add_argument("--cluster", action="store_true",
+                        help="on a loopback Spark cluster, workers as Spark Connect clients")
+    parser.add_argument("--classic", action="store_true",
+                        help="with --cluster: workers as classic drivers, no Connect server")
     parser.add_argument("--workdir", type=Path, help="keep everything here (default: temp)")
     args = parser.parse_args(argv)
     options = DemoOptions(args.storage, args.rows, args.files, args.files_per_chunk, args.kill)
@@ -313,14 +361,20 @@ def main(argv: list[str] | None = None) -> int:
 
             with azurite.start(workdir / "azurite") as server:
                 options = replace(options, storage=server.connection_string)
-                result = run_demo(options, workdir)
+                result = _run(args, options, workdir)
         else:
-            result = run_demo(options, workdir)
+            result = _run(args, options, workdir)
     finally:
         if args.workdir is None:
             shutil.rmtree(workdir, ignore_errors=True)
     print(f"demo took {time.monotonic() - started:.0f} s")
     return 0 if result.verdict.ok else 1
+
+
+def _run(args: argparse.Namespace, options: DemoOptions, workdir: Path) -> DemoResult:
+    if args.cluster:
+        return run_cluster_demo(options, workdir, connect=not args.classic)
+    return run_demo(options, workdir)
 
 
 if __name__ == "__main__":
