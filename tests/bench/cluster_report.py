@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 from tests.bench.crash import Crashed
 from tests.bench.migration import Input
-from tests.bench.migration_report import MIB, Pair, Timed, memory_cells, wall_rows
+from tests.bench.migration_report import MIB, Pair, Timed, memory_table, wall_rows
 from tests.bench.report import spread
 from tests.bench.streaming import Streamed
 
@@ -95,20 +95,11 @@ def cold_server_line(rounds: list[Round]) -> str:
 
 def memory_rows(rounds: list[Round]) -> list[str]:
     """Peak resident MiB of the worker: a Connect client, against a local-mode worker."""
-    rows = [
-        "| worker | Python process, MiB | its Spark JVM, MiB | sum of the two peaks, MiB "
-        "| whole tree at one read, MiB |",
-        "|---|---|---|---|---|",
-    ]
-    sides = (
-        ("Connect client (`RUNNER_SPARK_REMOTE`), no JVM", [r.chunked for r in rounds]),
-        ("local mode (`local[*]`, its own JVM)", [r.local for r in rounds]),
-    )
-    for label, timed in sides:
-        peaks = [t.peaks for t in timed if t is not None]
-        if peaks:
-            rows.append(f"| {label} | " + " | ".join(memory_cells(peaks)) + " |")
-    return rows
+    return memory_table("worker", [
+        ("Connect client (`RUNNER_SPARK_REMOTE`), no JVM",
+         [r.chunked.peaks for r in rounds if r.chunked]),
+        ("local mode (`local[*]`, its own JVM)", [r.local.peaks for r in rounds if r.local]),
+    ])
 
 
 def memory_line(rounds: list[Round]) -> str:
