@@ -108,6 +108,7 @@ def test_spark_target_sets_and_restores_the_environment(monkeypatch):
 
 
 @pytest.mark.spark
+@pytest.mark.timeout(900)  # six Spark processes one after another; ~2 min unloaded
 def test_both_sides_survive_a_sigkill_and_match_the_one_shot_run(tmp_path: Path):
     # Given a tiny input (24 files, 8 chunks of 3, 8 micro-batches of 3), its one-shot run
     data = migration.prepare(tmp_path, 2_400, 3)
