@@ -16,7 +16,11 @@ Spark's own ``_SUCCESS``) never shows up as data when the directory is read.
 
 Plain paths are handled with the standard library; URIs (``abfss://``, ``hdfs://``,
 ``file://``) through the Hadoop file system of the Spark session, so the helpers work on
-a cluster's storage as they do on a local disk. PySpark is imported only when used.
+a cluster's storage as they do on a local disk. A Spark Connect session has no Hadoop
+file system on the client: there a URI's marker is written through Spark itself, as a
+one-line text dataset in a ``_COMMITTED/`` directory (see :class:`_SparkFiles`), and a
+plain path must be one the client and the cluster share. PySpark is imported only when
+used.
 """
 
 from __future__ import annotations
@@ -34,7 +38,7 @@ from checkpoint import checks
 from checkpoint.errors import ConfigurationError
 from checkpoint.layout import check_job_id
 from jobs.errors import MetricsUnavailable
-from jobs.spark_session import spark_session
+from jobs.spark_session import is_connect, spark_session
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, Observation, SparkSession
@@ -192,6 +196,10 @@ def observed_metrics(
         MetricsUnavailable: none came in time, or Spark sent none (it sends an empty
             row when the optimizer removed the observation).
     """
+    if not hasattr(observation, "_jo"):
+        # A Spark Connect observation: the server sends the metrics with the action's
+        # own result, so they are there (or never will be) once the action returned.
+        return _delivered(observation.get)
     # The JVM-side Observation's future (public in Scala) can be asked without waiting.
     future = observation._jo.future() if observation._jo is not None else None
     if future is None:
@@ -201,7 +209,10 @@ def observed_metrics(
         if time.monotonic() >= deadline:
             raise MetricsUnavailable(f"no observed metrics within {timeout_seconds} s")
         time.sleep(_METRICS_POLL_SECONDS)
-    metrics = observation.get
+    return _delivered(observation.get)
+
+
+def _delivered(metrics: dict[str, Any]) -> dict[str, Any]:
     if not metrics:
         raise MetricsUnavailable("Spark delivered no observed metrics (observation optimized away)")
     return metrics
@@ -321,6 +332,8 @@ def _files(path: str, spark: SparkSession | None) -> _Files:
         return _LocalFiles(Path(path))
     if spark is None:
         spark = spark_session()
+    if is_connect(spark):
+        return _SparkFiles(spark, path)
     return _HadoopFiles(spark, path)
 
 
@@ -380,3 +393,39 @@ class _HadoopFiles:
 
     def delete(self, name: str) -> None:
         self._fs.delete(self._path(name), False)
+
+
+class _SparkFiles:
+    """Marker files at a URI, written and read through a Spark Connect session.
+
+    A Connect client has no Hadoop file system of its own, and Spark's data sources
+    write directories, not files: the marker ``name`` is the directory ``<path>/name``
+    holding one text file with the marker's one line. Spark readers skip it like any
+    ``_`` path. Written with overwrite (a reader sees the old text, none, or the new),
+    and deleted by overwriting it with nothing, which reads back as no marker. The
+    chunk's own write with overwrite replaces the whole directory, marker included.
+    """
+
+    def __init__(self, spark: SparkSession, path: str):
+        self._spark = spark
+        self._directory = path.rstrip("/")
+
+    def read(self, name: str) -> str | None:
+        from pyspark.errors import AnalysisException
+
+        try:
+            lines = self._spark.read.text(f"{self._directory}/{name}").collect()
+        except AnalysisException as error:
+            if error.getCondition() == "PATH_NOT_FOUND":
+                return None
+            raise
+        return "\n".join(row["value"] for row in lines) if lines else None
+
+    def write(self, name: str, text: str) -> None:
+        frame = self._spark.createDataFrame([(text,)], "value string").coalesce(1)
+        frame.write.mode("overwrite").text(f"{self._directory}/{name}")
+
+    def delete(self, name: str) -> None:
+        if self.read(name) is not None:
+            empty = self._spark.createDataFrame([], "value string")
+            empty.write.mode("overwrite").text(f"{self._directory}/{name}")

@@ -16,10 +16,12 @@ project never need it. ::
                 commit = write_chunk_output(migrate(df), out)
             return {"rows": commit.rows}
 
-The session is built on first use with the master and conf of :class:`SparkSettings`
-(the job class's ``spark_master`` / ``spark_conf``, overridden by
-``RUNNER_SPARK_MASTER`` / ``RUNNER_SPARK_CONF``) and then shared by every chunk the
-process runs, so the JVM starts once per worker, not once per chunk.
+The session is built on first use with the master (or Spark Connect remote) and conf of
+:class:`SparkSettings` (the job class's ``spark_master`` / ``spark_remote`` /
+``spark_conf``, overridden by ``RUNNER_SPARK_MASTER`` / ``RUNNER_SPARK_REMOTE`` /
+``RUNNER_SPARK_CONF``) and then shared by every chunk the process runs: a driver's JVM
+starts once per worker, not once per chunk, and a Connect client (no JVM at all) keeps
+one server-side session.
 """
 
 from __future__ import annotations
@@ -47,11 +49,18 @@ from jobs.chunk_output import (
 from jobs.errors import ChunkStopped, JobDefinitionError
 from jobs.job import ChunkedJob
 from jobs.planning import split_files, split_key_range
-from jobs.spark_session import spark_session, stop_spark
-from jobs.spark_settings import CONF_ENV, MASTER_ENV, SparkSettings, conf_strings
+from jobs.spark_interrupt import interrupter_for
+from jobs.spark_session import default_parallelism, is_connect, spark_session, stop_spark
+from jobs.spark_settings import (
+    CONF_ENV,
+    MASTER_ENV,
+    REMOTE_ENV,
+    SparkSettings,
+    check_remote,
+    conf_strings,
+)
 
 if TYPE_CHECKING:
-    from pyspark import SparkContext
     from pyspark.sql import SparkSession
 
 __all__ = [
@@ -61,11 +70,14 @@ __all__ = [
     "ChunkCommit",
     "ChunkJobGroup",
     "MASTER_ENV",
+    "REMOTE_ENV",
     "SparkChunkedJob",
     "SparkSettings",
     "chunk_output_path",
     "content_checksum",
+    "default_parallelism",
     "is_committed",
+    "is_connect",
     "job_group",
     "observed_metrics",
     "read_commit",
@@ -81,30 +93,31 @@ log = logging.getLogger(__name__)
 #: How often a chunk's job-group watcher asks ``chunk.stopping``.
 STOP_POLL_SECONDS = 0.2
 
-#: The local properties a job group sets on the calling thread.
-_GROUP_PROPERTIES = ("spark.jobGroup.id", "spark.job.description", "spark.job.interruptOnCancel")
-
 
 # --------------------------------------------------------------------------- job groups
 
 
 class ChunkJobGroup:
-    """A chunk's Spark job group, cancelled as soon as the chunk must stop.
+    """A chunk's Spark work, cut short as soon as the chunk must stop.
 
-    Use as a context manager on the chunk's own thread (Spark keeps the group in the
-    thread's local properties). Inside it every Spark action belongs to the group; a
-    daemon thread polls ``chunk.stopping`` every ``poll_seconds`` and, once it is true
-    (lease lost, worker stopping), cancels the group so a running action fails within
-    moments instead of running to the end. On leaving, a cancelled group (or an error
-    raised while the chunk must stop) becomes the chunk's proper stop exception:
-    :class:`~checkpoint.errors.LeaseLost` or :class:`~jobs.errors.ChunkStopped` (the Spark
-    error kept as its cause), raised by ``chunk.checkpoint(chunk.state)``, so the newest
-    state is flushed exactly as at any checkpoint.
+    Use as a context manager on the chunk's own thread. Inside it every Spark action is
+    marked as the chunk's: with a job group in a classic session, with an operation tag
+    in a Spark Connect session (:mod:`jobs.spark_interrupt`). A daemon thread polls
+    ``chunk.stopping`` every ``poll_seconds`` and, once it is true (lease lost, job
+    cancelled or paused, worker stopping), cancels the group or interrupts the tag, so
+    a running action fails within moments instead of running to the end; it cancels
+    again at each poll until the block is left, so an action started after the first
+    cancel (code that caught Spark's error and went on) is cut short too. On leaving, a
+    cancelled group (or an error raised while the chunk must stop) becomes the chunk's
+    proper stop exception: :class:`~checkpoint.errors.LeaseLost` or
+    :class:`~jobs.errors.ChunkStopped` (the Spark error kept as its cause), raised by
+    ``chunk.checkpoint(chunk.state)``, so the newest state is flushed exactly as at any
+    checkpoint.
 
     Attributes:
-        id: the group id: unique per entry, so cancelling one attempt of a chunk never
-            touches another attempt running in the same process.
-        description: what Spark's UI shows for the group's jobs.
+        id: the group id (or tag): unique per entry, so cancelling one attempt of a
+            chunk never touches another attempt running in the same process.
+        description: what Spark's UI shows for the group's jobs (classic sessions).
         cancelled: True once the watcher cancelled the group.
     """
 
@@ -116,25 +129,21 @@ class ChunkJobGroup:
         *,
         poll_seconds: float = STOP_POLL_SECONDS,
     ):
-        self._context: SparkContext = spark.sparkContext
         self._chunk = chunk
         self._poll_seconds = poll_seconds
         self.id = f"chunkrunner-{chunk.job_id}-{chunk.index}-{chunk.attempt}-{uuid.uuid4().hex[:8]}"
         self.description = description or (
             f"chunk {chunk.index} of job {chunk.job_id} (attempt {chunk.attempt})"
         )
+        self._interrupter = interrupter_for(spark, self.id, self.description)
         self.cancelled = False
         self._left = threading.Event()
         self._watcher: threading.Thread | None = None
-        self._previous: dict[str, str | None] = {}
 
     def __enter__(self) -> ChunkJobGroup:
         if self._chunk.stopping:
             _raise_stop(self._chunk, None)  # start no Spark work for a chunk that must stop
-        # Restored on exit, so a group nested in another does not leave the outer one
-        # without its id.
-        self._previous = {key: self._context.getLocalProperty(key) for key in _GROUP_PROPERTIES}
-        self._context.setJobGroup(self.id, self.description, interruptOnCancel=True)
+        self._interrupter.enter()
         self._watcher = threading.Thread(target=self._watch, name=f"{self.id}-watch", daemon=True)
         self._watcher.start()
         return self
@@ -148,10 +157,7 @@ class ChunkJobGroup:
         self._left.set()
         if self._watcher is not None:
             self._watcher.join()
-        for key, value in self._previous.items():
-            # None removes the property (as pyspark's docstring says), but pyspark's own
-            # annotation of ``value`` is ``str``: a third-party annotation bug.
-            self._context.setLocalProperty(key, value)  # type: ignore[arg-type]
+        self._interrupter.leave()
         if isinstance(exc, (LeaseLost, ChunkStopped)):
             return  # already the right exception (from a checkpoint inside)
         # A cancelled group means work inside was cut short, even if the code inside
@@ -160,21 +166,22 @@ class ChunkJobGroup:
             _raise_stop(self._chunk, exc)
 
     def cancel(self) -> None:
-        """Cancel the group's running and future jobs now (also called by the watcher)."""
+        """Cancel the group's running jobs now (also called by the watcher)."""
         self.cancelled = True
-        self._context.cancelJobGroup(self.id)
+        self._interrupter.cancel()
 
     def _watch(self) -> None:
         while not self._left.wait(self._poll_seconds):
-            if self._chunk.stopping:
+            if not self._chunk.stopping:
+                continue
+            if not self.cancelled:
                 log.info(
                     "chunk %s of %s must stop: cancelling %s",
                     self._chunk.index,
                     self._chunk.job_id,
                     self.id,
                 )
-                self.cancel()
-                return
+            self.cancel()
 
 
 def _raise_stop(chunk: Chunk, cause: BaseException | None) -> None:
@@ -212,6 +219,10 @@ class SparkChunkedJob(ChunkedJob):
     ``split`` and ``finalize`` may use ``self.spark`` too.
 
     Class attributes (besides ChunkedJob's):
+        spark_remote: a Spark Connect URL (``sc://host:15002``): the worker is a thin
+            client of that server instead of a driver. ``RUNNER_SPARK_REMOTE``
+            (``runner start --spark-remote``) overrides it, and a master named in the
+            environment replaces it.
         spark_master: the master URL; None for ``local[*]``. ``RUNNER_SPARK_MASTER``
             (``runner start --spark-master``) overrides it.
         spark_conf: extra Spark conf, e.g. ``{"spark.sql.shuffle.partitions": 8}``;
@@ -222,6 +233,7 @@ class SparkChunkedJob(ChunkedJob):
     """
 
     spark_master: ClassVar[str | None] = None
+    spark_remote: ClassVar[str | None] = None
     spark_conf: ClassVar[Mapping[str, Any]] = MappingProxyType({})
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
@@ -231,7 +243,14 @@ class SparkChunkedJob(ChunkedJob):
             raise JobDefinitionError(
                 f"{cls.__qualname__}.spark_master must be a master URL or None, not {master!r}"
             )
+        if master is not None and cls.spark_remote is not None:
+            raise JobDefinitionError(
+                f"{cls.__qualname__} sets both spark_master and spark_remote: a worker is "
+                "either a Spark driver or a Spark Connect client"
+            )
         try:
+            if cls.spark_remote is not None:
+                check_remote(cls.spark_remote, f"{cls.__qualname__}.spark_remote")
             conf_strings(cls.spark_conf, f"{cls.__qualname__}.spark_conf")
         except ConfigurationError as error:
             raise JobDefinitionError(str(error)) from error

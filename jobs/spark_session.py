@@ -1,5 +1,10 @@
 """One SparkSession per worker process, built on first use and shared by its chunks.
 
+The session is either classic (the worker is a Spark driver: a JVM in the worker) or a
+Spark Connect client (``SparkSettings.remote``: a gRPC client of a shared server, no JVM
+in the worker). :func:`is_connect` tells which; the rest of ``jobs.spark`` works with
+both.
+
 Its own module so that :mod:`jobs.chunk_output` (which needs a session for remote
 paths) and :mod:`jobs.spark` (which imports chunk_output) both import it downward.
 PySpark is imported only when a session is first wanted.
@@ -7,12 +12,14 @@ PySpark is imported only when a session is first wanted.
 
 from __future__ import annotations
 
+import importlib
 import logging
 import os
 import threading
-from typing import TYPE_CHECKING
+import weakref
+from typing import TYPE_CHECKING, Any
 
-from jobs.spark_settings import SparkSettings
+from jobs.spark_settings import DEFAULT_CONF, SparkSettings
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -25,6 +32,18 @@ _session_lock = threading.Lock()
 _session: SparkSession | None = None
 _session_settings: SparkSettings | None = None
 _warned_settings: set[str] = set()
+#: Set by pyspark when a Connect session is built, and left set after it stops; while
+#: set, pyspark builds Connect objects (an ``Observation``, ...) even for a classic
+#: session. Removed again by :func:`stop_spark` if it was not set before.
+_CONNECT_MODE_ENV = "SPARK_CONNECT_MODE_ENABLED"
+_connect_mode_was_set = False
+#: Conf a Connect session cannot change that matters only to a driver the worker starts
+#: itself (its UI, its own JVM): refused quietly. Other refused keys are warned about.
+_DRIVER_ONLY_PREFIXES = ("spark.ui.", "spark.driver.", "spark.app.name", "spark.master")
+#: Rows of the query that finds a Connect session's default parallelism: more than any
+#: cluster's cores, so every partition of ``spark.range`` holds some.
+_PARALLELISM_PROBE_ROWS = 1 << 20
+_parallelism: weakref.WeakKeyDictionary[Any, int] = weakref.WeakKeyDictionary()
 
 
 def spark_session(settings: SparkSettings | None = None) -> SparkSession:
@@ -56,17 +75,51 @@ def spark_session(settings: SparkSettings | None = None) -> SparkSession:
 
 def stop_spark() -> None:
     """Stop this process's SparkSession, if any; the next :func:`spark_session` builds
-    a new one. For tests and orderly shutdown; workers need not call it."""
-    global _session, _session_settings
+    a new one. For tests and orderly shutdown; workers need not call it.
+
+    Stopping a Connect session ends it on the server and closes the client's channel;
+    the server and its cluster go on serving others."""
+    global _session, _session_settings, _connect_mode_was_set
     with _session_lock:
         if _session is not None:
             _session.stop()
+            if is_connect(_session) and not _connect_mode_was_set:
+                os.environ.pop(_CONNECT_MODE_ENV, None)
         _session = _session_settings = None
 
 
+def is_connect(spark: Any) -> bool:
+    """True if ``spark`` is a Spark Connect session (a client of a remote server).
+
+    Told by its class, so asking imports nothing (the Connect client needs grpcio,
+    pandas and pyarrow, which a classic worker may not have)."""
+    return type(spark).__module__.startswith("pyspark.sql.connect.")
+
+
+def default_parallelism(spark: SparkSession) -> int:
+    """How many tasks ``spark`` runs at once by default: its cluster's cores.
+
+    Classic sessions ask their SparkContext. A Connect session has none, so it is
+    measured once per session: the partitions of a ``spark.range`` (which Spark cuts
+    into the default parallelism) that hold rows, one small query.
+    """
+    if not is_connect(spark):
+        return int(spark.sparkContext.defaultParallelism)
+    known = _parallelism.get(spark)
+    if known is None:
+        from pyspark.sql import functions as F
+
+        probe = spark.range(_PARALLELISM_PROBE_ROWS).select(F.spark_partition_id().alias("p"))
+        known = _parallelism[spark] = max(1, probe.distinct().count())
+    return known
+
+
 def _is_alive(session: SparkSession) -> bool:
-    # SparkContext.stop() drops its Java context; a session stopped elsewhere (user
-    # code, a test) must be rebuilt, not handed out dead.
+    # A session stopped elsewhere (user code, a test) must be rebuilt, not handed out
+    # dead. SparkContext.stop() drops its Java context; a Connect session says so.
+    if is_connect(session):
+        connect: Any = session  # typed as the classic class, which has no is_stopped
+        return not connect.is_stopped
     return session.sparkContext._jsc is not None
 
 
@@ -75,6 +128,8 @@ def _build_session(settings: SparkSettings) -> SparkSession:
         from pyspark.sql import SparkSession
     except ImportError as missing:
         raise ImportError(_MISSING_PYSPARK) from missing
+    if settings.remote is not None:
+        return _build_connect_session(settings)
     if settings.master.startswith("local"):
         # The JVM picks its bind address from the host name (and warns) unless told;
         # only for local masters: a cluster's executors must reach the driver.
@@ -89,6 +144,48 @@ def _build_session(settings: SparkSettings) -> SparkSession:
         py4j_log.setLevel(logging.WARNING)
     log.info("starting SparkSession (master %s)", settings.master)
     return builder.getOrCreate()
+
+
+def _build_connect_session(settings: SparkSettings) -> SparkSession:
+    """A thin Spark Connect client of ``settings.remote``: no JVM in this process."""
+    global _connect_mode_was_set
+    try:
+        from pyspark.errors import AnalysisException
+        from pyspark.sql import SparkSession
+
+        # The Connect client's own dependencies, checked before connecting.
+        importlib.import_module("pyspark.sql.connect.session")
+    except ImportError as missing:
+        raise ImportError(_MISSING_PYSPARK + " (the Connect client: grpcio, pandas, "
+                          f"pyarrow): {missing}") from missing
+    assert settings.remote is not None
+    _connect_mode_was_set = _CONNECT_MODE_ENV in os.environ
+    log.info("connecting to Spark Connect server %s", settings.remote)
+    session = SparkSession.builder.remote(settings.remote).getOrCreate()
+    refused = []
+    # Set one by one, after connecting: the builder would set them all at once and
+    # turn every refusal into a Python warning on stderr.
+    for key, value in settings.conf.items():
+        try:
+            session.conf.set(key, value)
+        except AnalysisException:
+            refused.append(key)
+    _log_refused_conf(settings, refused)
+    return session
+
+
+def _log_refused_conf(settings: SparkSettings, refused: list[str]) -> None:
+    quiet = [key for key in refused if key in DEFAULT_CONF or key.startswith(_DRIVER_ONLY_PREFIXES)]
+    if quiet:
+        log.debug("not for a Connect session (the server's own driver decides): %s", quiet)
+    loud = [key for key in refused if key not in quiet]
+    if loud:
+        log.warning(
+            "Spark Connect server %s refused conf %s: a Connect session can change only "
+            "runtime SQL conf; set these on the server when it starts",
+            settings.remote,
+            ", ".join(loud),
+        )
 
 
 def _warn_other_settings(settings: SparkSettings) -> None:

@@ -34,7 +34,7 @@ from jobs import manage
 from jobs.retention import delete as delete_job
 from jobs.retention import parse_age
 from jobs.retention import purge as purge_jobs
-from jobs.spark_settings import CONF_ENV, MASTER_ENV
+from jobs.spark_settings import CONF_ENV, MASTER_ENV, REMOTE_ENV, check_remote
 from jobs.submit import submit as submit_job
 from runner.logs import LOG_FORMATS, LogFormat
 from runner.loop import (
@@ -218,8 +218,15 @@ def _json_params(text: str) -> object:
     "--spark-master",
     default=None,
     metavar="URL",
-    help="Spark master for SparkChunkedJob workers (default: the job's spark_master, "
-    "else local[*]); sets RUNNER_SPARK_MASTER.",
+    help="Spark master for SparkChunkedJob workers, each its own driver (default: the "
+    "job's spark_master, else local[*]); sets RUNNER_SPARK_MASTER.",
+)
+@click.option(
+    "--spark-remote",
+    default=None,
+    metavar="sc://HOST:PORT",
+    help="Spark Connect server: SparkChunkedJob workers become thin Connect clients of it, "
+    "no JVM in the worker (default: the job's spark_remote); sets RUNNER_SPARK_REMOTE.",
 )
 @click.option(
     "--spark-conf",
@@ -252,6 +259,7 @@ def start(
     stop_timeout_seconds: float,
     poll_max_seconds: float,
     spark_master: str | None,
+    spark_remote: str | None,
     spark_conf: str | None,
     log_level: str | None,
     log_format: LogFormat,
@@ -265,8 +273,7 @@ def start(
 
     # Through the environment: spawned worker processes inherit it, and jobs.spark
     # reads its settings from there, in one place.
-    if spark_master:
-        os.environ[MASTER_ENV] = spark_master
+    _set_spark_target(spark_master, spark_remote)
     if spark_conf:
         try:
             if not isinstance(json.loads(spark_conf), dict):
@@ -288,6 +295,25 @@ def start(
     )
     options = StartOptions(jobs, storage, settings, level.upper(), log_format)
     sys.exit(run_workers(options, workers, restart=restart))
+
+
+def _set_spark_target(master: str | None, remote: str | None) -> None:
+    """Where workers run their Spark work, in the environment: an option given here
+    replaces whatever master or remote the environment named before."""
+    if master and remote:
+        raise click.UsageError(
+            "--spark-master and --spark-remote exclude each other: a worker is either a "
+            "Spark driver or a Spark Connect client"
+        )
+    if remote:
+        try:
+            os.environ[REMOTE_ENV] = check_remote(remote, "--spark-remote")
+        except ConfigurationError as error:
+            raise click.BadParameter(str(error), param_hint="--spark-remote") from error
+        os.environ.pop(MASTER_ENV, None)
+    if master:
+        os.environ[MASTER_ENV] = master
+        os.environ.pop(REMOTE_ENV, None)
 
 
 @cli.command()

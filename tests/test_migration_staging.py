@@ -12,9 +12,20 @@ from pathlib import Path
 import pytest
 
 from checkpoint.backends import open_storage
+from checkpoint.errors import ConfigurationError
 from checkpoint.storage import Storage
+from jobs.spark_settings import SparkSettings
+from jobs.testing import run_job
 from samples.migration import layout
-from samples.migration.layout import MigrationParams, copy_blob, pieces_per_file, staged_inputs
+from samples.migration.job import MigrateOrders
+from samples.migration.layout import (
+    MigrationParams,
+    StagingUnreachable,
+    check_staging,
+    copy_blob,
+    pieces_per_file,
+    staged_inputs,
+)
 
 CONTAINER = "orders-v1"
 
@@ -128,3 +139,63 @@ def test_staged_inputs_read_in_place_are_not_cut(storage: Storage, tmp_path: Pat
                                  "spark_input": "abfss://orders-v1@acct.dfs.core.windows.net/"})
     with staged_inputs(storage, params, ["export/a.jsonl"], parallelism=4) as paths:
         assert paths == ["abfss://orders-v1@acct.dfs.core.windows.net/export/a.jsonl"]
+
+
+# --------------------------------------------------------------------------- staging
+
+
+@pytest.mark.parametrize(
+    "params, refused",
+    [
+        ({}, True),  # the system's temp folder, on this worker's disk
+        ({"scratch": "/mnt/scratch"}, True),  # a folder, not said to be shared
+        ({"scratch": "/mnt/scratch", "scratch_shared": True}, False),
+        ({"scratch": "file:///mnt/scratch", "scratch_shared": True}, False),
+        ({"spark_input": "abfss://v1@acct.dfs.core.windows.net/"}, False),  # read in place
+    ],
+)
+def test_staging_on_a_remote_needs_a_shared_scratch(params, refused):
+    settings = MigrationParams.of({"output": "/mnt/out", **params})
+    remote = SparkSettings(remote="sc://connect:15002")
+
+    if refused:
+        with pytest.raises(StagingUnreachable, match="sc://connect:15002"):
+            check_staging(settings, remote)
+    else:
+        check_staging(settings, remote)
+    check_staging(settings, SparkSettings(master="local[2]"))  # local: always readable
+
+
+def test_a_scratch_url_must_be_a_file_url():
+    with pytest.raises(ConfigurationError, match="spark_input"):
+        MigrationParams.of({"output": "/o", "scratch": "abfss://x@y.dfs.core.windows.net/s"})
+    with pytest.raises(ConfigurationError, match="scratch_shared"):
+        MigrationParams.of({"output": "/o", "scratch": "/s", "scratch_shared": "yes"})
+
+
+def test_staged_files_can_be_handed_to_spark_as_file_uris(storage: Storage, tmp_path: Path):
+    storage.blobs.create_container("orders-v1")
+    storage.blobs.put("orders-v1", "export/a.jsonl", b'{"x": 1}\n')
+    scratch = (tmp_path / "shared").as_uri()  # a file:// URL works as a scratch too
+    params = MigrationParams.of({"output": "/o", "scratch": scratch, "scratch_shared": True})
+
+    with staged_inputs(storage, params, ["export/a.jsonl"], as_uris=True) as paths:
+        assert [path.startswith((tmp_path / "shared").as_uri() + "/") for path in paths] == [True]
+        assert Path(paths[0].removeprefix("file://")).read_bytes() == b'{"x": 1}\n'
+
+
+def test_a_job_on_a_remote_with_unshared_staging_fails_at_planning(monkeypatch, tmp_path):
+    # Given workers that are Spark Connect clients, and params that stage to local temp
+    monkeypatch.setenv("RUNNER_SPARK_REMOTE", "sc://spark-connect:15002")
+    monkeypatch.delenv("RUNNER_SPARK_MASTER", raising=False)
+
+    # When the job runs (planning checks before it lists a blob or builds a session)
+    run = run_job(MigrateOrders, {"output": str(tmp_path / "out"), "storage": str(tmp_path)})
+
+    # Then planning fails once, not retried, and the job says why; no chunk was queued
+    assert run.state == "failed" and run.total is None and not run.chunks
+    assert run.planning is not None and run.planning.attempt == 1
+    assert run.planning.state == "poisoned"
+    assert "StagingUnreachable" in (run.error or "")
+    assert "sc://spark-connect:15002" in (run.error or "")
+    assert "scratch_shared" in (run.error or "")

@@ -4,18 +4,30 @@ markers, and that nothing but a Spark job ever needs PySpark. No SparkSession he
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
 
 from checkpoint.errors import ConfigurationError
+from jobs.chunk_environment import ChunkEnvironment
 from jobs.chunk_output import COMMIT_MARKER, ChunkCommit, chunk_output_path, read_commit
-from jobs.errors import JobDefinitionError
+from jobs.errors import ChunkStopped, JobDefinitionError
 from jobs.planning import split_files, split_key_range
-from jobs.spark import CONF_ENV, MASTER_ENV, SparkChunkedJob, SparkSettings, is_committed
+from jobs.spark import (
+    CONF_ENV,
+    MASTER_ENV,
+    REMOTE_ENV,
+    ChunkJobGroup,
+    SparkChunkedJob,
+    SparkSettings,
+    is_committed,
+    is_connect,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -174,6 +186,73 @@ def test_a_bad_spark_attribute_fails_when_the_class_is_defined():
         class BadMaster(SparkChunkedJob):
             spark_master = ""
 
+    with pytest.raises(JobDefinitionError, match="spark_remote"):
+
+        class BadRemote(SparkChunkedJob):
+            spark_remote = "http://cluster:15002"
+
+    with pytest.raises(JobDefinitionError, match="both spark_master and spark_remote"):
+
+        class Both(SparkChunkedJob):
+            spark_master = "spark://cluster:7077"
+            spark_remote = "sc://cluster:15002"
+
+
+class Remote(SparkChunkedJob):
+    spark_remote = "sc://connect.example:15002"
+
+
+def test_a_remote_from_the_class_or_the_environment_makes_a_connect_client():
+    from_class = SparkSettings.for_job(Remote, environ={})
+    environ = {REMOTE_ENV: " sc://other:443/;use_ssl=true "}
+    from_environ = SparkSettings.for_job(Configured, environ=environ)
+
+    assert from_class.remote == "sc://connect.example:15002"
+    assert from_class.target == "sc://connect.example:15002"
+    assert from_environ.remote == "sc://other:443/;use_ssl=true"  # Connect's own params kept
+    assert from_environ.conf["spark.sql.shuffle.partitions"] == "4"  # conf still the class's
+    assert not from_class.runs_locally and not from_environ.runs_locally
+
+
+def test_a_master_in_the_environment_replaces_the_class_remote():
+    settings = SparkSettings.for_job(Remote, environ={MASTER_ENV: "local[2]"})
+
+    assert settings.remote is None and settings.target == "local[2]"
+    assert settings.runs_locally
+
+
+@pytest.mark.parametrize(
+    "master, remote, local",
+    [("local[*]", None, True), ("local-cluster[2,1,1024]", None, True),
+     ("spark://cluster:7077", None, False), ("yarn", None, False),
+     ("local[*]", "sc://localhost:15002", False)],
+)
+def test_only_a_local_master_without_a_remote_runs_locally(master, remote, local):
+    assert SparkSettings(master=master, remote=remote).runs_locally is local
+
+
+def test_settings_refuse_a_master_and_a_remote_both_in_the_environment():
+    environ = {MASTER_ENV: "spark://cluster:7077", REMOTE_ENV: "sc://cluster:15002"}
+
+    with pytest.raises(ConfigurationError, match="both set"):
+        SparkSettings.for_job(None, environ=environ)
+
+
+@pytest.mark.parametrize("remote", ["cluster:15002", "spark://cluster:7077", "sc://", "sc://:15002"])
+def test_settings_refuse_a_remote_that_is_not_a_connect_url(remote):
+    with pytest.raises(ConfigurationError, match=REMOTE_ENV):
+        SparkSettings.for_job(None, environ={REMOTE_ENV: remote})
+
+
+def test_a_session_is_told_connect_by_its_class_without_importing_pyspark():
+    class FakeConnectSession:
+        pass
+
+    FakeConnectSession.__module__ = "pyspark.sql.connect.session"
+
+    assert is_connect(FakeConnectSession())
+    assert not is_connect(object())
+
 
 # --------------------------------------------------------------------------- output paths
 
@@ -243,3 +322,111 @@ def test_jobs_and_the_cli_import_without_pyspark():
 
     assert done.returncode == 0, done.stderr
     assert "pip install 'chunkrunner[spark]'" in done.stdout
+
+
+# --------------------------------------------------------------------------- Connect tags
+
+
+class FakeConnectSession:
+    """Records the tag calls a chunk's group makes on a Spark Connect session."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, str]] = []
+
+    def addTag(self, tag: str) -> None:  # noqa: N802 - pyspark's names
+        self.calls.append(("add", tag))
+
+    def removeTag(self, tag: str) -> None:  # noqa: N802
+        self.calls.append(("remove", tag))
+
+    def interruptTag(self, tag: str) -> list[str]:  # noqa: N802
+        self.calls.append(("interrupt", tag))
+        return []
+
+
+FakeConnectSession.__module__ = "pyspark.sql.connect.session"
+FAKE_SESSION = FakeConnectSession()
+INTERRUPTS_AWAITED = 3
+
+
+class StartsActionsAfterTheCancel(SparkChunkedJob):
+    """Stands for code that swallows each interruption and starts another action."""
+
+    def process(self, chunk):
+        with ChunkJobGroup(FAKE_SESSION, chunk, poll_seconds=0.01) as group:
+            chunk.checkpoint("inside")
+            deadline = time.monotonic() + 30
+            while FAKE_SESSION.calls.count(("interrupt", group.id)) < INTERRUPTS_AWAITED:
+                assert time.monotonic() < deadline, "the tag was not interrupted again"
+                time.sleep(0.01)
+        return "carried on"
+
+
+def test_a_connect_group_tags_the_thread_and_interrupts_until_left():
+    # Given a chunk inside its group on a Connect session
+    env = ChunkEnvironment(StartsActionsAfterTheCancel, on_checkpoint=lambda state: env.stop())
+
+    # When the chunk must stop and its code carries on regardless
+    with pytest.raises(ChunkStopped):
+        env.run()
+
+    # Then its tag was added, interrupted at every poll until the block was left, removed
+    calls = FAKE_SESSION.calls
+    tag = calls[0][1]
+    assert calls[0] == ("add", tag) and calls[-1] == ("remove", tag)
+    assert calls[1:-1] == [("interrupt", tag)] * (len(calls) - 2)
+    assert len(calls) - 2 >= INTERRUPTS_AWAITED
+
+
+# --------------------------------------------------------------------------- runner start
+
+
+def _start(tmp_path, *options):
+    from click.testing import CliRunner
+
+    from runner.cli import cli
+
+    return CliRunner().invoke(
+        cli, ["start", "samples.quickstart.wordcount:WordCount", "--burst", *options,
+              "--storage", str(tmp_path / "store")],
+    )
+
+
+@pytest.mark.parametrize(
+    "option, value, replaced",
+    [("--spark-remote", "sc://127.0.0.1:15002", MASTER_ENV),
+     ("--spark-master", "spark://127.0.0.1:7077", REMOTE_ENV)],
+)
+def test_start_hands_its_spark_target_to_the_workers_in_place_of_the_others(
+    tmp_path, monkeypatch, option, value, replaced
+):
+    # Given an environment naming the other kind of target
+    for name in (MASTER_ENV, REMOTE_ENV):
+        monkeypatch.delenv(name, raising=False)  # restored after the test
+    monkeypatch.setenv(replaced, "sc://old:1" if replaced == REMOTE_ENV else "local[1]")
+
+    result = _start(tmp_path, option, value)
+
+    assert result.exit_code == 0, result.output
+    assert os.environ[REMOTE_ENV if option == "--spark-remote" else MASTER_ENV] == value
+    assert replaced not in os.environ
+
+
+@pytest.mark.parametrize(
+    "options, message",
+    [(["--spark-master", "local[2]", "--spark-remote", "sc://h:1"], "exclude each other"),
+     (["--spark-remote", "spark://h:7077"], "Spark Connect URL")],
+)
+def test_start_refuses_a_bad_spark_target_in_one_line(tmp_path, options, message):
+    result = _start(tmp_path, *options)
+
+    assert result.exit_code == 2 and message in result.output
+
+
+def test_a_connect_session_without_its_client_libraries_names_the_extra(monkeypatch):
+    from jobs import spark_session as module
+
+    monkeypatch.setitem(sys.modules, "pyspark.sql.connect.session", None)  # import fails
+
+    with pytest.raises(ImportError, match=r"chunkrunner\[spark\].*Connect client"):
+        module._build_session(SparkSettings(remote="sc://127.0.0.1:1"))

@@ -31,6 +31,8 @@ from typing import TYPE_CHECKING, Any
 from jobs import Chunk, JobSummary
 from jobs.spark import (
     SparkChunkedJob,
+    SparkSettings,
+    default_parallelism,
     observed_metrics,
     read_commit,
     split_files,
@@ -39,7 +41,9 @@ from jobs.spark import (
 from samples.migration.layout import (
     KINDS,
     MigrationParams,
+    StagingUnreachable,
     batch_path,
+    check_staging,
     is_uri,
     put_json,
     staged_inputs,
@@ -71,9 +75,13 @@ class MigrateOrders(SparkChunkedJob):
     # batch it interrupted.
     checkpoint_interval_seconds = 0
     spark_conf = SPARK_CONF
+    # Staging the executors cannot read fails every attempt alike: poison at once, and
+    # in planning fail the job before any chunk is queued.
+    non_retryable = (StagingUnreachable,)
 
     def split(self, params: dict[str, Any]) -> Any:
         settings = MigrationParams.of(params)
+        check_staging(settings, SparkSettings.for_job(type(self)))
         with settings.open_storage() as storage:
             blobs = storage.blobs.list(settings.input_container, settings.input_prefix)
             sizes = {blob.name: blob.size for blob in blobs}
@@ -81,6 +89,8 @@ class MigrateOrders(SparkChunkedJob):
 
     def process(self, chunk: Chunk) -> dict[str, Any]:
         settings = MigrationParams.of(chunk.params)
+        spark_settings = SparkSettings.for_job(type(self))
+        check_staging(settings, spark_settings)  # this worker's Spark may not be the planner's
         files = chunk.payload["files"]
         batches = [files[i : i + settings.files_per_batch]
                    for i in range(0, len(files), settings.files_per_batch)]
@@ -92,12 +102,14 @@ class MigrateOrders(SparkChunkedJob):
                 "(%d rows in so far)",
                 chunk.index, chunk.attempt, first, len(batches), state["rows_in"],
             )
-        parallelism = self.spark.sparkContext.defaultParallelism
+        parallelism = default_parallelism(self.spark)
+        as_uris = not spark_settings.runs_locally
         with settings.open_storage() as storage:
             for number in range(first, len(batches)):
                 started = time.monotonic()
                 with staged_inputs(
-                    storage, settings, batches[number], parallelism=parallelism
+                    storage, settings, batches[number], parallelism=parallelism,
+                    as_uris=as_uris,
                 ) as paths:
                     counts = self._migrate_batch(chunk, settings, paths, number)
                 state = add_batch(state, counts)

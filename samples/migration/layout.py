@@ -3,9 +3,17 @@
 The input is a blob container (the embedded store's blob folder, or an Azure / Azurite
 container). Spark cannot read Azurite (no hadoop-azure jar here, and Azurite has no Data
 Lake endpoint), so a batch's input blobs are first **staged**: copied through the blob
-SDK, in bounded ranged reads, to a local scratch folder that Spark then reads, and which
-is removed after the batch. On a cluster, set ``spark_input`` to the container's
-``abfss://`` URI instead: Spark then reads the blobs itself and nothing is staged.
+SDK, in bounded ranged reads, to a scratch folder that Spark then reads, and which is
+removed after the batch. On a cluster with hadoop-azure, set ``spark_input`` to the
+container's ``abfss://`` URI instead: Spark then reads the blobs itself and nothing is
+staged.
+
+Staged files are read by Spark's executors, not by the worker. With a ``local`` master
+they run in the worker's own JVM, so any folder of this machine will do. On a cluster
+or through a Spark Connect server they run elsewhere: the scratch folder must be on a
+file system that every executor reads at the same path (an NFS or Azure Files mount),
+and the params must say so (``scratch_shared``); :func:`check_staging` refuses a
+driver-local one before anything is staged.
 
 The output is a Spark path (``output``): a local folder here, ``abfss://...`` on a
 cluster. Each batch of each chunk writes its own deterministic directories (see
@@ -23,11 +31,12 @@ from contextlib import contextmanager
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
+from urllib.parse import unquote, urlparse
 
 from checkpoint.backends import open_storage
 from checkpoint.errors import ConfigurationError
 from checkpoint.storage import Storage
-from jobs.spark import chunk_output_path
+from jobs.spark import SparkSettings, chunk_output_path
 
 #: Bytes per ranged read while staging: bounded memory whatever the blob's size.
 STAGE_READ_BYTES = 8 << 20
@@ -51,7 +60,11 @@ class MigrationParams:
             ``<job_id>/summary.json``.
         chunk_bytes: input bytes per chunk (files are never split).
         files_per_batch: input files per checkpoint inside a chunk.
-        scratch: local folder for staged inputs (default: the system's temp folder).
+        scratch: the folder for staged inputs, a path or a ``file://`` URL (default:
+            the system's temp folder, which only a local master can read).
+        scratch_shared: the caller's word that ``scratch`` is on a file system every
+            Spark executor reads at the same path; required, with ``scratch``, when
+            Spark runs on a cluster or behind a Spark Connect server.
         storage: where the blobs are, as ``runner --storage``; default None: the
             workers' ``$RUNNER_STORAGE`` (then ``./.runner``). Never put an account key
             here: params are stored in the checkpoint records; use the environment.
@@ -66,6 +79,7 @@ class MigrationParams:
     chunk_bytes: int = 64 << 20
     files_per_batch: int = 1
     scratch: str | None = None
+    scratch_shared: bool = False
     storage: str | None = None
     spark_input: str | None = None
 
@@ -82,11 +96,58 @@ class MigrationParams:
         made = cls(**params)
         if made.chunk_bytes < 1 or made.files_per_batch < 1:
             raise ConfigurationError("chunk_bytes and files_per_batch must be >= 1")
+        if not isinstance(made.scratch_shared, bool):
+            raise ConfigurationError(f"scratch_shared must be true or false, not "
+                                     f"{made.scratch_shared!r}")
+        if made.scratch is not None:
+            scratch_folder(made.scratch)  # a path or a file:// URL, nothing else
         return made
 
     def open_storage(self) -> Storage:
         """The storage holding the input and results containers."""
         return open_storage(self.storage)
+
+
+class StagingUnreachable(ConfigurationError):
+    """Staged inputs would land where Spark's executors cannot read them."""
+
+
+def scratch_folder(scratch: str) -> Path:
+    """The local folder of a ``scratch`` param: a path, or a ``file://`` URL.
+
+    Raises:
+        ConfigurationError: another kind of URL. Staging writes through this machine's
+            file system; object storage is read in place (``spark_input``) instead.
+    """
+    if not is_uri(scratch):
+        return Path(scratch)
+    parsed = urlparse(scratch)
+    if parsed.scheme != "file" or parsed.netloc not in ("", "localhost"):
+        raise ConfigurationError(
+            f"scratch {scratch!r}: staging writes through this machine's file system, so "
+            "give a path or a file:// URL on a shared mount; for object storage Spark can "
+            "read (abfss://...) set spark_input instead, and nothing is staged"
+        )
+    return Path(unquote(parsed.path))
+
+
+def check_staging(params: MigrationParams, spark: SparkSettings) -> None:
+    """Refuse staging where Spark's executors cannot read the staged files.
+
+    Raises:
+        StagingUnreachable: Spark runs on a cluster or behind a Connect server
+            (``spark.target``), inputs are staged (no ``spark_input``), and the params
+            do not name a scratch folder stated to be shared.
+    """
+    if params.spark_input or spark.runs_locally or (params.scratch and params.scratch_shared):
+        return
+    where = f"scratch {params.scratch!r}" if params.scratch else "the system's temp folder"
+    raise StagingUnreachable(
+        f"Spark runs on {spark.target}, whose executors cannot read files staged in "
+        f"{where} on this worker's disk: set params scratch to a folder every executor "
+        "reads at the same path (a shared mount) and scratch_shared to true, or "
+        "spark_input to a URI Spark reads the input at (abfss://...)"
+    )
 
 
 def batch_path(params: MigrationParams, job_id: str, index: int, batch: int, kind: str) -> str:
@@ -108,6 +169,7 @@ def staged_inputs(
     scratch: str | None = None,
     *,
     parallelism: int = 1,
+    as_uris: bool = False,
 ) -> Iterator[list[str]]:
     """Paths Spark can read for the blobs ``names``: staged copies, removed on exit.
 
@@ -119,15 +181,19 @@ def staged_inputs(
     pieces that Spark packs into 2 tasks. Lines are never cut, so what Spark reads is
     the same rows (a line's order inside a batch does not matter to the transform).
 
-    With ``params.spark_input`` set, the blobs' own URIs, nothing copied or cut.
+    With ``params.spark_input`` set, the blobs' own URIs, nothing copied or cut. With
+    ``as_uris``, staged files as ``file://`` URIs: a cluster's default file system may
+    be another (HDFS), and a plain path would be looked up there.
     """
     if params.spark_input:
         yield [f"{params.spark_input.rstrip('/')}/{name}" for name in names]
         return
     root = scratch or params.scratch
     if root:
-        Path(root).mkdir(parents=True, exist_ok=True)
-    folder = Path(tempfile.mkdtemp(prefix="migration-", dir=root))
+        scratch_folder(root).mkdir(parents=True, exist_ok=True)
+    folder = Path(tempfile.mkdtemp(
+        prefix="migration-", dir=scratch_folder(root) if root else None
+    )).absolute()
     pieces = pieces_per_file(len(names), parallelism)
     try:
         paths: list[str] = []
@@ -135,7 +201,7 @@ def staged_inputs(
             # Numbered: blob names may repeat their last segment in other folders.
             target = folder / f"{number:05d}-{Path(name).name}"
             staged = copy_blob(storage, params.input_container, name, target, pieces)
-            paths.extend(str(path) for path in staged)
+            paths.extend(path.as_uri() if as_uris else str(path) for path in staged)
         yield paths
     finally:
         shutil.rmtree(folder, ignore_errors=True)

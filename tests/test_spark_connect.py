@@ -1,0 +1,323 @@
+"""Spark inside chunks through Spark Connect: the worker a thin client of a real server.
+
+The server is a loopback cluster's Spark Connect server (a standalone master, two 1-core
+Spark workers, a Connect server attached to the master, all on 127.0.0.1; started once
+for this module). Each test talks to it as a worker does: :func:`jobs.spark.spark_session`
+with a remote, no JVM in this process for the session.
+
+PySpark is imported at the top on purpose: without the ``spark`` extra this module fails
+to collect, so a CI run that lost PySpark fails instead of silently skipping Spark.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import queue
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pyspark  # noqa: F401  - a missing spark extra must fail here, never skip
+import pytest
+from pyspark.sql import Observation
+from pyspark.sql import functions as F
+
+from jobs import Chunk, ChunkStopped, LeaseLost
+from jobs.errors import MetricsUnavailable
+from jobs.spark import (
+    COMMIT_MARKER,
+    REMOTE_ENV,
+    SparkChunkedJob,
+    SparkSettings,
+    chunk_output_path,
+    content_checksum,
+    default_parallelism,
+    is_committed,
+    is_connect,
+    observed_metrics,
+    read_commit,
+    spark_session,
+    stop_spark,
+    write_chunk_output,
+)
+from jobs.testing import ChunkEnvironment
+from samples.migration.cluster import LoopbackCluster
+
+pytestmark = pytest.mark.spark
+
+#: How long an interrupted Spark action may take to give up; it would otherwise run
+#: for hours (a sum over 10^13 rows), so ending well inside this shows it was cut short.
+CANCEL_BOUND_SECONDS = 30
+#: Rows of an action no test waits out.
+ENDLESS_ROWS = 10**13
+#: A session connected to the server, as a worker's; its conf says what it may change.
+CONF = {"spark.sql.shuffle.partitions": "3", "spark.ui.enabled": "false"}
+
+
+@pytest.fixture(scope="module")
+def loopback_cluster(tmp_path_factory):
+    with LoopbackCluster(tmp_path_factory.mktemp("connect-cluster"), workers=2) as cluster:
+        yield cluster
+
+
+@pytest.fixture(scope="module")
+def connect_remote(loopback_cluster: LoopbackCluster) -> str:
+    assert loopback_cluster.remote_url is not None
+    return loopback_cluster.remote_url
+
+
+@pytest.fixture(scope="module")
+def settings(connect_remote: str):
+    """The module's Connect settings; its session stopped at the end."""
+    yield SparkSettings(remote=connect_remote, conf={**CONF})
+    stop_spark()
+
+
+@pytest.fixture
+def spark(settings: SparkSettings):
+    """This process's Connect session (built again if a test stopped it)."""
+    return spark_session(settings)
+
+
+def _endless(spark: Any) -> Any:
+    """A frame whose one action would run for hours on the cluster's cores."""
+    return spark.range(0, ENDLESS_ROWS, numPartitions=4).select(F.sum(F.sqrt("id")))
+
+
+# --------------------------------------------------------------------------- the session
+
+
+def test_a_remote_makes_a_thin_connect_client_with_the_runtime_conf(spark, settings):
+    assert is_connect(spark)
+    assert spark.conf.get("spark.sql.shuffle.partitions") == "3"  # runtime conf: applied
+    assert spark.range(5).count() == 5
+    assert spark_session(settings) is spark
+
+
+def test_default_parallelism_is_the_clusters_cores(spark, loopback_cluster):
+    cores = loopback_cluster.workers * loopback_cluster.cores_per_worker
+    assert default_parallelism(spark) == cores
+
+
+def test_conf_the_server_refuses_is_named_once_unless_only_a_drivers(caplog):
+    from jobs import spark_session as module
+
+    settings = SparkSettings(remote="sc://example:1")
+    with caplog.at_level(logging.DEBUG, logger="jobs.spark"):
+        module._log_refused_conf(
+            settings, ["spark.ui.enabled", "spark.ui.showConsoleProgress", "spark.executor.memory"]
+        )
+
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1 and "spark.executor.memory" in warnings[0]
+    assert "spark.ui.enabled" not in warnings[0]
+
+
+WORKER_PROBE = """
+import json, os, sys
+from jobs.spark import SparkSettings, default_parallelism, is_connect, spark_session, stop_spark
+import pyspark
+spark = spark_session(SparkSettings.for_job())
+rows = spark.range(1000).count()
+children = []
+for entry in os.listdir("/proc"):
+    if entry.isdigit():
+        try:
+            stat = open(f"/proc/{entry}/stat").read()
+        except OSError:
+            continue
+        if int(stat.rsplit(")", 1)[1].split()[1]) == os.getpid():
+            children.append(open(f"/proc/{entry}/comm").read().strip())
+print(json.dumps({"connect": is_connect(spark), "rows": rows, "children": children,
+                  "gateway": pyspark.SparkContext._gateway is not None}))
+stop_spark()
+"""
+
+
+def test_a_worker_with_a_remote_runs_no_jvm(connect_remote):
+    # Given a fresh process configured as `runner start --spark-remote` leaves a worker
+    env = {**os.environ, REMOTE_ENV: connect_remote}
+    env.pop("RUNNER_SPARK_MASTER", None)
+
+    # When it builds its session and runs a query
+    done = subprocess.run([sys.executable, "-c", WORKER_PROBE], env=env, capture_output=True,
+                          text=True, timeout=300, check=True)
+
+    # Then the query ran on the server, and the worker started no JVM of its own
+    seen = json.loads(done.stdout.strip().splitlines()[-1])
+    assert seen == {"connect": True, "rows": 1000, "children": [], "gateway": False}
+
+
+def test_stopping_a_connect_session_leaves_classic_objects_classic(spark, settings):
+    # pyspark marks the process as Connect when a remote session is built and never
+    # unmarks it; stop_spark must, or a later classic session's Observation is Connect's.
+    assert os.environ.get("SPARK_CONNECT_MODE_ENABLED") == "1"
+    stop_spark()
+
+    assert "SPARK_CONNECT_MODE_ENABLED" not in os.environ
+    assert type(Observation()).__module__ == "pyspark.sql.observation"
+    # and the next session asked for is a new, live one
+    again = spark_session(settings)
+    assert again is not spark and again.range(2).count() == 2
+
+
+# --------------------------------------------------------------------------- tags
+
+
+class RemoteJob(SparkChunkedJob):
+    """A Spark job whose session is the module's (the first built decides)."""
+
+
+SEEN: list[dict[str, Any]] = []
+RUNNING: queue.Queue[str] = queue.Queue()
+
+
+class TaggedCount(RemoteJob):
+    def process(self, chunk: Chunk) -> int:
+        with self.job_group(chunk) as group:
+            rows = self.spark.range(chunk.payload["rows"]).count()
+            SEEN.append({"group": group.id, "tags": set(self.spark.getTags())})
+        SEEN.append({"after": set(self.spark.getTags())})
+        return rows
+
+
+def test_a_chunks_spark_work_carries_its_own_tag(spark):
+    SEEN.clear()
+    env = ChunkEnvironment(TaggedCount, payload={"rows": 7}, job_id="tags", index=2)
+
+    assert env.run() == 7
+
+    inside, after = SEEN
+    assert inside["group"].startswith("chunkrunner-tags-2-1-")
+    assert inside["tags"] == {inside["group"]}
+    assert after["after"] == set()  # the tag is gone once the chunk left the block
+
+
+class EndlessAction(RemoteJob):
+    """A chunk whose Spark action would run for hours; its error swallowed when
+    ``swallow`` (as careless code would)."""
+
+    def process(self, chunk: Chunk) -> str:
+        chunk.checkpoint("started")
+        with self.job_group(chunk) as group:
+            RUNNING.put(group.id)
+            try:
+                _endless(self.spark).collect()
+            except Exception:
+                if not chunk.payload["swallow"]:
+                    raise
+        return "finished"
+
+
+def _run_in_thread(env: ChunkEnvironment) -> tuple[threading.Thread, list[BaseException]]:
+    outcome: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            env.run()
+        except BaseException as error:  # noqa: BLE001 - handed to the test's thread
+            outcome.append(error)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    return thread, outcome
+
+
+@pytest.mark.parametrize(
+    "trigger, swallow, expected",
+    [
+        ("stop", False, ChunkStopped),
+        # Even when process swallows the interruption, leaving the block raises.
+        ("lose_lease", True, LeaseLost),
+    ],
+)
+def test_a_chunk_that_must_stop_has_its_tagged_operation_interrupted(
+    spark, trigger, swallow, expected
+):
+    # Given a chunk busy in a Spark action that would run for hours
+    env = ChunkEnvironment(EndlessAction, payload={"swallow": swallow})
+    thread, outcome = _run_in_thread(env)
+    RUNNING.get(timeout=60)
+    # The action's job is running on the executors by then. (An interrupt that lands
+    # while the server still plans an action can leave a shuffle stage it submits
+    # later running to its end: docs/spark.md, "Spark Connect".)
+    time.sleep(3)
+
+    # When the worker stops, or the lease is lost, mid-action
+    asked_at = time.monotonic()
+    getattr(env, trigger)()
+    thread.join(CANCEL_BOUND_SECONDS)
+
+    # Then the action is interrupted and the chunk ends with the stop exception
+    assert not thread.is_alive(), "the Spark Connect operation was not interrupted"
+    assert time.monotonic() - asked_at < CANCEL_BOUND_SECONDS
+    assert len(outcome) == 1 and isinstance(outcome[0], expected), outcome
+    assert env.durable == (["started"] if trigger == "stop" else [])
+    # and the session goes on serving other chunks: the cluster's cores are free again
+    assert spark.range(3).count() == 3
+
+
+# --------------------------------------------------------------------------- chunk output
+
+
+def _orders(spark: Any, first: int, last: int) -> Any:
+    return spark.range(first, last).select(
+        F.col("id").alias("order_id"),
+        (F.col("id") % 7).cast("string").alias("region"),
+        F.when(F.col("id") % 5 == 0, None).otherwise(F.col("id") * 1.5).alias("amount"),
+    )
+
+
+def test_chunk_output_on_a_shared_path_is_observed_and_committed(spark, tmp_path):
+    # Loopback: the server's executors and this client share the file system.
+    path = chunk_output_path(str(tmp_path / "out"), "orders-1", 3)
+    orders = _orders(spark, 0, 100)
+
+    first = write_chunk_output(orders, path)
+    again = write_chunk_output(orders, path)
+
+    assert first == again and first.rows == 100
+    assert first.checksum == content_checksum(orders) != "0"
+    assert spark.read.parquet(path).count() == 100
+    assert read_commit(path) == first and (Path(path) / COMMIT_MARKER).is_file()
+
+
+def test_a_uri_marker_is_written_and_removed_through_spark(spark, tmp_path):
+    # Given a chunk output at a URI: the client has no Hadoop file system of its own
+    path = chunk_output_path((tmp_path / "out").as_uri(), "j", 1)
+
+    commit = write_chunk_output(_orders(spark, 0, 10), path)
+
+    # Then the marker is a text dataset under _COMMITTED/, invisible to readers
+    assert read_commit(path, spark=spark) == commit and commit.rows == 10
+    assert (tmp_path / "out" / "j" / "chunk-000001" / COMMIT_MARKER).is_dir()
+    assert spark.read.parquet(path).count() == 10
+
+    # When a rewrite fails midway
+    failing = _orders(spark, 0, 10).withColumn(
+        "order_id", F.when(F.col("order_id") == 5, F.raise_error(F.lit("bad row")))
+        .otherwise(F.col("order_id")),
+    )
+    with pytest.raises(Exception, match="bad row"):
+        write_chunk_output(failing, path)
+
+    # Then the output is no longer committed, and a later write commits again
+    assert not is_committed(path, spark=spark)
+    assert write_chunk_output(_orders(spark, 0, 4), path).rows == 4
+    assert read_commit(path, spark=spark).rows == 4
+
+
+def test_observed_metrics_come_with_the_action(spark, tmp_path):
+    seen = Observation()
+    observed = _orders(spark, 0, 20).observe(seen, F.count(F.lit(1)).alias("rows"))
+
+    with pytest.raises(MetricsUnavailable):
+        observed_metrics(seen)  # no action has run it yet
+    observed.write.parquet(str(tmp_path / "out"))
+
+    assert observed_metrics(seen) == {"rows": 20}
