@@ -227,6 +227,8 @@ def command_line(args: argparse.Namespace) -> str:
 def measure(args: argparse.Namespace, workdir: Path) -> tuple[Setup, list[Round], list]:
     """Generate, start the cluster, run the rounds and the crashes; stop the cluster."""
     data = prepare(workdir, args.rows, FILES_PER_CHUNK)
+    # Staged files are read by the cluster's executors: on loopback they share this disk.
+    data.params["scratch_shared"] = True
     stream_input = workdir / "stream-input"
     staged = stage_whole(data, stream_input) if args.streaming else 0.0
     print(f"generated {data.generated.rows:,} rows; {data.chunks} chunks, {data.batches} "
