@@ -67,8 +67,8 @@ def test_report_has_every_table_and_says_how_it_was_measured():
     rounds = [_round(1, 44.0, 40.0), _round(2, 46.0, 41.0)]
     point = Crashed(_timed(70.0), 30.0, 4, 1, 5.5, "chunk 4 attempt 2 resumed at batch 0 of 1")
     text = "\n".join(cluster_report.report(
-        _data(), rounds, [("ours", point, 45.0)], "Load: ...", "python -m x", "Machine: ..."))
-    assert text.startswith("Machine: ...\nLoad: ...\nCommand: `make bench` (`python -m x`)")
+        _data(), rounds, [("ours", point, 45.0)], "Load: ...", "`python -m x`", "Machine: ..."))
+    assert text.startswith("Machine: ...\nLoad: ...\nCommand: `python -m x`. 2 round(s)")
     assert "through the same Connect server" in text and "**8 chunks**" in text
     # The worker's memory: a Connect client has no JVM, a local worker has one
     assert "| Connect client (`RUNNER_SPARK_REMOTE`), no JVM | 150 (150-150) | 0 (0-0) |" in text
@@ -95,6 +95,15 @@ def test_first_batch_comes_from_the_worker_log(tmp_path: Path):
     first, to_checkpoint = cluster.first_batch(tmp_path)
     assert first == 7.9 and to_checkpoint == pytest.approx(8.5)
     assert crash.batch_seconds(log) == [7.9, 3.2]
+
+
+def test_the_command_is_make_bench_only_for_the_runs_make_bench_makes():
+    assert cluster.command_line(cluster.parse_args([])) == (
+        "`make bench` (`python -m tests.bench.cluster --rows 2000000 --runs 3`)")
+    large = ["--rows", "8000000", "--runs", "2", "--no-streaming", "--no-local", "--no-crash"]
+    assert cluster.command_line(cluster.parse_args(large)).startswith("`make bench` (")
+    assert cluster.command_line(cluster.parse_args(["--quick", "--no-crash"])) == (
+        "`python -m tests.bench.cluster --rows 100000 --runs 1 --no-crash`")
 
 
 def test_spark_target_sets_and_restores_the_environment(monkeypatch):

@@ -40,7 +40,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from samples.migration.cluster import LoopbackCluster
-
 from tests.bench import cluster_report
 from tests.bench.cluster_report import Round
 from tests.bench.crash import Crashed, KillPoint, batch_seconds, run_chunked_crash
@@ -216,12 +215,23 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
+#: The options of the runs ``make bench`` makes (the report says so for those only).
+MAKE_BENCH_OPTIONS = frozenset({
+    f"--rows {DEFAULT_ROWS} --runs 3",
+    f"--rows {LARGE_ROWS} --runs 2 --no-streaming --no-local --no-crash",
+})
+
+
 def command_line(args: argparse.Namespace) -> str:
+    """The command that makes this run again, as the report shows it."""
     options = [f"--rows {args.rows}", f"--runs {args.runs}"]
     options += [flag for flag, on in (("--no-streaming", args.streaming),
                                       ("--no-local", args.local),
                                       ("--no-crash", args.crash)) if not on]
-    return " ".join(["python -m tests.bench.cluster", *options])
+    command = " ".join(["python -m tests.bench.cluster", *options])
+    if " ".join(options) in MAKE_BENCH_OPTIONS:
+        return f"`make bench` (`{command}`)"
+    return f"`{command}`"
 
 
 def measure(args: argparse.Namespace, workdir: Path) -> tuple[Setup, list[Round], list]:

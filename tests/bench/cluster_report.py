@@ -189,7 +189,7 @@ def report(
     lines = [
         machine,
         load,
-        f"Command: `make bench` (`{command}`). {len(rounds)} round(s), every side once per "
+        f"Command: {command}. {len(rounds)} round(s), every side once per "
         "round, in this order: streaming, cold-server plain, chunked, plain, local.",
         "",
         f"Input: {made.rows:,} legacy v1 rows ({made.bytes / 1e6:.0f} MB) in "
