@@ -67,7 +67,7 @@ def test_report_has_every_table_and_says_how_it_was_measured():
     rounds = [_round(1, 44.0, 40.0), _round(2, 46.0, 41.0)]
     point = Crashed(_timed(70.0), 30.0, 4, 1, 5.5, "chunk 4 attempt 2 resumed at batch 0 of 1")
     text = "\n".join(cluster_report.report(
-        _data(), rounds, [("ours", point, 45.0)], "Load: ...", "`python -m x`", "Machine: ..."))
+        _data(), rounds, {"chunked": point}, "Load: ...", "`python -m x`", "Machine: ...", 3))
     assert text.startswith("Machine: ...\nLoad: ...\nCommand: `python -m x`. 2 round(s)")
     assert "through the same Connect server" in text and "**8 chunks**" in text
     # The worker's memory: a Connect client has no JVM, a local worker has one
@@ -78,8 +78,9 @@ def test_report_has_every_table_and_says_how_it_was_measured():
     assert "| 1 | 44.0 | 52.0 | 1.18x | 57.2 | 11.0 / 7.5 |" in text
     assert "| **median** | **45.0** | **52.7** | **1.17x** | | |" in text
     # The crash against the side's own uninterrupted median
-    assert "| ours | 45.0 | 70.0 | +25.0 | 30.0 | 4 of 8 | 1 | 5.5 |" in text
-    assert "- ours: chunk 4 attempt 2 resumed at batch 0 of 1." in text
+    assert ("| chunked through Connect, a worker SIGKILLed | 45.0 | 70.0 | +25.0 | 30.0 "
+            "| 4 of 8 | 1 | 5.5 |") in text
+    assert "SIGKILLed: chunk 4 attempt 2 resumed at batch 0 of 1." in text
 
 
 def test_first_batch_comes_from_the_worker_log(tmp_path: Path):

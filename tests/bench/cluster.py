@@ -30,11 +30,12 @@ round's one-shot output (rows and content checksums).
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import statistics
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -54,7 +55,7 @@ from tests.bench.migration import (
     run_chunked,
     run_plain,
 )
-from tests.bench.report import LoadSampler, machine_line, write_section
+from tests.bench.report import LoadSampler, load_line, machine_line, write_section
 from tests.bench.spark_target import LOCAL, classic, connect, spark_target
 from tests.bench.streaming import (
     check_streaming,
@@ -150,32 +151,30 @@ def _stamp(line: str) -> float | None:
         return None
 
 
-def crashes(setup: Setup, workdir: Path, rounds: list[Round]) -> list[tuple[str, Crashed, float]]:
-    """Each side SIGKILLed once at the same point, against its own uninterrupted median."""
+def crashes(setup: Setup, workdir: Path, rounds: list[Round]) -> dict[str, Crashed]:
+    """Each side SIGKILLed once at the same point (after half a median batch of its own)."""
     data, cluster = setup.data, setup.cluster
-    found = []
+    found = {}
     rundir = _fresh(workdir / "crash")
     one_shot = workdir / f"run-{rounds[-1].number}" / "one-shot"
     chunked_batch = statistics.median(
         seconds for r in rounds for seconds in batch_seconds(_worker_log(workdir, r)))
     with spark_target(**connect(cluster)):
-        crashed, job_id = run_chunked_crash(
+        found["chunked"], job_id = run_chunked_crash(
             data, _fresh(rundir / "chunked"), KillPoint(KILL_AFTER_BATCHES, chunked_batch / 2))
     with spark_target(**LOCAL):
         check(data, job_id, rundir / "chunked", one_shot)
-    clean = statistics.median(r.chunked.seconds for r in rounds if r.chunked)
-    found.append(("chunked through Connect, a worker SIGKILLed", crashed, clean))
+    print(f"crash, chunked: {found['chunked'].total.seconds:.1f} s", flush=True)
     if setup.streaming:
         streamed = [r.streamed for r in rounds if r.streamed]
         batch = statistics.median(line["seconds"] for s in streamed for line in s.batches)
         with connect_stopped(cluster), spark_target(**classic(cluster)):
-            crashed = run_streaming_crash(data, setup.stream_input, _fresh(rundir / "stream"),
-                                          child_env(data), KillPoint(KILL_AFTER_BATCHES,
-                                                                     batch / 2))
+            found["streaming"] = run_streaming_crash(
+                data, setup.stream_input, _fresh(rundir / "stream"), child_env(data),
+                KillPoint(KILL_AFTER_BATCHES, batch / 2))
         with spark_target(**LOCAL):
             check_streaming(data, rundir / "stream", one_shot)
-        clean = statistics.median(s.timed.seconds for s in streamed)
-        found.append(("Structured Streaming, its driver SIGKILLed", crashed, clean))
+        print(f"crash, streaming: {found['streaming'].total.seconds:.1f} s", flush=True)
     return found
 
 
@@ -234,8 +233,12 @@ def command_line(args: argparse.Namespace) -> str:
     return f"`{command}`"
 
 
-def measure(args: argparse.Namespace, workdir: Path) -> tuple[Setup, list[Round], list]:
-    """Generate, start the cluster, run the rounds and the crashes; stop the cluster."""
+Publish = Callable[[Setup, list[Round], dict[str, Crashed]], None]
+
+
+def measure(args: argparse.Namespace, workdir: Path, publish: Publish) -> None:
+    """Generate, start the cluster, run round 1, the crashes, then the other rounds;
+    ``publish`` what there is after each (a run stopped for time keeps its figures)."""
     data = prepare(workdir, args.rows, FILES_PER_CHUNK)
     # Staged files are read by the cluster's executors: on loopback they share this disk.
     data.params["scratch_shared"] = True
@@ -246,30 +249,38 @@ def measure(args: argparse.Namespace, workdir: Path) -> tuple[Setup, list[Round]
     with LoopbackCluster(workdir / "cluster", workers=WORKERS, cores_per_worker=CORES_PER_WORKER,
                          worker_memory=WORKER_MEMORY, connect=True) as cluster:
         setup = Setup(data, cluster, stream_input, args.streaming, args.local)
-        rounds = [one_round(setup, workdir / f"run-{n}") for n in range(1, args.runs + 1)]
-        crashed = crashes(setup, workdir, rounds) if args.crash else []
-    return setup, rounds, crashed
+        rounds = [one_round(setup, workdir / "run-1")]
+        publish(setup, rounds, {})
+        crashed = crashes(setup, workdir, rounds) if args.crash else {}
+        publish(setup, rounds, crashed)
+        for number in range(2, args.runs + 1):
+            rounds.append(one_round(setup, workdir / f"run-{number}"))
+            publish(setup, rounds, crashed)
 
 
-def main(argv: list[str] | None = None) -> list[Round]:
+def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     sampler = LoadSampler("one Spark application or worker at a time, the cluster's "
                           "idle daemons and the bench's Python")
     sampler.start()
+
+    def publish(setup: Setup, rounds: list[Round], crashed: dict[str, Crashed]) -> None:
+        load = load_line([*sampler.samples, os.getloadavg()[0]], sampler.own_load)
+        body = cluster_report.report(setup.data, rounds, crashed, load, command_line(args),
+                                     machine_line(), args.runs)
+        print("\n".join(body), flush=True)
+        if args.output:
+            write_section(args.output, title(args.rows), body)
+
     if args.workdir is not None:
         args.workdir.mkdir(parents=True, exist_ok=True)
     workdir = Path(tempfile.mkdtemp(prefix="bench-cluster-", dir=args.workdir))
     try:
-        setup, rounds, crashed = measure(args, workdir)
+        measure(args, workdir, publish)
     finally:
+        sampler.stop()
         if args.workdir is None:
             shutil.rmtree(workdir, ignore_errors=True)
-    body = cluster_report.report(setup.data, rounds, crashed, sampler.stop(),
-                                 command_line(args), machine_line())
-    print("\n".join(body))
-    if args.output:
-        write_section(args.output, title(args.rows), body)
-    return rounds
 
 
 if __name__ == "__main__":
