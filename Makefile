@@ -23,7 +23,8 @@ help:
 	@echo "                Connect): workers as Connect clients, a Spark worker killed too"
 	@echo "make test       install everything, then run the full test suite (both backends)"
 	@echo "make bench      storage operations, the chunk engine (both backends) and the"
-	@echo "                migration chunked vs one plain Spark job -> BENCHMARKS.md"
+	@echo "                migration chunked vs one plain Spark job, locally and on a loopback"
+	@echo "                cluster through Spark Connect (and Structured Streaming) -> BENCHMARKS.md"
 	@echo "make chaos      fault-injection runs (kills, a pause, storage faults) on both"
 	@echo "                backends at two fault levels -> RELIABILITY.md"
 	@echo "make lint       ruff; make typecheck: mypy"
@@ -66,6 +67,9 @@ bench: venv azurite
 	$(BIN)/python -m tests.bench.migration --output BENCHMARKS.md
 	$(BIN)/python -m tests.bench.migration --files-per-batch 3 --output BENCHMARKS.md
 	$(BIN)/python -m tests.bench.migration --files-per-batch 3 --rows 8000000 --output BENCHMARKS.md
+	$(BIN)/python -m tests.bench.cluster --output BENCHMARKS.md
+	$(BIN)/python -m tests.bench.cluster --rows 8000000 --runs 2 --no-streaming --no-local \
+		--no-crash --output BENCHMARKS.md
 
 # The chaos job with SIGKILLs, a SIGSTOP past the lease and storage faults, each run
 # after its fault-free twin (tests/chaos/run.py). All four run; fails if any missed a

@@ -32,6 +32,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -56,6 +57,8 @@ from tests.bench.report import LoadSampler, machine_line, write_section
 from tests.bench.rss import TreeSampler, is_same_process, wait_gone
 
 TITLE = "Migration: chunked vs one plain Spark job"
+#: The child processes: the one-shot run and the check.
+CHILD = "tests.bench.migration_child"
 DEFAULT_ROWS = 2_000_000
 QUICK_ROWS = 100_000
 #: The demo's 24 input files, 3 to a chunk: 8 chunks (the issue asks for >= 8).
@@ -124,7 +127,7 @@ def run_chunked(data: Input, rundir: Path, concurrency: int = 1) -> tuple[Timed,
     except BaseException:
         runner.kill_all()
         raise
-    _let_jvm_exit(sampler)
+    let_jvm_exit(sampler)
     if code != 0:
         raise RuntimeError(f"the worker exited {code}; its log:\n{worker.tail(60)}")
     state = runner.status(job_id)["state"]
@@ -136,70 +139,68 @@ def run_chunked(data: Input, rundir: Path, concurrency: int = 1) -> tuple[Timed,
 
 def run_plain(data: Input, rundir: Path) -> Timed:
     """One fresh process running the one-shot Spark job over the same input; its time."""
-    output = rundir / "one-shot"
+    output = str(rundir / "one-shot")
+    command = ["one-shot", "--params", json.dumps(data.params), "--output", output]
     log_path = rundir / "one-shot.log"
-    command = [
-        sys.executable,
-        "-m",
-        "tests.bench.migration_child",
-        "one-shot",
-        "--params",
-        json.dumps(data.params),
-        "--output",
-        str(output),
-    ]
-    with open(log_path, "wb") as log:
-        started = time.monotonic()
-        process = subprocess.Popen(
-            command,
+    started = time.monotonic()
+    process = start_child(CHILD, command, log_path, child_env(data))
+    return wait_child(process, started, log_path, "the one-shot process")
+
+
+def start_child(
+    module: str, args: list[str], log_path: Path, env: dict[str, str]
+) -> subprocess.Popen[bytes]:
+    """``python -m module ARGS`` in a session of its own (its JVM in its process group),
+    its output in ``log_path``."""
+    with open(log_path, "ab") as log:
+        return subprocess.Popen(
+            [sys.executable, "-m", module, *args],
             cwd=ROOT,
-            env=_env(data),
+            env=env,
             stdin=subprocess.DEVNULL,
             stdout=log,
             stderr=subprocess.STDOUT,
             start_new_session=True,
         )
+
+
+def wait_child(
+    process: subprocess.Popen[bytes],
+    started: float,
+    log_path: Path,
+    what: str,
+    watch: Callable[[], object] | None = None,
+) -> Timed:
+    """Wait for a child of :func:`start_child`, its tree sampled; its time since
+    ``started`` (monotonic). ``watch`` runs first, while sampled (e.g. to kill it);
+    then any exit but 0 raises with the log's tail."""
     try:
         with TreeSampler(process.pid) as sampler:
+            if watch is not None:
+                watch()
             code = process.wait(RUN_TIMEOUT_SECONDS)
         seconds = time.monotonic() - started
     except BaseException:
-        _kill_group(process.pid)
+        kill_group(process.pid)
         raise
-    _let_jvm_exit(sampler)
+    let_jvm_exit(sampler)
     log_text = log_path.read_text(errors="replace")
-    if code != 0:
+    if code != 0 and watch is None:
         tail = "\n".join(log_text.splitlines()[-60:])
-        raise RuntimeError(f"the one-shot process exited {code}; its log:\n{tail}")
+        raise RuntimeError(f"{what} exited {code}; its log:\n{tail}")
     return Timed(seconds, sampler.peaks, cache_spills(log_text))
 
 
-def check(data: Input, job_id: str, rundir: Path) -> None:
-    """Compare the two outputs of a run (untimed); raise if they differ in any way."""
-    command = [
-        sys.executable,
-        "-m",
-        "tests.bench.migration_child",
-        "check",
-        "--params",
-        json.dumps(data.params),
-        "--job-id",
-        job_id,
-        "--one-shot",
-        str(rundir / "one-shot"),
-    ]
-    done = subprocess.run(
-        command,
-        cwd=ROOT,
-        env=_env(data),
-        capture_output=True,
-        text=True,
-        timeout=RUN_TIMEOUT_SECONDS,
+def check(data: Input, job_id: str, rundir: Path, one_shot: Path | None = None) -> None:
+    """Compare the job's output with the one-shot's (``rundir/one-shot`` unless given),
+    untimed; raise if they differ in any way."""
+    one_shot = one_shot or rundir / "one-shot"
+    found = json_child(
+        CHILD,
+        ["check", "--params", json.dumps(data.params), "--job-id", job_id,
+         "--one-shot", str(one_shot)],
+        child_env(data),
     )
-    try:
-        found = json.loads(done.stdout.strip().splitlines()[-1])
-    except (IndexError, ValueError):
-        raise RuntimeError(f"the check failed (exit {done.returncode}):\n{done.stderr}") from None
     expected = {
         "chunks": data.chunks,
         "rows_in": data.generated.rows,
@@ -214,11 +215,28 @@ def check(data: Input, job_id: str, rundir: Path) -> None:
         )
 
 
-def _env(data: Input) -> dict[str, str]:
+def json_child(module: str, args: list[str], env: dict[str, str]) -> dict[str, Any]:
+    """``python -m module ARGS`` to completion (untimed): the JSON object it printed last;
+    raise with its stderr if it printed none."""
+    done = subprocess.run(
+        [sys.executable, "-m", module, *args],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=RUN_TIMEOUT_SECONDS,
+    )
+    try:
+        return dict(json.loads(done.stdout.strip().splitlines()[-1]))
+    except (IndexError, ValueError):
+        raise RuntimeError(f"{module} failed (exit {done.returncode}):\n{done.stderr}") from None
+
+
+def child_env(data: Input) -> dict[str, str]:
     return {**os.environ, "RUNNER_STORAGE": data.store, "PYTHONUNBUFFERED": "1"}
 
 
-def _let_jvm_exit(sampler: TreeSampler) -> None:
+def let_jvm_exit(sampler: TreeSampler) -> None:
     """Wait (untimed) for the JVM that outlives its Python parent, so the next run has
     the cores to itself; SIGKILL it after a bound."""
     peaks = sampler.peaks
@@ -228,7 +246,7 @@ def _let_jvm_exit(sampler: TreeSampler) -> None:
             os.kill(pid, signal.SIGKILL)
 
 
-def _kill_group(pid: int) -> None:
+def kill_group(pid: int) -> None:
     try:
         os.killpg(pid, signal.SIGKILL)  # its own session: pgid == pid
     except ProcessLookupError:

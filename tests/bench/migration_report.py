@@ -96,21 +96,26 @@ def _mib(values: list[int]) -> str:
 
 def memory_rows(pairs: list[Pair]) -> list[str]:
     """Peak resident MiB of each side's Python process, its Spark JVM and both."""
-    rows = [
-        "| process tree | Python process, MiB | its Spark JVM, MiB | sum of the two peaks, MiB "
-        "| whole tree at one read, MiB |",
-        "|---|---|---|---|---|",
-    ]
-    sides = (
+    return memory_table("process tree", [
         ("chunked: the worker (`runner start`)", [pair.chunked.peaks for pair in pairs]),
         ("plain: the one-shot process", [pair.plain.peaks for pair in pairs]),
-    )
+    ])
+
+
+def memory_table(first_column: str, sides: list[tuple[str, list[TreePeaks]]]) -> list[str]:
+    """A row of peak MiB (:func:`memory_cells`) per labelled side that has any peaks."""
+    rows = [
+        f"| {first_column} | Python process, MiB | its Spark JVM, MiB | sum of the two peaks, "
+        "MiB | whole tree at one read, MiB |",
+        "|---|---|---|---|---|",
+    ]
     for label, peaks in sides:
-        rows.append(f"| {label} | " + " | ".join(_memory_cells(peaks)) + " |")
+        if peaks:
+            rows.append(f"| {label} | " + " | ".join(memory_cells(peaks)) + " |")
     return rows
 
 
-def _memory_cells(peaks: list[TreePeaks]) -> list[str]:
+def memory_cells(peaks: list[TreePeaks]) -> list[str]:
     return [
         _mib([p.root_kib for p in peaks]),
         _mib([p.jvm_kib for p in peaks]),

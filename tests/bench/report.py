@@ -62,7 +62,7 @@ class LoadSampler(threading.Thread):
 
     def __init__(self, own_load: str, interval_seconds: float = 5.0):
         super().__init__(name="load-sampler", daemon=True)
-        self._own_load = own_load
+        self.own_load = own_load
         self._interval = interval_seconds
         self._stop_event = threading.Event()
         self.samples = [os.getloadavg()[0]]
@@ -77,7 +77,7 @@ class LoadSampler(threading.Thread):
         if self.is_alive():
             self.join()
         self.samples.append(os.getloadavg()[0])
-        return load_line(self.samples, self._own_load)
+        return load_line(self.samples, self.own_load)
 
 
 def load_line(samples: list[float], own_load: str) -> str:

@@ -1,0 +1,144 @@
+"""The cluster benchmark still runs: its report from fake rounds, and its crash runs for
+real at a tiny size in local mode.
+
+The report tests use fake timings. The Spark test kills the Structured Streaming driver
+and a chunkrunner worker mid-run, restarts each, and checks both outputs against the
+one-shot run's: the bench's own code, on ``local[*]`` (no cluster: the cluster and its
+Connect server are the benchmark's, and tests/test_spark_cluster.py tests the launcher).
+Nothing here asserts a time.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from samples.migration.generate import Generated
+from tests.bench import cluster, cluster_report, crash, migration, streaming
+from tests.bench.cluster_report import Round
+from tests.bench.crash import Crashed, KillPoint
+from tests.bench.migration_report import Timed
+from tests.bench.rss import ProcessPeak, TreePeaks
+from tests.bench.spark_target import spark_target
+from tests.bench.streaming import Streamed
+
+MIB = 1024
+
+
+def _timed(seconds: float, python_mib: int = 150, jvm_mib: int = 0) -> Timed:
+    root = ProcessPeak(1, "python", "python runner start", python_mib * MIB, seconds / 10)
+    jvm = {2: ProcessPeak(2, "java", "java org.apache.spark.deploy.SparkSubmit",
+                          jvm_mib * MIB, seconds)} if jvm_mib else {}
+    return Timed(seconds, TreePeaks(root, jvm, (python_mib + jvm_mib) * MIB))
+
+
+def _round(number: int, chunked: float, plain: float) -> Round:
+    return Round(
+        number,
+        chunked=_timed(chunked),
+        plain=_timed(plain),
+        warm_up=_timed(plain * 1.5),
+        streamed=Streamed(_timed(plain * 1.3, 50, 1200),
+                          [{"batch": n, "started": 0.0, "seconds": 4.0 + n} for n in range(8)]),
+        local=_timed(chunked * 1.2, 55, 1240),
+        first_batch_seconds=4.0,
+        local_first_batch_seconds=11.0,
+        first_checkpoint_seconds=6.0,
+        local_first_checkpoint_seconds=17.0,
+    )
+
+
+def _data() -> migration.Input:
+    made = Generated("orders-v1", tuple(f"f{n}" for n in range(24)), 2_000_000, 339_000_000,
+                     1_700_000, 8_000)
+    return migration.Input("/tmp/store", made, {"files_per_batch": 3}, 8, 8)
+
+
+def test_target_is_the_ratio_of_medians_and_says_by_how_much_it_is_missed():
+    met = [_round(1, 42.0, 40.0), _round(2, 40.0, 41.0), _round(3, 60.0, 39.0)]
+    assert "1.05x: met." in cluster_report.target_line(met)
+    missed = [_round(1, 48.0, 40.0)]
+    assert "1.20x: **not met** (by 9%)" in cluster_report.target_line(missed)
+
+
+def test_report_has_every_table_and_says_how_it_was_measured():
+    rounds = [_round(1, 44.0, 40.0), _round(2, 46.0, 41.0)]
+    point = Crashed(_timed(70.0), 30.0, 4, 1, 5.5, "chunk 4 attempt 2 resumed at batch 0 of 1")
+    text = "\n".join(cluster_report.report(
+        _data(), rounds, {"chunked": point}, "Load: ...", "`python -m x`", "Machine: ...", 3))
+    assert text.startswith("Machine: ...\nLoad: ...\nCommand: `python -m x`. 2 round(s)")
+    assert "through the same Connect server" in text and "**8 chunks**" in text
+    # The worker's memory: a Connect client has no JVM, a local worker has one
+    assert "| Connect client (`RUNNER_SPARK_REMOTE`), no JVM | 150 (150-150) | 0 (0-0) |" in text
+    assert "| local mode (`local[*]`, its own JVM) | 55 (55-55) | 1,240 (1,240-1,240) |" in text
+    assert "| Connect client, warm shared server | 4.0 (4.0-4.0) | 6.0 (6.0-6.0) |" in text
+    # Streaming against ours, per round and the medians; its slowest and median batch
+    assert "| 1 | 44.0 | 52.0 | 1.18x | 57.2 | 11.0 / 7.5 |" in text
+    assert "| **median** | **45.0** | **52.7** | **1.17x** | | |" in text
+    # The crash against the side's own uninterrupted median
+    assert ("| chunked through Connect, a worker SIGKILLed | 45.0 | 70.0 | +25.0 | 30.0 "
+            "| 4 of 8 | 1 | 5.5 |") in text
+    assert "SIGKILLed: chunk 4 attempt 2 resumed at batch 0 of 1." in text
+
+
+def test_first_batch_comes_from_the_worker_log(tmp_path: Path):
+    log = tmp_path / "worker-1.log"
+    log.write_text(
+        "2026-11-25 19:24:26,912 INFO runner.supervisor: worker serving\n"
+        "a line without a stamp\n"
+        "2026-11-25 19:24:35,412 INFO samples.migration.job: chunk 0 batch 1 of 1: 5001 "
+        "rows in, 4148 out, 18 rejected (7.9 s)\n"
+        "2026-11-25 19:24:39,000 INFO samples.migration.job: chunk 1 batch 1 of 1: 5001 "
+        "rows in, 4097 out, 19 rejected (3.2 s)\n"
+    )
+    first, to_checkpoint = cluster.first_batch(tmp_path)
+    assert first == 7.9 and to_checkpoint == pytest.approx(8.5)
+    assert crash.batch_seconds(log) == [7.9, 3.2]
+
+
+def test_the_command_is_make_bench_only_for_the_runs_make_bench_makes():
+    assert cluster.command_line(cluster.parse_args([])) == (
+        "`make bench` (`python -m tests.bench.cluster --rows 2000000 --runs 3`)")
+    large = ["--rows", "8000000", "--runs", "2", "--no-streaming", "--no-local", "--no-crash"]
+    assert cluster.command_line(cluster.parse_args(large)).startswith("`make bench` (")
+    assert cluster.command_line(cluster.parse_args(["--quick", "--no-crash"])) == (
+        "`python -m tests.bench.cluster --rows 100000 --runs 1 --no-crash`")
+
+
+def test_spark_target_sets_and_restores_the_environment(monkeypatch):
+    monkeypatch.setenv("RUNNER_SPARK_MASTER", "local[1]")
+    monkeypatch.delenv("RUNNER_SPARK_REMOTE", raising=False)
+    with spark_target(RUNNER_SPARK_REMOTE="sc://127.0.0.1:1", RUNNER_SPARK_MASTER=None):
+        assert os.environ["RUNNER_SPARK_REMOTE"] == "sc://127.0.0.1:1"
+        assert "RUNNER_SPARK_MASTER" not in os.environ
+    assert os.environ["RUNNER_SPARK_MASTER"] == "local[1]"
+    assert "RUNNER_SPARK_REMOTE" not in os.environ
+
+
+@pytest.mark.spark
+@pytest.mark.timeout(900)  # six Spark processes one after another; ~2 min unloaded
+def test_both_sides_survive_a_sigkill_and_match_the_one_shot_run(tmp_path: Path):
+    # Given a tiny input (24 files, 8 chunks of 3, 8 micro-batches of 3), its one-shot run
+    data = migration.prepare(tmp_path, 2_400, 3)
+    streaming.stage_whole(data, tmp_path / "stream-input")
+    rundir = tmp_path / "run"
+    rundir.mkdir()
+    migration.run_plain(data, rundir)
+
+    # When the streaming driver is SIGKILLed after 2 committed micro-batches, and restarted
+    point = KillPoint(after_batches=2, delay_seconds=0.0)
+    env = migration.child_env(data)
+    streamed = streaming.run_streaming_crash(data, tmp_path / "stream-input", rundir, env, point)
+
+    # Then it resumed from its checkpoint, and its output equals the one-shot's
+    assert streamed.committed >= 2 and streamed.redone <= 1
+    assert "restarted driver ran batches" in streamed.notes
+    found = streaming.check_streaming(data, rundir, rundir / "one-shot")
+    assert found["batches"] == {"orders": 8, "rejects": 8}
+
+    # And when a chunkrunner worker is SIGKILLed after 2 batches, a second one finishes
+    chunked, job_id = crash.run_chunked_crash(data, rundir, point)
+    assert chunked.committed >= 2 and chunked.redone <= 1
+    migration.check(data, job_id, rundir)  # raises if the outputs differ
