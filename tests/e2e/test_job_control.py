@@ -65,7 +65,9 @@ def test_a_cancel_stops_running_chunks_within_a_renewal_and_runs_nothing_more(
 def test_a_paused_job_stops_hands_its_chunks_back_and_resumes_from_their_checkpoints(
     cluster: Cluster,
 ) -> None:
-    params = cluster.params(chunks=2, items=40, item_seconds=0.05)
+    # 8 s of items per chunk: `runner pause` is a process of its own, and on a loaded
+    # machine it took over 2 s to start and write (chunks of 2 s finished first).
+    params = cluster.params(chunks=2, items=40, item_seconds=0.2)
     job_id = cluster.submit("Items", params)
     worker = cluster.start("Items", "--concurrency", "2", burst=False)
     cluster.wait_event("item", count=6)
