@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import datetime as dt
 import queue
-import threading
 import time
 from decimal import Decimal
 from typing import Any
@@ -37,7 +36,7 @@ from jobs.spark import (
     write_chunk_output,
 )
 from jobs.testing import ChunkEnvironment
-from tests.spark_jobs import spark_jobs
+from tests.spark_jobs import orders_frame, run_in_thread, spark_jobs
 
 pytestmark = pytest.mark.spark
 
@@ -130,20 +129,6 @@ def _wait_for_job(spark, group: str) -> None:
         time.sleep(0.05)
 
 
-def _run_in_thread(env: ChunkEnvironment) -> tuple[threading.Thread, list[BaseException]]:
-    """Start ``env.run()`` on a thread; what it raises lands in the returned list."""
-    outcome: list[BaseException] = []
-
-    def run() -> None:
-        try:
-            env.run()
-        except BaseException as error:  # noqa: BLE001 - handed to the test's thread
-            outcome.append(error)
-
-    thread = threading.Thread(target=run, daemon=True)
-    thread.start()
-    return thread, outcome
-
 
 @pytest.mark.parametrize(
     "trigger, swallow, expected",
@@ -156,7 +141,7 @@ def _run_in_thread(env: ChunkEnvironment) -> tuple[threading.Thread, list[BaseEx
 def test_a_chunk_that_must_stop_has_its_spark_job_cancelled(spark, trigger, swallow, expected):
     # Given a chunk busy in a long Spark action on its own thread
     env = ChunkEnvironment(SleepyJob, payload={"swallow": swallow})
-    thread, outcome = _run_in_thread(env)
+    thread, outcome = run_in_thread(env)
     _wait_for_job(spark, RUNNING.get(timeout=60))
 
     # When the worker stops, or the lease is lost, mid-action
@@ -194,17 +179,10 @@ def test_a_chunk_already_stopping_starts_no_spark_work(spark):
 # --------------------------------------------------------------------------- chunk output
 
 
-def _orders(spark, first: int, last: int):
-    return spark.range(first, last).select(
-        F.col("id").alias("order_id"),
-        (F.col("id") % 7).cast("string").alias("region"),
-        F.when(F.col("id") % 5 == 0, None).otherwise(F.col("id") * 1.5).alias("amount"),
-    )
-
 
 def test_writing_a_chunk_twice_replaces_it_and_commits_it(spark, tmp_path):
     path = chunk_output_path(str(tmp_path / "out"), "orders-1", 3)
-    orders = _orders(spark, 0, 100)
+    orders = orders_frame(spark, 0, 100)
 
     first = write_chunk_output(orders, path)
     again = write_chunk_output(orders, path)  # a re-run of the same chunk
@@ -219,19 +197,20 @@ def test_writing_a_chunk_twice_replaces_it_and_commits_it(spark, tmp_path):
 def test_chunk_checksums_add_up_to_the_whole(spark, tmp_path):
     base = str(tmp_path / "out")
     commits = [
-        write_chunk_output(_orders(spark, lo, hi), chunk_output_path(base, "j", index))
+        write_chunk_output(orders_frame(spark, lo, hi), chunk_output_path(base, "j", index))
         for index, (lo, hi) in enumerate([(0, 40), (40, 100)])
     ]
 
     assert sum(c.rows for c in commits) == 100
-    assert sum(int(c.checksum) for c in commits) == int(content_checksum(_orders(spark, 0, 100)))
-    assert content_checksum(_orders(spark, 0, 99)) != content_checksum(_orders(spark, 0, 100))
+    whole = content_checksum(orders_frame(spark, 0, 100))
+    assert sum(int(c.checksum) for c in commits) == int(whole)
+    assert content_checksum(orders_frame(spark, 0, 99)) != whole
 
 
 def test_a_failed_write_leaves_the_chunk_uncommitted(spark, tmp_path):
     path = chunk_output_path(str(tmp_path / "out"), "j", 0)
-    write_chunk_output(_orders(spark, 0, 10), path)
-    failing = _orders(spark, 0, 10).withColumn(
+    write_chunk_output(orders_frame(spark, 0, 10), path)
+    failing = orders_frame(spark, 0, 10).withColumn(
         "order_id",
         F.when(F.col("order_id") == 5, F.raise_error(F.lit("bad row"))).otherwise(
             F.col("order_id")
@@ -247,12 +226,12 @@ def test_a_failed_write_leaves_the_chunk_uncommitted(spark, tmp_path):
 def test_uri_outputs_go_through_the_hadoop_file_system(spark, tmp_path):
     path = chunk_output_path((tmp_path / "out").as_uri(), "j", 1)
 
-    commit = write_chunk_output(_orders(spark, 0, 10), path, format="json", checksum=False)
+    commit = write_chunk_output(orders_frame(spark, 0, 10), path, format="json", checksum=False)
 
     assert commit.rows == 10 and commit.checksum is None
     assert read_commit(path, spark=spark) == commit
     assert (tmp_path / "out" / "j" / "chunk-000001" / COMMIT_MARKER).is_file()
-    assert spark.read.schema(_orders(spark, 0, 1).schema).json(path).count() == 10
+    assert spark.read.schema(orders_frame(spark, 0, 1).schema).json(path).count() == 10
 
 
 # --------------------------------------------------------------------------- observed counts
@@ -296,8 +275,8 @@ def _typed(spark):
     "frame",
     [
         _typed,
-        lambda spark: _orders(spark, 0, 300),  # ids, strings, doubles with nulls
-        lambda spark: _orders(spark, 0, 1000).groupBy("region").agg(  # a shuffle before
+        lambda spark: orders_frame(spark, 0, 300),  # ids, strings, doubles with nulls
+        lambda spark: orders_frame(spark, 0, 1000).groupBy("region").agg(  # a shuffle before
             F.sum("amount").alias("total"), F.count("*").alias("n")
         ),
     ],
@@ -319,7 +298,7 @@ def test_observed_counts_equal_the_output_read_back(spark, tmp_path, format, fra
 
 
 def test_an_empty_output_is_committed_with_no_rows(spark, tmp_path):
-    empty = _orders(spark, 0, 10).where(F.col("order_id") < 0)
+    empty = orders_frame(spark, 0, 10).where(F.col("order_id") < 0)
 
     for path, read_back in (("observed", False), ("read", True)):
         commit = write_chunk_output(empty, str(tmp_path / path), read_back=read_back)
@@ -328,7 +307,7 @@ def test_an_empty_output_is_committed_with_no_rows(spark, tmp_path):
 
 
 def test_an_exact_format_is_written_in_one_spark_job_and_never_read_back(spark, tmp_path):
-    orders = _orders(spark, 0, 100)  # no shuffle: one job writes it
+    orders = orders_frame(spark, 0, 100)  # no shuffle: one job writes it
     path = str(tmp_path / "out")
 
     jobs_observed = spark_jobs(spark, lambda: write_chunk_output(orders, path))
@@ -353,7 +332,7 @@ def test_a_text_format_is_counted_as_read_back(spark, tmp_path):
 
 def test_a_frame_spark_cannot_hash_fails_before_the_output_is_touched(spark, tmp_path):
     path = str(tmp_path / "out")
-    committed = write_chunk_output(_orders(spark, 0, 10), path)
+    committed = write_chunk_output(orders_frame(spark, 0, 10), path)
     maps = spark.createDataFrame([({"a": 1},)], "m map<string,int>")  # xxhash64 refuses maps
 
     with pytest.raises(Exception, match="HASH_MAP_TYPE"):
@@ -368,7 +347,7 @@ def test_metrics_spark_does_not_deliver_are_read_back(spark, tmp_path, monkeypat
         raise MetricsUnavailable("dropped (simulated by the test)")
 
     monkeypatch.setattr(jobs.chunk_output, "observed_metrics", undelivered)
-    orders = _orders(spark, 0, 50)
+    orders = orders_frame(spark, 0, 50)
 
     commit = write_chunk_output(orders, str(tmp_path / "out"))
 
@@ -377,7 +356,7 @@ def test_metrics_spark_does_not_deliver_are_read_back(spark, tmp_path, monkeypat
 
 def test_observed_metrics_wait_for_an_action_only_so_long(spark):
     never_run = Observation()
-    _orders(spark, 0, 5).observe(never_run, F.count(F.lit(1)))  # no action ever runs it
+    orders_frame(spark, 0, 5).observe(never_run, F.count(F.lit(1)))  # no action ever runs it
 
     asked_at = time.monotonic()
     with pytest.raises(MetricsUnavailable):
@@ -401,9 +380,9 @@ class SlowWrite(LocalSparkJob):
 def test_a_cancelled_write_is_left_uncommitted_and_a_rewrite_commits(spark, tmp_path):
     # Given a committed output, rewritten by a chunk whose write is slow
     path = str(tmp_path / "out")
-    write_chunk_output(_orders(spark, 0, 10), path)
+    write_chunk_output(orders_frame(spark, 0, 10), path)
     env = ChunkEnvironment(SlowWrite, payload={"path": path})
-    thread, outcome = _run_in_thread(env)
+    thread, outcome = run_in_thread(env)
     _wait_for_job(spark, RUNNING.get(timeout=60))
 
     # When the lease is lost mid-write
@@ -415,5 +394,5 @@ def test_a_cancelled_write_is_left_uncommitted_and_a_rewrite_commits(spark, tmp_
     assert len(outcome) == 1 and isinstance(outcome[0], LeaseLost), outcome
     assert not is_committed(path)
     # and the next attempt's write commits what it wrote
-    again = write_chunk_output(_orders(spark, 0, 7), path)
-    assert (again.rows, again.checksum) == (7, content_checksum(_orders(spark, 0, 7)))
+    again = write_chunk_output(orders_frame(spark, 0, 7), path)
+    assert (again.rows, again.checksum) == (7, content_checksum(orders_frame(spark, 0, 7)))

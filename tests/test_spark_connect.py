@@ -18,7 +18,6 @@ import queue
 import signal
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -50,6 +49,7 @@ from jobs.testing import ChunkEnvironment
 from samples.migration.cluster import LoopbackCluster
 from tests.connect_jobs import endless_action
 from tests.e2e.processes import ROOT, Worker, runner_command, wait_until
+from tests.spark_jobs import orders_frame, run_in_thread
 
 pytestmark = pytest.mark.spark
 
@@ -210,19 +210,6 @@ class EndlessAction(RemoteJob):
         return "finished"
 
 
-def _run_in_thread(env: ChunkEnvironment) -> tuple[threading.Thread, list[BaseException]]:
-    outcome: list[BaseException] = []
-
-    def run() -> None:
-        try:
-            env.run()
-        except BaseException as error:  # noqa: BLE001 - handed to the test's thread
-            outcome.append(error)
-
-    thread = threading.Thread(target=run, daemon=True)
-    thread.start()
-    return thread, outcome
-
 
 @pytest.mark.parametrize(
     "trigger, swallow, expected",
@@ -237,7 +224,7 @@ def test_a_chunk_that_must_stop_has_its_tagged_operation_interrupted(
 ):
     # Given a chunk busy in a Spark action that would run for hours
     env = ChunkEnvironment(EndlessAction, payload={"swallow": swallow})
-    thread, outcome = _run_in_thread(env)
+    thread, outcome = run_in_thread(env)
     RUNNING.get(timeout=60)
     time.sleep(3)  # the action reaches the server
 
@@ -258,18 +245,11 @@ def test_a_chunk_that_must_stop_has_its_tagged_operation_interrupted(
 # --------------------------------------------------------------------------- chunk output
 
 
-def _orders(spark: Any, first: int, last: int) -> Any:
-    return spark.range(first, last).select(
-        F.col("id").alias("order_id"),
-        (F.col("id") % 7).cast("string").alias("region"),
-        F.when(F.col("id") % 5 == 0, None).otherwise(F.col("id") * 1.5).alias("amount"),
-    )
-
 
 def test_chunk_output_on_a_shared_path_is_observed_and_committed(spark, tmp_path):
     # Loopback: the server's executors and this client share the file system.
     path = chunk_output_path(str(tmp_path / "out"), "orders-1", 3)
-    orders = _orders(spark, 0, 100)
+    orders = orders_frame(spark, 0, 100)
 
     first = write_chunk_output(orders, path)
     again = write_chunk_output(orders, path)
@@ -284,7 +264,7 @@ def test_a_uri_marker_is_written_and_removed_through_spark(spark, tmp_path):
     # Given a chunk output at a URI: the client has no Hadoop file system of its own
     path = chunk_output_path((tmp_path / "out").as_uri(), "j", 1)
 
-    commit = write_chunk_output(_orders(spark, 0, 10), path)
+    commit = write_chunk_output(orders_frame(spark, 0, 10), path)
 
     # Then the marker is a text dataset under _COMMITTED/, invisible to readers
     assert read_commit(path, spark=spark) == commit and commit.rows == 10
@@ -292,7 +272,7 @@ def test_a_uri_marker_is_written_and_removed_through_spark(spark, tmp_path):
     assert spark.read.parquet(path).count() == 10
 
     # When a rewrite fails midway
-    failing = _orders(spark, 0, 10).withColumn(
+    failing = orders_frame(spark, 0, 10).withColumn(
         "order_id", F.when(F.col("order_id") == 5, F.raise_error(F.lit("bad row")))
         .otherwise(F.col("order_id")),
     )
@@ -301,13 +281,13 @@ def test_a_uri_marker_is_written_and_removed_through_spark(spark, tmp_path):
 
     # Then the output is no longer committed, and a later write commits again
     assert not is_committed(path, spark=spark)
-    assert write_chunk_output(_orders(spark, 0, 4), path).rows == 4
+    assert write_chunk_output(orders_frame(spark, 0, 4), path).rows == 4
     assert read_commit(path, spark=spark).rows == 4
 
 
 def test_observed_metrics_come_with_the_action(spark, tmp_path):
     seen = Observation()
-    observed = _orders(spark, 0, 20).observe(seen, F.count(F.lit(1)).alias("rows"))
+    observed = orders_frame(spark, 0, 20).observe(seen, F.count(F.lit(1)).alias("rows"))
 
     with pytest.raises(MetricsUnavailable):
         observed_metrics(seen)  # no action has run it yet
