@@ -79,7 +79,7 @@ def stop_spark() -> None:
 
     Stopping a Connect session ends it on the server and closes the client's channel;
     the server and its cluster go on serving others."""
-    global _session, _session_settings, _connect_mode_was_set
+    global _session, _session_settings
     with _session_lock:
         if _session is not None:
             _session.stop()
