@@ -206,8 +206,9 @@ def report(
         machine,
         load,
         f"Command: {command}. {len(rounds)} round(s){_stopped(rounds, asked_runs)}, every "
-        "side once per round, in this order: streaming, cold-server plain, chunked, plain, "
-        "local; the crash runs after round 1.",
+        "side run once per round, in this order: streaming, cold-server plain, chunked, "
+        "plain, local (streaming, local and the crash runs only where the command asks for "
+        "them); the crash runs after round 1.",
         "",
         f"Input: {made.rows:,} legacy v1 rows ({made.bytes / 1e6:.0f} MB) in "
         f"{len(made.names)} blobs, as in the migration sections above: **{data.chunks} "
