@@ -191,6 +191,12 @@ class TaskRecord:
 #: with that state (a fraction 0-1, and ``"done/total"`` when given as a count, else
 #: ``""``), and when a state was last written (``updated_on`` changes at every write).
 PROGRESS_FRACTION = "progress_fraction"
+#: The outputs a chunk's attempts published (``chunk.publish``): a msgpack map of name to
+#: record, spilled to blob like the state when large; replaced whole at each publication.
+OUTPUTS = "outputs"
+#: The Spark Connect session the chunk's current attempt runs its Spark work in (JSON
+#: text), written with the claim or by the attempt's first Spark work; "" for none.
+SPARK_SESSION = "spark_session"
 PROGRESS_OF = "progress_of"
 CHECKPOINT_ON = "checkpoint_on"
 

@@ -31,7 +31,7 @@ from checkpoint.errors import (
     NotFound,
     StorageError,
 )
-from checkpoint.records import SPILL_BYTES, JobRecord, TaskKind, TaskRecord
+from checkpoint.records import OUTPUTS, SPILL_BYTES, JobRecord, TaskKind, TaskRecord
 from checkpoint.retries import TRANSIENT, Budget
 from checkpoint.settle import WRITER, token_of
 from checkpoint.storage import ANY_ETAG, BatchOp, Record, Storage, Where
@@ -720,6 +720,12 @@ class CheckpointStore:
         """``(index, result)`` of every done chunk, in index order."""
         for task in self.chunks(job_id, ("done",), budget):
             yield task.index, self.value(task.properties, "result", of=task.name)
+
+    def outputs(self, job_id: str, budget: Budget | None = None) -> Iterator[tuple[int, Any]]:
+        """``(index, published outputs by name)`` of every done chunk, in index order
+        (``chunk.publish``; an empty map for a chunk that published none)."""
+        for task in self.chunks(job_id, ("done",), budget):
+            yield task.index, self.value(task.properties, OUTPUTS, default={}, of=task.name)
 
 
 def _counts(properties: Mapping[str, Any], job_id: str, shard: int) -> dict[str, int]:

@@ -135,6 +135,14 @@ class WorkerBook:
             )
         )
 
+    def get(self, worker_id: str, budget: Budget) -> WorkerRecord:
+        """``worker_id``'s heartbeat. Raises NotFound if it has none, BadRecord if it
+        cannot be read."""
+        record = budget.call(
+            lambda: self._records.get(layout.WORKERS_TABLE, layout.WORKERS_PARTITION, worker_id)
+        )
+        return WorkerRecord.from_record(record)
+
     def scan(self, budget: Budget) -> list[WorkerRecord | BadRecord]:
         """Every heartbeat record, in worker id order; a BadRecord for one that cannot be
         read."""

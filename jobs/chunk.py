@@ -7,6 +7,8 @@ the chunk only offers its newest state and asks whether to go on.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any, Protocol, TypeGuard
 
 from checkpoint import checks
@@ -16,8 +18,59 @@ from checkpoint.records import Progress
 PROGRESS_RULE = "a fraction from 0 to 1, or (done, total) with 0 <= done <= total and total > 0"
 
 
+@dataclass(frozen=True)
+class Takeover:
+    """The attempt a chunk was taken over from, as its record stood when claimed.
+
+    An attempt that died, stalled past its lease or handed the chunk back may still
+    have work running elsewhere (a Spark Connect operation outlives its client): the
+    new attempt uses this to find it and cut it short.
+
+    Attributes:
+        owner: the worker id that held the chunk (``host:pid:hex``), or "" if unknown.
+        claim: that attempt's claim token (:attr:`Chunk.claim`), or "" if unknown.
+        spark_session: the Spark Connect session it recorded (JSON text of
+            :class:`jobs.spark_reaper.ConnectSession`), or None if it recorded none.
+        owner_gone: True if that worker's heartbeat says it is gone (or stopped), so
+            nothing of it can be legitimately running any more.
+    """
+
+    owner: str
+    claim: str
+    spark_session: str | None = None
+    owner_gone: bool = False
+
+
 class ChunkControl(Protocol):
     """What a running chunk needs from whoever runs it."""
+
+    @property
+    def claim(self) -> str:
+        """The token of the claim this attempt runs under: unique to it, never reused."""
+        ...
+
+    @property
+    def taken_over(self) -> Takeover | None:
+        """The attempt this one took the chunk over from, or None (a first claim, or
+        one whose last holder recorded nothing)."""
+        ...
+
+    def publish(self, name: str, record: Mapping[str, Any]) -> None:
+        """Record, by a write conditional on the chunk's record (fenced like a
+        checkpoint, and made now, not throttled), that this attempt's output ``name``
+        is the one readers follow, described by ``record`` (msgpack-able). Raises
+        LeaseLost, writing nothing, if the chunk is no longer this attempt's."""
+        ...
+
+    def published(self) -> dict[str, Any]:
+        """Every output published for this chunk so far (by any attempt), by name."""
+        ...
+
+    def record_spark_session(self, session: str) -> None:
+        """Record with the claim the Spark Connect session this attempt's Spark work
+        runs in (JSON text), so an attempt taking the chunk over can reap that work.
+        A fenced write, skipped if the same session is already recorded."""
+        ...
 
     def offer(self, state: Any, progress: Progress | None = None) -> None:
         """Take the newest state (and how far the chunk got, if it says; None keeps the
@@ -48,6 +101,9 @@ class Chunk:
             durable state of an earlier attempt, or None.
         attempt: 1 on the first claim, then 2, 3, ... (a crash counts; a graceful stop
             or a hand-back for storage trouble does not).
+        claim: the token of this attempt's claim: unique to it, so it names what the
+            attempt alone writes (its output directory, its Spark operations' tag).
+        taken_over: the attempt this one took the chunk over from, or None.
     """
 
     def __init__(
@@ -68,6 +124,38 @@ class Chunk:
         self.state = state
         self.attempt = attempt
         self._control = control
+
+    @property
+    def claim(self) -> str:
+        return self._control.claim
+
+    @property
+    def taken_over(self) -> Takeover | None:
+        return self._control.taken_over
+
+    def publish(self, name: str, record: Mapping[str, Any]) -> None:
+        """Make this attempt's output ``name`` the published one, fenced.
+
+        A write conditional on the chunk's record, as a checkpoint's, made at once: it
+        succeeds only while this attempt still holds the chunk, so an attempt that lost
+        it (a stalled or dead worker, a lost lease) can never publish over the attempt
+        that took over. :func:`jobs.chunk_output.write_chunk_output` calls it; call it
+        yourself for output of your own.
+
+        Args:
+            name: what was written (a path, a table name); the same name published
+                again replaces the earlier record.
+            record: what readers need to find and trust it (msgpack-able), e.g. the
+                attempt's directory, its rows and checksum.
+
+        Raises:
+            LeaseLost: the chunk is no longer this attempt's; nothing was published.
+        """
+        self._control.publish(name, record)
+
+    def published(self) -> dict[str, Any]:
+        """Every output published for this chunk (by this or an earlier attempt)."""
+        return self._control.published()
 
     def checkpoint(self, state: Any, progress: float | tuple[float, float] | None = None) -> None:
         """Record progress: ``state`` (msgpack-able) is where a re-run will resume.

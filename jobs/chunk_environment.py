@@ -31,6 +31,7 @@ Example, with the ``MigrateOrders`` job of the design brief (one checkpoint per 
 
 from __future__ import annotations
 
+import secrets
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
@@ -39,7 +40,7 @@ from checkpoint import codec
 from checkpoint.clock import FakeClock
 from checkpoint.errors import LeaseLost
 from checkpoint.records import Progress
-from jobs.chunk import Chunk
+from jobs.chunk import Chunk, Takeover
 from jobs.errors import ChunkStopped
 from jobs.job import ChunkedJob
 from jobs.summary import JobSummary
@@ -76,6 +77,8 @@ class ChunkEnvironment:
         on_checkpoint: called with the state of each checkpoint the chunk gets past;
             it may call :meth:`lose_lease`, :meth:`stop` or ``clock.advance``, which take
             effect from the chunk's next checkpoint on.
+        published: what earlier attempts published (``chunk.publish``), by name.
+        taken_over: ``chunk.taken_over``: the attempt this one takes over from.
 
     Attributes:
         checkpoints: every state the chunk offered, in order (as msgpack copies taken
@@ -92,6 +95,10 @@ class ChunkEnvironment:
             newest said up to it; None if none was said), as ``runner status`` shows it.
         result: what ``process`` returned, once :meth:`run` has succeeded.
         clock: the environment's FakeClock.
+        claim: ``chunk.claim``: a fresh token for each attempt.
+        published: every publication made so far, by name (a fenced write each:
+            refused once the lease is lost), carried into :meth:`next_attempt`.
+        spark_session: the Spark Connect session the attempt recorded, if any.
     """
 
     def __init__(
@@ -107,8 +114,16 @@ class ChunkEnvironment:
         checkpoint_interval_seconds: float | None = None,
         clock: FakeClock | None = None,
         on_checkpoint: Callable[[Any], None] | None = None,
+        published: Mapping[str, Any] | None = None,
+        taken_over: Takeover | None = None,
     ):
         self.job = job
+        self.claim = secrets.token_hex(6)
+        self.taken_over = taken_over
+        self.published_outputs: dict[str, Any] = dict(
+            round_trip(dict(published or {}), "published outputs")
+        )
+        self.spark_session: str | None = None
         self.job_class: type[ChunkedJob] = job if isinstance(job, type) else type(job)
         self.params = round_trip(params, "params")
         self.payload = round_trip(payload, "chunk payload")
@@ -225,6 +240,31 @@ class ChunkEnvironment:
         self._check_deadline()
         return self._stopping.is_set() or self._lost.is_set()
 
+    def publish(self, name: str, record: Mapping[str, Any]) -> None:
+        """Publish output ``name`` as a worker does: a fenced write made at once (with
+        the newest state), refused with LeaseLost once the lease is lost.
+
+        Part of :class:`~jobs.chunk.ChunkControl`, called by ``chunk.publish``."""
+        snapshot = round_trip(dict(record), "published output")
+        with self._lock:
+            self._check_deadline()
+            if self._lost.is_set():
+                raise LeaseLost(self._lost_reason)
+            self._flush()
+            self.published_outputs[name] = snapshot
+
+    def published(self) -> dict[str, Any]:
+        """Part of :class:`~jobs.chunk.ChunkControl`: every publication so far."""
+        with self._lock:
+            return dict(self.published_outputs)
+
+    def record_spark_session(self, session: str) -> None:
+        """Part of :class:`~jobs.chunk.ChunkControl`: a fenced write of the session."""
+        with self._lock:
+            if self._lost.is_set():
+                raise LeaseLost(self._lost_reason)
+            self.spark_session = session
+
     # ----------------------------------------------------------------- running
 
     def run(self) -> Any:
@@ -287,6 +327,10 @@ class ChunkEnvironment:
             checkpoint_interval_seconds=self.interval_seconds,
             clock=self.clock,
             on_checkpoint=self.on_checkpoint,
+            published=self.published_outputs,
+            taken_over=Takeover(
+                owner="test-worker", claim=self.claim, spark_session=self.spark_session
+            ),
         )
 
     def plan(self, params: Any = _UNSET, *, check_deterministic: bool = True) -> list[Any]:
@@ -339,7 +383,11 @@ class ChunkEnvironment:
         def read_results() -> Iterator[tuple[int, Any]]:
             return iter(stored)
 
-        summary = JobSummary(self.job_id, len(stored), len(stored), read_results)
+        # The outputs this environment's attempts published, as chunk ``index``'s.
+        outputs = [(self.index, self.published())] if self.published_outputs else []
+        summary = JobSummary(
+            self.job_id, len(stored), len(stored), read_results, _outputs=lambda: iter(outputs)
+        )
         return self._instance().finalize(params, summary)
 
     # ----------------------------------------------------------------- internals

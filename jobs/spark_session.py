@@ -13,6 +13,7 @@ PySpark is imported only when a session is first wanted.
 from __future__ import annotations
 
 import importlib
+import json
 import logging
 import os
 import threading
@@ -86,6 +87,31 @@ def stop_spark() -> None:
             if is_connect(_session) and not _connect_mode_was_set:
                 os.environ.pop(_CONNECT_MODE_ENV, None)
         _session = _session_settings = None
+
+
+def connect_session_text() -> str | None:
+    """This process's Spark Connect session as JSON text, or None if it has none (no
+    session yet, or a classic one).
+
+    What an attempt records with its claim (``chunk.record_spark_session``) so that an
+    attempt taking its chunk over can join the session and cut its work short:
+    ``{"endpoint": "host:port", "session_id": ..., "user_id": ...}``. The endpoint is
+    the URL's host and port only: its parameters may hold a token, never recorded.
+    """
+    with _session_lock:
+        session, settings = _session, _session_settings
+    if session is None or settings is None or settings.remote is None or not is_connect(session):
+        return None
+    connect: Any = session  # typed as the classic class
+    endpoint = settings.remote.removeprefix("sc://").split("/", 1)[0]
+    return json.dumps(
+        {
+            "endpoint": endpoint,
+            "session_id": str(connect.session_id),
+            "user_id": connect.client._user_id or "",
+        },
+        sort_keys=True,
+    )
 
 
 def is_connect(spark: Any) -> bool:

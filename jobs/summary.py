@@ -48,6 +48,9 @@ class JobSummary:
     _poisoned: Callable[[], Iterator[PoisonedChunk]] = field(
         default=lambda: iter(()), repr=False, compare=False
     )
+    _outputs: Callable[[], Iterator[tuple[int, Any]]] = field(
+        default=lambda: iter(()), repr=False, compare=False
+    )
 
     @property
     def poisoned(self) -> int:
@@ -64,6 +67,14 @@ class JobSummary:
         """``(index, result)`` of every chunk in index order, read lazily from the
         checkpoint store (so a million results are never all in memory)."""
         for item in self._results():
+            self.raise_if_stopped()
+            yield item
+
+    def outputs(self) -> Iterator[tuple[int, dict[str, Any]]]:
+        """``(index, outputs)`` of every done chunk in index order: what its attempts
+        published (``chunk.publish``, as ``write_chunk_output`` does), by name, each
+        the record of the attempt readers follow. Read lazily like :meth:`results`."""
+        for item in self._outputs():
             self.raise_if_stopped()
             yield item
 

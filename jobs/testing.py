@@ -32,7 +32,7 @@ import math
 import random
 import tempfile
 import traceback
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, replace
 from datetime import datetime
 from pathlib import Path
@@ -45,7 +45,7 @@ from checkpoint.location import StorageLocation
 from checkpoint.records import Progress, TaskKind, TaskRecord
 from checkpoint.storage import BlobStore, QueueStore, RecordStore, Storage
 from checkpoint.store import CheckpointStore
-from jobs.chunk import Chunk, ChunkControl
+from jobs.chunk import Chunk, ChunkControl, Takeover
 from jobs.chunk_environment import ChunkEnvironment, round_trip
 from jobs.job import ChunkedJob
 from jobs.job_run import (
@@ -219,6 +219,23 @@ class _Watched:
     @property
     def stopping(self) -> bool:
         return self._inner.stopping
+
+    @property
+    def claim(self) -> str:
+        return self._inner.claim
+
+    @property
+    def taken_over(self) -> Takeover | None:
+        return self._inner.taken_over
+
+    def publish(self, name: str, record: Mapping[str, Any]) -> None:
+        self._inner.publish(name, record)
+
+    def published(self) -> dict[str, Any]:
+        return self._inner.published()
+
+    def record_spark_session(self, session: str) -> None:
+        self._inner.record_spark_session(session)
 
 
 class _WholeJob:

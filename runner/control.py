@@ -11,17 +11,18 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
 from checkpoint import codec, retries
 from checkpoint.clock import Clock
 from checkpoint.errors import Conflict, LeaseLost, NotFound, StorageError, StorageTrouble
-from checkpoint.records import CHECKPOINT_ON, Progress, TaskRecord
+from checkpoint.records import CHECKPOINT_ON, OUTPUTS, SPARK_SESSION, Progress, TaskRecord
 from checkpoint.retries import Budget
 from checkpoint.settle import Writer
 from checkpoint.store import CheckpointStore
+from jobs.chunk import Takeover
 from jobs.errors import ChunkStopped, JobCancelled, JobPaused
 from runner.lease import Lease
 
@@ -43,6 +44,7 @@ class TaskControl:
             them, so it never mistakes one for another worker's).
         job_hold: asked at each lease renewal why the task's job wants it stopped
             ("cancelled", "paused") or None (:meth:`runner.jobwatch.JobWatch.hold`).
+        taken_over: the attempt the claim took the task over from, if known.
     """
 
     def __init__(
@@ -55,8 +57,11 @@ class TaskControl:
         worker_stopping: threading.Event,
         writer: Writer | None = None,
         job_hold: Callable[[], str | None] | None = None,
+        taken_over: Takeover | None = None,
     ):
         self._store = store
+        self.taken_over = taken_over
+        self._outputs: dict[str, Any] | None = None  # read from the record when first asked
         self._job_hold = job_hold
         #: Why the job stopped wanting this task, learnt at a renewal (or None).
         self.held: str | None = None
@@ -77,6 +82,36 @@ class TaskControl:
         self._ended = False
 
     # ----------------------------------------------------------------- ChunkControl
+
+    @property
+    def claim(self) -> str:
+        return self.writer.claim
+
+    def publish(self, name: str, record: Mapping[str, Any]) -> None:
+        # Checked (msgpack-able, a snapshot) before anything is written.
+        record = codec.decode(codec.encode(dict(record), "published output"), "published output")
+        outputs = {**self.published(), name: record}
+        # Made now and retried in place while the lease lasts: a publication is rare and
+        # the caller waits on it. Storage trouble past that hands the chunk back (no
+        # attempt spent); a refusal is LeaseLost: nothing was published.
+        runner_side(lambda: self.write({}, {OUTPUTS: outputs}), f"publishing {name}")
+        self._outputs = outputs
+
+    def published(self) -> dict[str, Any]:
+        if self._outputs is None:
+            found = runner_side(
+                lambda: self.lease_budget(retries.READ).call(
+                    lambda: self._store.value(self.task.properties, OUTPUTS, of=self.task.name)
+                ),
+                "reading the chunk's published outputs",
+            )
+            self._outputs = dict(found) if isinstance(found, dict) else {}
+        return dict(self._outputs)
+
+    def record_spark_session(self, session: str) -> None:
+        if self.task.properties.get(SPARK_SESSION) == session:
+            return
+        runner_side(lambda: self.write({SPARK_SESSION: session}), "recording the Spark session")
 
     def offer(self, state: Any, progress: Progress | None = None) -> None:
         # A snapshot, taken now: the caller may go on mutating its state object, and a

@@ -110,6 +110,7 @@ def assemble(
         completion=completion,
         finisher=Finisher(store, keeper, completion, clock),
         watch=JobWatch(store, clock),
+        workers=WorkerBook(storage.records),
     )
 
 

@@ -44,14 +44,16 @@ from checkpoint.errors import (
     StorageTrouble,
 )
 from checkpoint.limits import MAX_VISIBILITY_SECONDS
-from checkpoint.records import JobRecord, TaskKind, TaskRecord, error_properties
+from checkpoint.records import SPARK_SESSION, JobRecord, TaskKind, TaskRecord, error_properties
 from checkpoint.retries import Budget
 from checkpoint.settle import Writer
 from checkpoint.storage import NEVER_EXPIRES, QueueMessage, QueueStore
 from checkpoint.store import CheckpointStore
+from checkpoint.workers import WorkerBook
 from jobs.backoff import compute_backoff
 from jobs.errors import ChunkFailed, ChunkStopped, JobCancelled, JobPaused
 from jobs.job import ChunkedJob
+from jobs.spark_session import connect_session_text
 from runner.completion import Completion, set_job
 from runner.control import TaskControl
 from runner.finish import Ended, Finisher
@@ -61,6 +63,7 @@ from runner.lease import Lease, LeaseKeeper
 from runner.observe import finished_line, task_running
 from runner.plan import run_plan
 from runner.poison import PoisonRouter
+from runner.takeover import takeover_of
 from runner.work import run_user_code
 
 log = logging.getLogger(__name__)
@@ -92,6 +95,8 @@ class Context:
     completion: Completion
     finisher: Finisher
     watch: JobWatch
+    #: Heartbeats, read when a claim takes over a chunk whose attempt ran Spark work.
+    workers: WorkerBook | None = None
     stopping: threading.Event = field(default_factory=threading.Event)
     rng: random.Random = field(default_factory=random.Random)
     running: RunningTasks = field(default_factory=RunningTasks)
@@ -267,6 +272,9 @@ def _start(
         worker.stopping,
         writer,
         job_hold=lambda: worker.watch.hold(job.job_id),
+        taken_over=takeover_of(
+            before, worker.workers, worker.clock, lease.budget(retries.READ, worker.clock)
+        ),
     )
     lease.on_renewed = control.on_renewed
     with task_running(worker.worker_id, worker.running, claimed, before):
@@ -361,6 +369,9 @@ def _claim_changes(
         "message_id": message.id,
         "attempt": task.attempt + 1,
         "started_on": now,
+        # This process's Spark Connect session, if it has one already (else the
+        # attempt's first Spark work records it); "" clears the last attempt's.
+        SPARK_SESSION: connect_session_text() or "",
         "lease_until": now + timedelta(seconds=lease.lease_seconds),
     }
 

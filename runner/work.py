@@ -37,6 +37,7 @@ def run_user_code(
             lambda: store.results(job.job_id, budget),
             control,
             lambda: _poisoned_chunks(store, job.job_id, budget),
+            lambda: store.outputs(job.job_id, budget),
         )
         instance.finalize(params, summary)
         return None
