@@ -1,78 +1,98 @@
-"""Idempotent chunk output: one deterministic directory per chunk, overwritten, then marked.
+"""Chunk output fenced per attempt: written apart, published by a fenced write, then
+renamed into place.
 
-A chunk may run more than once (a crash, a lost lease, a stop), so its output goes to a
-place derived from the chunk alone and is written with overwrite: a re-run replaces the
-earlier attempt's files instead of adding to them. Only after the write has succeeded is
-a ``_COMMITTED`` marker written next to the data, holding the row count and a content
-checksum; the marker is removed before each write. A consumer (``finalize``, the next
-pipeline stage) trusts a chunk's directory only while :func:`is_committed` says so.
+A chunk may run more than once (a crash, a lost lease, a stop), and an attempt that is
+dead to us may still be writing: a SIGKILLed Spark Connect client's operation runs on in
+the server, a SIGSTOPped driver wakes up. So no two attempts ever write one path:
 
-The count and the checksum are observed while the write runs (Spark's ``observe``), in
-the same pass over the data, for formats that give back exactly what was written
-(:data:`EXACT_FORMATS`); other formats are read back once written.
+1. :func:`write_chunk_output` writes the attempt's rows to a hidden directory named
+   from its claim, ``<parent>/_attempts/<name>.<claim>`` (Spark readers skip ``_``
+   paths), observing their count and checksum in the same pass;
+2. it **publishes** them with ``chunk.publish``: a write to the chunk's record,
+   conditional on its ETag like a checkpoint, that succeeds only while this attempt
+   still holds the chunk. An attempt that lost the chunk stops here (``LeaseLost``)
+   and has touched nothing anyone reads;
+3. it puts the ``_COMMITTED`` marker (rows, checksum, format, the attempt's claim) into
+   its directory and renames that directory to the chunk's path: atomically, and
+   refused if something is already there (an earlier publication is first moved aside
+   into ``_attempts``). So the path holds the published attempt's rows and marker
+   whole, or (for an instant while a re-run replaces them) nothing;
+4. it removes the directories of the attempts it knows are dead (the one it took the
+   chunk over from, the publication it replaced). :func:`finalize_outputs` makes every
+   published output's path right from the store's records and sweeps ``_attempts``.
 
-Spark readers skip files whose names start with ``_`` or ``.``, so the marker (like
-Spark's own ``_SUCCESS``) never shows up as data when the directory is read.
+Readers trust a path only through :func:`read_commit` / :func:`is_committed`, and
+``finalize`` through ``summary.outputs()`` (the store's record of what was published).
+After :func:`finalize_outputs`, a plain ``spark.read`` of a chunk's path gives exactly
+its published rows, and nothing else is left beside it.
 
-Plain paths are handled with the standard library; URIs (``abfss://``, ``hdfs://``,
-``file://``) through the Hadoop file system of the Spark session, so the helpers work on
-a cluster's storage as they do on a local disk. A Spark Connect session has no Hadoop
-file system on the client: there a URI's marker is written through Spark itself, as a
-one-line text dataset in a ``_COMMITTED/`` directory (see :class:`_SparkFiles`), and a
-plain path must be one the client and the cluster share. PySpark is imported only when
-used.
+Where the rename happens: plain paths and ``file://`` URLs with ``os.rename`` (atomic,
+refuses a non-empty target); other URIs through a classic session's Hadoop file system
+(atomic on HDFS and ADLS Gen2 with a hierarchical namespace). A Spark Connect client has
+no file system: a URI's output there stays in its attempt directory and the marker at
+the chunk's path names it (``ChunkCommit.path``): readers follow the marker, or
+:func:`finalize_outputs`' list. See docs/spark.md, "Fenced output".
+
+The count and the checksum are observed while the write runs (Spark's ``observe``) for
+formats that give back exactly what was written (:data:`EXACT_FORMATS`); other formats
+are read back once written. PySpark is imported only when used.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import os
-import re
-import time
+import uuid
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import asdict, dataclass
-from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 from checkpoint import checks
 from checkpoint.errors import ConfigurationError
 from checkpoint.layout import check_job_id
-from jobs.errors import MetricsUnavailable
-from jobs.spark_session import is_connect, spark_session
+from jobs.chunk import Chunk
+from jobs.output_files import LocalFiles, OutputFiles, files_for, is_uri
+from jobs.output_metrics import (
+    EXACT_FORMATS,
+    OBSERVED_METRICS_WAIT_SECONDS,
+    content_checksum,
+    metrics,
+    new_observation,
+    observed_counts,
+    observed_metrics,
+    read_back_counts,
+)
+from jobs.summary import JobSummary
 
 if TYPE_CHECKING:
-    from pyspark.sql import Column, DataFrame, Observation, SparkSession
+    from pyspark.sql import DataFrame, SparkSession
 
 __all__ = [
+    "ATTEMPTS_DIR",
     "COMMIT_MARKER",
     "EXACT_FORMATS",
     "OBSERVED_METRICS_WAIT_SECONDS",
     "ChunkCommit",
+    "attempt_path",
     "chunk_output_path",
     "content_checksum",
+    "finalize_outputs",
     "is_committed",
     "observed_metrics",
     "read_commit",
+    "sweep_attempts",
     "write_chunk_output",
 ]
 
 log = logging.getLogger(__name__)
 
-#: The marker file written into a chunk's output directory once it is complete.
+#: The marker file in a chunk's output directory: what was published, by which attempt.
 COMMIT_MARKER = "_COMMITTED"
-#: Formats whose files give back every value with its type exactly as written, so the
-#: rows and checksum observed while writing equal those of the output read back
-#: (tested: nulls, decimals, dates, timestamps, NaN, -0.0, structs, arrays, binary).
-#: Text formats do not: CSV reads an empty string as null and skips an empty line, JSON
-#: turns binary into base64 text.
-EXACT_FORMATS = frozenset({"parquet", "orc"})
-#: Bound on the wait for a finished write's observed metrics. Spark hands them to a
-#: listener on its event bus, normally within milliseconds of the action's end;
-#: ``Observation.get`` itself would wait forever for an event that never comes.
-OBSERVED_METRICS_WAIT_SECONDS = 60.0
-#: How often :func:`observed_metrics` asks whether they have come.
-_METRICS_POLL_SECONDS = 0.005
-_URI = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]+://")
+#: The hidden folder beside a chunk's path where each attempt writes (Spark skips ``_``).
+ATTEMPTS_DIR = "_attempts"
+#: How often a publishing attempt tries to move into place when a stalled attempt keeps
+#: slipping its own directory in between (each such attempt can do so at most once).
+_INSTALL_TRIES = 5
 
 
 @dataclass(frozen=True)
@@ -85,11 +105,17 @@ class ChunkCommit:
             checksumming would give), or None when not computed. A decimal string: the
             checksums of disjoint outputs add up to the checksum of their union.
         format: the data source format (``parquet``, ``json``, ...).
+        attempt: the claim token of the attempt that wrote and published it ("" in a
+            marker written before output was fenced).
+        path: where its rows are: the chunk's path once renamed into place, else (a
+            URI through Spark Connect) the attempt's own directory.
     """
 
     rows: int
     checksum: str | None
     format: str
+    attempt: str = ""
+    path: str = ""
 
 
 def chunk_output_path(base: str, job_id: str, index: int) -> str:
@@ -112,38 +138,45 @@ def chunk_output_path(base: str, job_id: str, index: int) -> str:
     return f"{base.rstrip('/')}/{job_id}/chunk-{index:06d}"
 
 
+def attempt_path(path: str, claim: str) -> str:
+    """Where the attempt of claim ``claim`` writes the output of ``path``: a hidden
+    directory beside it, ``<parent>/_attempts/<name>.<claim>``."""
+    parent, _, name = path.rstrip("/").rpartition("/")
+    return f"{parent}/{ATTEMPTS_DIR}/{name}.{claim}"
+
+
 def write_chunk_output(
     df: DataFrame,
     path: str,
     format: str = "parquet",
     *,
+    chunk: Chunk,
     options: dict[str, str] | None = None,
     checksum: bool = True,
     read_back: bool | None = None,
 ) -> ChunkCommit:
-    """Write ``df`` to ``path`` with overwrite, then mark it committed.
+    """Write ``df`` as this attempt of ``chunk``'s output at ``path``, fenced.
 
-    In order: remove the marker (a crash from here on leaves the directory
-    uncommitted), write with ``mode("overwrite")`` (replacing any earlier attempt's
-    files), then write the marker with the output's rows and checksum. Running it again
-    for the same chunk replaces the output, never duplicates it.
+    In order (see the module's docstring): write to the attempt's own hidden directory
+    (:func:`attempt_path`), publish (``chunk.publish``: succeeds only while this attempt
+    holds the chunk), then move it into place with its marker and remove what the
+    attempts before it left. Running it again for the same path (a re-run) replaces
+    the published output whole, never adds to it; an attempt that lost the chunk
+    raises at the publish, having touched nothing anyone reads.
 
     The rows and checksum are observed in the write's own pass over the data
-    (``DataFrame.observe``): one Spark action, nothing read twice, ``df`` computed once.
-    They are counted in the write's last stage, whose tasks count once each even when
-    one is retried. For a format outside :data:`EXACT_FORMATS` the output is read back
-    and counted instead (``read_back``), as it also is if Spark does not deliver the
-    observed metrics (see :func:`observed_metrics`): the marker always describes what
-    a reader gets.
-
-    Two attempts writing the same chunk at once (an old owner that has not yet
-    noticed its lost lease) could interleave files; run the write inside the chunk's
-    job group (:class:`jobs.spark.ChunkJobGroup`), which cancels the old owner's work.
+    (``DataFrame.observe``): one Spark action, ``df`` computed once; they are counted
+    in the write's last stage, whose tasks count once each even when one is retried.
+    For a format outside :data:`EXACT_FORMATS` the output is read back and counted
+    instead (``read_back``), as it also is if Spark does not deliver the observed
+    metrics: the marker always describes what a reader gets.
 
     Args:
         df: the chunk's output.
-        path: the chunk's directory, from :func:`chunk_output_path`.
+        path: the chunk's output directory, e.g. from :func:`chunk_output_path`.
         format: a Spark data source format.
+        chunk: the chunk being processed (its claim names the attempt's directory, and
+            its record is where the output is published).
         options: data source options, used for writing (and reading back, e.g.
             ``{"header": "true"}`` for csv).
         checksum: also compute :func:`content_checksum` (a 64-bit hash of every row).
@@ -151,103 +184,95 @@ def write_chunk_output(
             scan; None: only for formats outside :data:`EXACT_FORMATS`.
 
     Returns:
-        What the marker records.
+        What was published (and what the marker at ``path`` says).
 
     Raises:
+        LeaseLost: the chunk is no longer this attempt's: nothing was published, and
+            what it wrote is in its own hidden directory, removed later.
         AnalysisException: ``checksum`` on a frame Spark cannot hash (a map column),
-            before anything at ``path`` is touched.
+            before anything is written.
     """
     options = dict(options or {})
     if read_back is None:
         read_back = format.lower() not in EXACT_FORMATS
-    observation = None if read_back else _new_observation()
-    # Attached before the marker goes: a frame that cannot be hashed fails here, with
-    # the earlier attempt's committed output left as it was.
-    written = df if observation is None else df.observe(observation, *_metrics(df, checksum))
-    files = _files(path, df.sparkSession)
-    files.delete(COMMIT_MARKER)
-    written.write.mode("overwrite").format(format).options(**options).save(path)
-    counts = None if observation is None else _observed_counts(observation, checksum, path)
-    rows, digest = counts or _read_back_counts(df, path, format, options, checksum)
-    commit = ChunkCommit(rows=rows, checksum=digest, format=format)
-    files.write(COMMIT_MARKER, json.dumps(asdict(commit), sort_keys=True))
+    observation = None if read_back else new_observation()
+    # Attached before anything is written: a frame that cannot be hashed fails here.
+    written = df if observation is None else df.observe(observation, *metrics(df, checksum))
+    files = files_for(path, df.sparkSession)
+    mine = attempt_path(path, chunk.claim)
+    written.write.mode("overwrite").format(format).options(**options).save(mine)
+    counts = None if observation is None else observed_counts(observation, checksum, path)
+    rows, digest = counts or read_back_counts(df, mine, format, options, checksum)
+    commit = ChunkCommit(
+        rows=rows,
+        checksum=digest,
+        format=format,
+        attempt=chunk.claim,
+        path=path if files.renames else mine,
+    )
+    record = asdict(commit)
+    chunk.publish(path, record)  # the fence: LeaseLost if the chunk is not ours
+    _put_in_place(files, path, commit, confirm=lambda: chunk.publish(path, record))
+    # The attempt this one took over from is dead to us: whatever it wrote here is
+    # litter. (Others' directories are swept by finalize_outputs, when no attempt of
+    # the job can be writing: a directory here may be a newer attempt's, still writing.)
+    taken_over = chunk.taken_over
+    if taken_over is not None and taken_over.claim not in ("", chunk.claim):
+        _remove_quietly(files, attempt_path(path, taken_over.claim))
     return commit
 
 
-def observed_metrics(
-    observation: Observation, timeout_seconds: float = OBSERVED_METRICS_WAIT_SECONDS
-) -> dict[str, Any]:
-    """The metrics of ``observation``, once the action that observed them has returned.
+def _put_in_place(
+    files: OutputFiles, path: str, commit: ChunkCommit, confirm: Callable[[], None] | None
+) -> None:
+    """Make ``path`` hold ``commit``'s rows and marker (it was just published).
 
-    Spark delivers observed metrics to a listener on its event bus, normally within
-    milliseconds of the action's end, and ``Observation.get`` waits for them without
-    a bound: a dropped event would hang the chunk while its lease is still renewed.
-    This waits ``timeout_seconds`` at most. Call it only after the action succeeded.
-
-    Args:
-        observation: a ``pyspark.sql.Observation`` attached with ``DataFrame.observe``
-            to a frame an action has run on.
-        timeout_seconds: how long to wait for Spark to deliver the metrics.
-
-    Returns:
-        The metrics by name, as ``Observation.get`` gives them.
-
-    Raises:
-        MetricsUnavailable: none came in time, or Spark sent none (it sends an empty
-            row when the optimizer removed the observation).
+    ``confirm`` raises LeaseLost if the attempt no longer holds the chunk (a fenced
+    write); it is called before anything already at ``path`` is moved aside, so an
+    attempt that published and then stalled past its lease cannot push the newer
+    publication out. None: no attempt can publish any more (finalize).
     """
-    if not hasattr(observation, "_jo"):
-        # A Spark Connect observation: the server sends the metrics with the action's
-        # own result, so they are there (or never will be) once the action returned.
-        return _delivered(observation.get)
-    # The JVM-side Observation's future (public in Scala) can be asked without waiting.
-    future = observation._jo.future() if observation._jo is not None else None
-    if future is None:
-        raise MetricsUnavailable("the observation was never attached to a DataFrame")
-    deadline = time.monotonic() + timeout_seconds
-    while not future.isCompleted():
-        if time.monotonic() >= deadline:
-            raise MetricsUnavailable(f"no observed metrics within {timeout_seconds} s")
-        time.sleep(_METRICS_POLL_SECONDS)
-    return _delivered(observation.get)
+    marker = json.dumps(asdict(commit), sort_keys=True)
+    mine = attempt_path(path, commit.attempt)
+    if not files.renames:
+        # Nothing can move: the rows stay in the attempt's directory, which the marker
+        # at the chunk's path names for readers.
+        files.write_text(f"{path}/{COMMIT_MARKER}", marker)
+        return
+    if not files.exists(mine):
+        # Removed by the attempt that took the chunk over: this one is dead to us.
+        if confirm is not None:
+            confirm()
+        raise RuntimeError(f"{path}: the published attempt's directory {mine} is gone")
+    files.write_text(f"{mine}/{COMMIT_MARKER}", marker)  # moves in with the rows
+    for _ in range(_INSTALL_TRIES):
+        if files.rename_dir(mine, path):
+            return
+        # An earlier publication is there (a re-run of the path), or a stalled
+        # attempt's directory slipped in: make sure the chunk is still ours, then move
+        # it back to its attempt's directory (where finalize_outputs finds it, should
+        # it be the published one after all) and try again.
+        if confirm is not None:
+            confirm()
+        there = _commit_of(_marker(files, path))
+        claim = there.attempt if there is not None and there.attempt else "replaced"
+        if not files.rename_dir(path, attempt_path(path, claim)):
+            files.rename_dir(path, attempt_path(path, f"{claim}-{uuid.uuid4().hex[:8]}"))
+    raise RuntimeError(f"{path}: could not move the published attempt {mine} into place")
 
 
-def _delivered(metrics: dict[str, Any]) -> dict[str, Any]:
-    if not metrics:
-        raise MetricsUnavailable("Spark delivered no observed metrics (observation optimized away)")
-    return metrics
-
-
-def _new_observation() -> Observation:
-    from pyspark.sql import Observation
-
-    return Observation()
-
-
-def _observed_counts(
-    observation: Observation, checksum: bool, path: str
-) -> tuple[int, str | None] | None:
-    """Rows and checksum observed by the write; None if Spark did not deliver them."""
+def _remove_quietly(files: OutputFiles, path: str) -> None:
     try:
-        metrics = observed_metrics(observation)
-    except MetricsUnavailable as missing:
-        log.warning("%s: %s; reading the output back to count it", path, missing)
-        return None
-    return int(metrics["rows"]), (_decimal_text(metrics["checksum"]) if checksum else None)
-
-
-def _read_back_counts(
-    df: DataFrame, path: str, format: str, options: dict[str, str], checksum: bool
-) -> tuple[int, str | None]:
-    # With df's schema: no inference pass, and the columns hash by the types written.
-    written = df.sparkSession.read.format(format).options(**options).schema(df.schema).load(path)
-    if checksum:
-        return _count_and_checksum(written)
-    return written.count(), None
+        files.remove(path)
+    except Exception as error:  # noqa: BLE001 - best effort: finalize sweeps again
+        log.warning("could not remove %s (a dead attempt's output): %s", path, error)
 
 
 def read_commit(path: str, *, spark: SparkSession | None = None) -> ChunkCommit | None:
-    """The commit marker of the chunk output at ``path``, or None if it is not committed.
+    """What the marker at chunk output ``path`` says was published, or None if none is.
+
+    Its ``path`` is where the published rows are: ``path`` itself once renamed into
+    place, else (a URI written through Spark Connect) the attempt's directory.
 
     Args:
         path: the chunk's directory.
@@ -255,14 +280,10 @@ def read_commit(path: str, *, spark: SparkSession | None = None) -> ChunkCommit 
             process's session (:func:`jobs.spark.spark_session`) if None. Plain paths
             need no Spark.
     """
-    text = _files(path, spark).read(COMMIT_MARKER)
-    if text is None:
-        return None
-    try:
-        fields = json.loads(text)
-        return ChunkCommit(int(fields["rows"]), fields["checksum"], str(fields["format"]))
-    except (ValueError, KeyError, TypeError):
-        return None  # a marker we cannot read vouches for nothing
+    commit = _commit_of(_marker(files_for(path, spark), path))
+    if commit is not None and not commit.path:
+        return ChunkCommit(commit.rows, commit.checksum, commit.format, commit.attempt, path)
+    return commit
 
 
 def is_committed(path: str, *, spark: SparkSession | None = None) -> bool:
@@ -270,162 +291,95 @@ def is_committed(path: str, *, spark: SparkSession | None = None) -> bool:
     return read_commit(path, spark=spark) is not None
 
 
-def content_checksum(df: DataFrame) -> str:
-    """An order-independent checksum of ``df``'s rows, as a decimal string.
+def finalize_outputs(
+    summary: JobSummary, *, spark: SparkSession | None = None
+) -> Iterator[tuple[int, str, ChunkCommit]]:
+    """Make every published output of the job right and sweep what attempts left.
 
-    The sum over rows of a 64-bit hash of every column (with a null flag per column,
-    so ``(null, 1)`` and ``(1, null)`` differ). A sum, not an XOR, so duplicated rows
-    change it; and sums add up: the checksums of the chunks of a migration, added,
-    equal the checksum of the same rows written by one plain Spark job. Columns are
-    hashed in order and by type, so compare frames of the same schema.
+    For each done chunk's publications (``summary.outputs()``, the store's record: the
+    truth) it makes the path hold the published attempt, moving it into place if a
+    crash left it in its attempt directory, rewrites the marker where it says
+    otherwise, and removes every other attempt's directory of that path. Call it from
+    ``finalize``: every chunk is done then, so no attempt of this job may still write.
+    Idempotent: a finalize run again after a crash does what is left.
+
+    Yields:
+        ``(chunk index, path, commit)`` of every published output, in chunk order:
+        ``commit.path`` is where a reader finds its rows (a manifest).
+
+    Raises:
+        RuntimeError: a published attempt's rows are gone from both its directory and
+            the path (removed by hand?): the job's output is incomplete.
     """
-    return _count_and_checksum(df)[1]
+    for index, outputs in summary.outputs():
+        for path, record in sorted(outputs.items()):
+            commit = _commit_of(record)
+            if commit is None:
+                raise RuntimeError(f"chunk {index}: unreadable publication of {path}: {record!r}")
+            files = files_for(path, spark)
+            _settle(files, path, commit)
+            _sweep(files, path, keep=commit.attempt)
+            yield index, path, commit
 
 
-def _count_and_checksum(df: DataFrame) -> tuple[int, str]:
-    row = df.agg(*_metrics(df, checksum=True)).first()
-    assert row is not None  # an aggregate without grouping always has one row
-    return int(row["rows"]), _decimal_text(row["checksum"])
-
-
-def _metrics(df: DataFrame, checksum: bool) -> list[Column]:
-    """The aggregates behind a marker: ``rows`` and, if asked, ``checksum``.
-
-    The same expressions whether they aggregate a frame read back or are observed
-    during a write, so both ways give the same figures.
+def sweep_attempts(outputs: Mapping[str, Any]) -> int:
+    """Remove the dead attempts' directories beside the published outputs ``outputs``
+    (one chunk's publications, by path) that this process can reach without Spark:
+    plain paths and ``file://`` URLs. For ``runner delete`` and ``purge``, which run
+    without the job's Spark session: a job that ended without finalize (failed,
+    cancelled) leaves its attempts' litter, never its published output. Returns how
+    many directories went.
     """
-    from pyspark.sql import functions as F
-
-    rows = F.count(F.lit(1)).alias("rows")
-    if not checksum:
-        return [rows]
-    # A decimal sum: a sum of 64-bit longs overflows, which ANSI mode (Spark 4's
-    # default) turns into an error.
-    return [rows, F.sum(_row_hash(df).cast("decimal(38,0)")).alias("checksum")]
-
-
-def _decimal_text(total: Any) -> str:
-    return str(int(total or 0))  # the sum over no rows is null
+    removed = 0
+    for path, record in outputs.items():
+        commit = _commit_of(record)
+        if commit is None or (is_uri(path) and not path.startswith("file:")):
+            continue  # an unreadable record, or a URI only the job's Spark can reach
+        files = LocalFiles()
+        before = len(_attempt_names(files, path))
+        _sweep(files, path, keep=commit.attempt)
+        removed += before - len(_attempt_names(files, path))
+    return removed
 
 
-def _row_hash(df: DataFrame) -> Column:
-    from pyspark.sql import functions as F
-
-    # Quoted, so names with dots are not read as nested fields.
-    columns = [F.col("`" + name.replace("`", "``") + "`") for name in df.columns]
-    if not columns:
-        return F.lit(0)
-    return F.xxhash64(*columns, *(column.isNull() for column in columns))
+def _attempt_names(files: OutputFiles, path: str) -> list[str]:
+    parent, _, name = path.rstrip("/").rpartition("/")
+    return [entry for entry in files.names(f"{parent}/{ATTEMPTS_DIR}")
+            if entry.startswith(f"{name}.")]
 
 
-# --------------------------------------------------------------------------- files
+def _settle(files: OutputFiles, path: str, commit: ChunkCommit) -> None:
+    if _commit_of(_marker(files, path)) != commit:
+        _put_in_place(files, path, commit, confirm=None)
 
 
-class _Files(Protocol):
-    def read(self, name: str) -> str | None: ...
-    def write(self, name: str, text: str) -> None: ...
-    def delete(self, name: str) -> None: ...
+def _sweep(files: OutputFiles, path: str, keep: str) -> None:
+    parent, _, name = path.rstrip("/").rpartition("/")
+    attempts = f"{parent}/{ATTEMPTS_DIR}"
+    kept = f"{name}.{keep}" if not files.renames else None
+    for entry in _attempt_names(files, path):
+        if entry != kept:
+            _remove_quietly(files, f"{attempts}/{entry}")
+    if files.renames and not files.names(attempts):
+        _remove_quietly(files, attempts)
 
 
-def _files(path: str, spark: SparkSession | None) -> _Files:
-    if not _URI.match(path):
-        return _LocalFiles(Path(path))
-    if spark is None:
-        spark = spark_session()
-    if is_connect(spark):
-        return _SparkFiles(spark, path)
-    return _HadoopFiles(spark, path)
+def _marker(files: OutputFiles, path: str) -> str | None:
+    return files.read_text(f"{path}/{COMMIT_MARKER}")
 
 
-class _LocalFiles:
-    """Marker files in a local directory."""
-
-    def __init__(self, directory: Path):
-        self._directory = directory
-
-    def read(self, name: str) -> str | None:
-        try:
-            return (self._directory / name).read_text(encoding="utf-8")
-        except (FileNotFoundError, NotADirectoryError):
-            return None
-
-    def write(self, name: str, text: str) -> None:
-        # Via a hidden temporary and a rename: a reader sees no marker or a whole one.
-        temporary = self._directory / f".{name}.tmp"
-        temporary.write_text(text, encoding="utf-8")
-        os.replace(temporary, self._directory / name)
-
-    def delete(self, name: str) -> None:
-        (self._directory / name).unlink(missing_ok=True)
-
-
-class _HadoopFiles:
-    """Marker files through the Spark session's Hadoop file system (abfss://, hdfs://...)."""
-
-    def __init__(self, spark: SparkSession, path: str):
-        context = spark.sparkContext
-        jvm: Any = context._jvm  # py4j's gateway view: untyped
-        self._jvm = jvm
-        self._directory = jvm.org.apache.hadoop.fs.Path(path)
-        self._fs = self._directory.getFileSystem(context._jsc.hadoopConfiguration())
-
-    def _path(self, name: str) -> Any:
-        return self._jvm.org.apache.hadoop.fs.Path(self._directory, name)
-
-    def read(self, name: str) -> str | None:
-        path = self._path(name)
-        if not self._fs.exists(path):
-            return None
-        stream = self._fs.open(path)
-        try:
-            scanner = self._jvm.java.util.Scanner(stream, "UTF-8").useDelimiter("\\A")
-            return str(scanner.next()) if scanner.hasNext() else ""
-        finally:
-            stream.close()
-
-    def write(self, name: str, text: str) -> None:
-        # One create-and-close: object stores (ABFS, S3) make a blob visible whole.
-        stream = self._fs.create(self._path(name), True)
-        try:
-            stream.write(bytearray(text.encode("utf-8")))
-        finally:
-            stream.close()
-
-    def delete(self, name: str) -> None:
-        self._fs.delete(self._path(name), False)
-
-
-class _SparkFiles:
-    """Marker files at a URI, written and read through a Spark Connect session.
-
-    A Connect client has no Hadoop file system of its own, and Spark's data sources
-    write directories, not files: the marker ``name`` is the directory ``<path>/name``
-    holding one text file with the marker's one line. Spark readers skip it like any
-    ``_`` path. Written with overwrite (a reader sees the old text, none, or the new),
-    and deleted by overwriting it with nothing, which reads back as no marker. The
-    chunk's own write with overwrite replaces the whole directory, marker included.
-    """
-
-    def __init__(self, spark: SparkSession, path: str):
-        self._spark = spark
-        self._directory = path.rstrip("/")
-
-    def read(self, name: str) -> str | None:
-        from pyspark.errors import AnalysisException
-
-        try:
-            lines = self._spark.read.text(f"{self._directory}/{name}").collect()
-        except AnalysisException as error:
-            if error.getCondition() == "PATH_NOT_FOUND":
-                return None
-            raise
-        return "\n".join(row["value"] for row in lines) if lines else None
-
-    def write(self, name: str, text: str) -> None:
-        frame = self._spark.createDataFrame([(text,)], "value string").coalesce(1)
-        frame.write.mode("overwrite").text(f"{self._directory}/{name}")
-
-    def delete(self, name: str) -> None:
-        if self.read(name) is not None:
-            empty = self._spark.createDataFrame([], "value string")
-            empty.write.mode("overwrite").text(f"{self._directory}/{name}")
+def _commit_of(found: str | Mapping[str, Any] | None) -> ChunkCommit | None:
+    """A marker's text or a publication record as a commit; None if it is none."""
+    if found is None:
+        return None
+    try:
+        fields = json.loads(found) if isinstance(found, str) else dict(found)
+        return ChunkCommit(
+            rows=int(fields["rows"]),
+            checksum=fields["checksum"],
+            format=str(fields["format"]),
+            attempt=str(fields.get("attempt", "")),
+            path=str(fields.get("path", "")),
+        )
+    except (ValueError, KeyError, TypeError):
+        return None  # a marker we cannot read vouches for nothing

@@ -11,6 +11,7 @@ its messages (docs/semantics.md §17).
 
 from __future__ import annotations
 
+import logging
 import re
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
@@ -18,12 +19,15 @@ from datetime import datetime, timedelta
 
 from checkpoint.backends import open_storage
 from checkpoint.deletion import Deleted
-from checkpoint.errors import ConfigurationError, JobNotEnded
-from checkpoint.records import ENDED_JOB_STATES, JobRecord
+from checkpoint.errors import BadRecord, ConfigurationError, JobNotEnded
+from checkpoint.records import ENDED_JOB_STATES, OUTPUTS, JobRecord
 from checkpoint.storage import Storage
 from checkpoint.store import CheckpointStore
+from jobs.chunk_output import sweep_attempts
 from jobs.errors import JobEnded
 from jobs.manage import cancel
+
+log = logging.getLogger(__name__)
 
 #: The reason a job deleted with ``force`` is cancelled with first.
 FORCED_REASON = "deleted with --force"
@@ -58,6 +62,7 @@ def delete(job_id: str, *, force: bool = False, storage: Storage | str | None = 
                     "cancels it first, then deletes it"
                 )
             _cancel(job_id, store)
+        _sweep_outputs(store, job_id)
         return store.delete_job(job_id)
 
 
@@ -90,7 +95,11 @@ def purge(
         found.sort(key=lambda job: (job.updated_on is None, job.updated_on, job.job_id))
         if dry_run:
             return [Deleted(j.job_id, j.state, j.updated_on, dry_run=True) for j in found]
-        return [store.delete_job(job.job_id) for job in found]
+        deleted = []
+        for job in found:
+            _sweep_outputs(store, job.job_id)
+            deleted.append(store.delete_job(job.job_id))
+        return deleted
 
 
 def parse_age(text: str) -> timedelta:
@@ -124,6 +133,25 @@ def _check_states(states: Iterable[str]) -> frozenset[str]:
             f"states {unknown or '(none)'}: choose from {', '.join(ENDED_JOB_STATES)}"
         )
     return chosen
+
+
+def _sweep_outputs(store: CheckpointStore, job_id: str) -> None:
+    """Remove what dead attempts left beside the job's published chunk outputs
+    (:func:`jobs.chunk_output.sweep_attempts`), before the records naming them go."""
+    removed = 0
+    for _, task in store.scan_chunks(job_id):
+        if isinstance(task, BadRecord):
+            continue  # garbled: deleted with the rest, its outputs not known
+        if not (task.properties.get(OUTPUTS) or task.properties.get(f"{OUTPUTS}_blob")):
+            continue
+        try:
+            outputs = store.value(task.properties, OUTPUTS, default={}, of=task.name)
+        except BadRecord as bad:
+            log.warning("not sweeping the outputs of %s: %s", task.name, bad)
+            continue
+        removed += sweep_attempts(outputs) if isinstance(outputs, dict) else 0
+    if removed:
+        log.info("job %s: removed %d directories of dead attempts' output", job_id, removed)
 
 
 def _cancel(job_id: str, store: CheckpointStore) -> None:

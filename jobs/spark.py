@@ -4,7 +4,8 @@ PySpark is the ``spark`` extra (``pip install 'chunkrunner[spark]'``): it is imp
 only when a session is first wanted, so ``import jobs.spark`` and the rest of the
 project never need it. ::
 
-    from jobs.spark import SparkChunkedJob, chunk_output_path, write_chunk_output
+    from jobs.spark import (SparkChunkedJob, chunk_output_path, finalize_outputs,
+                            write_chunk_output)
 
     class MigrateOrders(SparkChunkedJob):
         spark_conf = {"spark.sql.shuffle.partitions": "8"}
@@ -13,8 +14,11 @@ project never need it. ::
             with self.job_group(chunk):          # cancelled if the chunk must stop
                 df = self.spark.read.json(chunk.payload["files"])
                 out = chunk_output_path(chunk.params["out"], chunk.job_id, chunk.index)
-                commit = write_chunk_output(migrate(df), out)
+                commit = write_chunk_output(migrate(df), out, chunk=chunk)
             return {"rows": commit.rows}
+
+        def finalize(self, params, summary):
+            manifest = list(finalize_outputs(summary, spark=self.spark))
 
 The session is built on first use with the master (or Spark Connect remote) and conf of
 :class:`SparkSettings` (the job class's ``spark_master`` / ``spark_remote`` /
@@ -36,11 +40,14 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from checkpoint.errors import ConfigurationError, LeaseLost
 from jobs.chunk import Chunk
 from jobs.chunk_output import (
+    ATTEMPTS_DIR,
     COMMIT_MARKER,
     EXACT_FORMATS,
     ChunkCommit,
+    attempt_path,
     chunk_output_path,
     content_checksum,
+    finalize_outputs,
     is_committed,
     observed_metrics,
     read_commit,
@@ -64,6 +71,7 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 __all__ = [
+    "ATTEMPTS_DIR",
     "COMMIT_MARKER",
     "CONF_ENV",
     "EXACT_FORMATS",
@@ -73,9 +81,11 @@ __all__ = [
     "REMOTE_ENV",
     "SparkChunkedJob",
     "SparkSettings",
+    "attempt_path",
     "chunk_output_path",
     "content_checksum",
     "default_parallelism",
+    "finalize_outputs",
     "is_committed",
     "is_connect",
     "job_group",

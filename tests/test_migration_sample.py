@@ -25,10 +25,11 @@ from pyspark.sql import functions as F
 
 from checkpoint.backends import open_storage
 from jobs.spark import (
+    ATTEMPTS_DIR,
     COMMIT_MARKER,
     SparkSettings,
     content_checksum,
-    is_committed,
+    read_commit,
     spark_session,
     stop_spark,
 )
@@ -154,18 +155,25 @@ def test_progress_says_which_chunks_wait_for_a_worker(tmp_path: Path):
     )
 
 
-def test_every_batch_output_is_committed_once(demo: tuple[DemoResult, list[str], Path]):
+def test_every_batch_output_is_committed_once(
+    demo: tuple[DemoResult, list[str], Path], spark: Any
+):
     result, _, workdir = demo
     outputs = result.manifest["outputs"]
-    # Then the manifest lists orders and rejects of every batch (one file per batch) ...
+    # Then the manifest lists orders and rejects of every batch (one file per batch),
+    # each as its published attempt's marker names it ...
     assert len(outputs) == 2 * FILES
-    assert all(is_committed(entry["path"]) for entry in outputs)
-    # ... and nothing else sits in the job's output: the killed attempt's half-written
-    # batch was overwritten, not left beside the new one
+    assert all(read_commit(entry["path"]).attempt == entry["attempt"] for entry in outputs)
+    # ... and nothing else sits in the job's output: the killed attempt's batch went to
+    # a directory of its own, swept by finalize
     root = workdir / "output" / result.job_id
     on_disk = {str(path.parent) for path in root.rglob(COMMIT_MARKER)}
     assert on_disk == {entry["path"] for entry in outputs}
     assert {path.parent for path in root.rglob("*.parquet")} <= {Path(p) for p in on_disk}
+    assert not list(root.rglob(ATTEMPTS_DIR))
+    # so a plain read of the job's output gives exactly the published rows
+    orders = spark.read.parquet(str(root / "chunk-*" / "orders" / "batch-*"))
+    assert orders.count() == result.summary["rows_out"]
 
 
 # --------------------------------------------------------------------------- one chunk

@@ -531,3 +531,25 @@ def _runner(*args: str) -> subprocess.CompletedProcess[str]:
         text=True,
         timeout=120,
     )
+
+
+def test_delete_and_purge_sweep_dead_attempts_beside_published_outputs(world: World, tmp_path):
+    # Given a job that ended without finalize, whose chunk published an output at a
+    # plain path beside a dead attempt's directory, and one at a URI nothing local reaches
+    job_id = world.job([{"act": "ok"}, {"act": "ok"}])
+    out = tmp_path / "out" / job_id
+    published, dead = out / "chunk-000000", out / "_attempts" / "chunk-000000.deadbeef0000"
+    for folder in (published, dead):
+        folder.mkdir(parents=True)
+        (folder / "part-0.parquet").write_bytes(b"rows")
+    record = {"rows": 1, "checksum": None, "format": "parquet", "attempt": "0123456789ab",
+              "path": str(published)}
+    uri = "abfss://c@a.dfs.core.windows.net/out/chunk-000001"
+    world.set_task(job_id, values={"outputs": {str(published): record, uri: record}})
+    world.store.update_job(world.job_record(job_id), state="failed")
+
+    delete(job_id, storage=_plain(world))
+
+    # Then the dead attempt's litter went, the published output stayed
+    assert not dead.exists() and not (out / "_attempts").exists()
+    assert (published / "part-0.parquet").read_bytes() == b"rows"

@@ -9,6 +9,7 @@ from __future__ import annotations
 import datetime as dt
 import queue
 import time
+from dataclasses import asdict
 from decimal import Decimal
 from typing import Any
 
@@ -18,7 +19,7 @@ from pyspark.sql import Observation
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-import jobs.chunk_output
+import jobs.output_metrics
 from jobs import Chunk, ChunkStopped, LeaseLost
 from jobs.errors import MetricsUnavailable
 from jobs.spark import (
@@ -36,6 +37,8 @@ from jobs.spark import (
     write_chunk_output,
 )
 from jobs.testing import ChunkEnvironment
+from tests import output_races
+from tests.output_races import OutputJob, attempts_of, chunk_of
 from tests.spark_jobs import orders_frame, run_in_thread, spark_jobs
 
 pytestmark = pytest.mark.spark
@@ -179,25 +182,65 @@ def test_a_chunk_already_stopping_starts_no_spark_work(spark):
 # --------------------------------------------------------------------------- chunk output
 
 
+def attempt() -> Chunk:
+    """A chunk's first attempt, for a write outside ``process``."""
+    return chunk_of(ChunkEnvironment(OutputJob, job_id="orders-1", index=3))
+
+
+def test_a_chunk_output_is_published_and_renamed_into_place(spark, tmp_path):
+    path = chunk_output_path(str(tmp_path / "out"), "orders-1", 3)
+    env = ChunkEnvironment(OutputJob, job_id="orders-1", index=3)
+
+    commit = write_chunk_output(orders_frame(spark, 0, 100), path, chunk=chunk_of(env))
+
+    assert commit.attempt == env.claim and commit.path == path
+    assert env.published() == {path: asdict(commit)}  # the fenced record readers follow
+    assert read_commit(path) == commit
+    assert spark.read.parquet(path).count() == 100
+    assert output_races._leftovers(attempts_of(tmp_path / "out" / "orders-1" / "x")) == []
+
 
 def test_writing_a_chunk_twice_replaces_it_and_commits_it(spark, tmp_path):
     path = chunk_output_path(str(tmp_path / "out"), "orders-1", 3)
     orders = orders_frame(spark, 0, 100)
+    env = ChunkEnvironment(OutputJob, job_id="orders-1", index=3)
 
-    first = write_chunk_output(orders, path)
-    again = write_chunk_output(orders, path)  # a re-run of the same chunk
+    first = write_chunk_output(orders, path, chunk=chunk_of(env))
+    again_env = env.next_attempt()
+    again = write_chunk_output(orders, path, chunk=chunk_of(again_env))  # a re-run
 
     back = spark.read.parquet(path)
     assert back.count() == 100 and back.distinct().count() == 100  # once, not twice
-    assert first == again and first.rows == 100
-    assert first.checksum == content_checksum(orders)
-    assert is_committed(path) and read_commit(path) == first
+    assert (first.rows, first.checksum) == (again.rows, again.checksum) == (
+        100, content_checksum(orders))
+    assert again.attempt == again_env.claim != first.attempt
+    assert is_committed(path) and read_commit(path) == again
+    # The replaced publication (the attempt taken over from) went back to its attempt's
+    # directory and was removed there.
+    assert output_races._leftovers(attempts_of(tmp_path / "out" / "orders-1" / "x")) == []
+
+
+@pytest.mark.parametrize("stage", ["late-write", "before-publish", "after-publish"])
+@pytest.mark.parametrize("kind", ["path", "file-uri"])
+def test_a_dead_attempt_never_touches_the_published_output(spark, tmp_path, stage, kind):
+    # Given two attempts of one chunk, the first stalled at ``stage`` while the second
+    # runs to the end (tests/output_races.py stages each step)
+    out = tmp_path / "out" / "fenced" / "chunk-000003"
+    path = str(out) if kind == "path" else out.as_uri()
+
+    outcome = output_races.race(spark, path, attempts_of(out), stage, tmp_path)
+
+    # Then the first attempt is stopped, and the path holds the second's rows, whole and
+    # equal to a one-shot computation of them, marker and all; finalize leaves nothing
+    output_races.check(outcome, path, stage)
 
 
 def test_chunk_checksums_add_up_to_the_whole(spark, tmp_path):
     base = str(tmp_path / "out")
     commits = [
-        write_chunk_output(orders_frame(spark, lo, hi), chunk_output_path(base, "j", index))
+        write_chunk_output(
+            orders_frame(spark, lo, hi), chunk_output_path(base, "j", index), chunk=attempt()
+        )
         for index, (lo, hi) in enumerate([(0, 40), (40, 100)])
     ]
 
@@ -207,9 +250,10 @@ def test_chunk_checksums_add_up_to_the_whole(spark, tmp_path):
     assert content_checksum(orders_frame(spark, 0, 99)) != whole
 
 
-def test_a_failed_write_leaves_the_chunk_uncommitted(spark, tmp_path):
+def test_a_failed_rewrite_leaves_the_published_output_as_it_was(spark, tmp_path):
     path = chunk_output_path(str(tmp_path / "out"), "j", 0)
-    write_chunk_output(orders_frame(spark, 0, 10), path)
+    env = ChunkEnvironment(OutputJob, job_id="j")
+    published = write_chunk_output(orders_frame(spark, 0, 10), path, chunk=chunk_of(env))
     failing = orders_frame(spark, 0, 10).withColumn(
         "order_id",
         F.when(F.col("order_id") == 5, F.raise_error(F.lit("bad row"))).otherwise(
@@ -218,15 +262,17 @@ def test_a_failed_write_leaves_the_chunk_uncommitted(spark, tmp_path):
     )
 
     with pytest.raises(Exception, match="bad row"):
-        write_chunk_output(failing, path)
+        write_chunk_output(failing, path, chunk=chunk_of(env.next_attempt()))
 
-    assert not is_committed(path)
+    assert read_commit(path) == published and spark.read.parquet(path).count() == 10
 
 
 def test_uri_outputs_go_through_the_hadoop_file_system(spark, tmp_path):
     path = chunk_output_path((tmp_path / "out").as_uri(), "j", 1)
 
-    commit = write_chunk_output(orders_frame(spark, 0, 10), path, format="json", checksum=False)
+    commit = write_chunk_output(
+        orders_frame(spark, 0, 10), path, format="json", checksum=False, chunk=attempt()
+    )
 
     assert commit.rows == 10 and commit.checksum is None
     assert read_commit(path, spark=spark) == commit
@@ -287,12 +333,13 @@ def test_observed_counts_equal_the_output_read_back(spark, tmp_path, format, fra
     observed_path, read_path = str(tmp_path / "observed"), str(tmp_path / "read")
 
     # When the same frame is written once observed, once read back after the write
-    observed = write_chunk_output(df, observed_path, format)
-    read = write_chunk_output(df, read_path, format, read_back=True)
+    observed = write_chunk_output(df, observed_path, format, chunk=attempt())
+    read = write_chunk_output(df, read_path, format, read_back=True, chunk=attempt())
 
     # Then both markers say the same, and so does the output read back by anyone
     back = spark.read.format(format).schema(df.schema).load(observed_path)
-    assert observed == read == read_commit(observed_path)
+    assert observed == read_commit(observed_path)
+    assert (observed.rows, observed.checksum) == (read.rows, read.checksum)
     assert (observed.rows, observed.checksum) == (back.count(), content_checksum(back))
     assert observed.checksum == content_checksum(df) != "0"
 
@@ -301,7 +348,9 @@ def test_an_empty_output_is_committed_with_no_rows(spark, tmp_path):
     empty = orders_frame(spark, 0, 10).where(F.col("order_id") < 0)
 
     for path, read_back in (("observed", False), ("read", True)):
-        commit = write_chunk_output(empty, str(tmp_path / path), read_back=read_back)
+        commit = write_chunk_output(
+            empty, str(tmp_path / path), read_back=read_back, chunk=attempt()
+        )
         assert (commit.rows, commit.checksum) == (0, "0") == (0, content_checksum(empty))
         assert is_committed(str(tmp_path / path))
 
@@ -310,8 +359,10 @@ def test_an_exact_format_is_written_in_one_spark_job_and_never_read_back(spark, 
     orders = orders_frame(spark, 0, 100)  # no shuffle: one job writes it
     path = str(tmp_path / "out")
 
-    jobs_observed = spark_jobs(spark, lambda: write_chunk_output(orders, path))
-    jobs_read_back = spark_jobs(spark, lambda: write_chunk_output(orders, path, read_back=True))
+    jobs_observed = spark_jobs(spark, lambda: write_chunk_output(orders, path, chunk=attempt()))
+    jobs_read_back = spark_jobs(
+        spark, lambda: write_chunk_output(orders, path, read_back=True, chunk=attempt())
+    )
 
     assert jobs_observed == 1
     assert jobs_read_back > jobs_observed  # the count and checksum pass over the files
@@ -322,7 +373,7 @@ def test_a_text_format_is_counted_as_read_back(spark, tmp_path):
     df = _typed(spark)
     path = str(tmp_path / "out")
 
-    commit = write_chunk_output(df, path, format="json")
+    commit = write_chunk_output(df, path, format="json", chunk=attempt())
 
     # Then the marker describes what a reader gets, not the frame handed in
     back = spark.read.schema(df.schema).json(path)
@@ -332,24 +383,26 @@ def test_a_text_format_is_counted_as_read_back(spark, tmp_path):
 
 def test_a_frame_spark_cannot_hash_fails_before_the_output_is_touched(spark, tmp_path):
     path = str(tmp_path / "out")
-    committed = write_chunk_output(orders_frame(spark, 0, 10), path)
+    committed = write_chunk_output(orders_frame(spark, 0, 10), path, chunk=attempt())
     maps = spark.createDataFrame([({"a": 1},)], "m map<string,int>")  # xxhash64 refuses maps
 
     with pytest.raises(Exception, match="HASH_MAP_TYPE"):
-        write_chunk_output(maps, path)
+        write_chunk_output(maps, path, chunk=attempt())
 
     assert read_commit(path) == committed  # the earlier attempt's output stays committed
-    assert write_chunk_output(maps, str(tmp_path / "counted"), checksum=False).rows == 1
+    counted = tmp_path / "counted"
+    assert write_chunk_output(maps, str(counted), checksum=False, chunk=attempt()).rows == 1
+    assert output_races._leftovers(attempts_of(tmp_path / "out")) == []  # nothing written
 
 
 def test_metrics_spark_does_not_deliver_are_read_back(spark, tmp_path, monkeypatch):
     def undelivered(observation, timeout_seconds=0):
         raise MetricsUnavailable("dropped (simulated by the test)")
 
-    monkeypatch.setattr(jobs.chunk_output, "observed_metrics", undelivered)
+    monkeypatch.setattr(jobs.output_metrics, "observed_metrics", undelivered)
     orders = orders_frame(spark, 0, 50)
 
-    commit = write_chunk_output(orders, str(tmp_path / "out"))
+    commit = write_chunk_output(orders, str(tmp_path / "out"), chunk=attempt())
 
     assert (commit.rows, commit.checksum) == (50, content_checksum(orders))
 
@@ -374,13 +427,13 @@ class SlowWrite(LocalSparkJob):
         with self.job_group(chunk) as group:
             RUNNING.put(group.id)
             frame = self.spark.range(0, 2, numPartitions=2).select(slow("id").alias("id"))
-            write_chunk_output(frame, chunk.payload["path"])
+            write_chunk_output(frame, chunk.payload["path"], chunk=chunk)
 
 
 def test_a_cancelled_write_is_left_uncommitted_and_a_rewrite_commits(spark, tmp_path):
     # Given a committed output, rewritten by a chunk whose write is slow
     path = str(tmp_path / "out")
-    write_chunk_output(orders_frame(spark, 0, 10), path)
+    published = write_chunk_output(orders_frame(spark, 0, 10), path, chunk=attempt())
     env = ChunkEnvironment(SlowWrite, payload={"path": path})
     thread, outcome = run_in_thread(env)
     _wait_for_job(spark, RUNNING.get(timeout=60))
@@ -392,7 +445,7 @@ def test_a_cancelled_write_is_left_uncommitted_and_a_rewrite_commits(spark, tmp_
     # Then the write is cancelled and the output is not committed
     assert not thread.is_alive(), "the write was not cancelled"
     assert len(outcome) == 1 and isinstance(outcome[0], LeaseLost), outcome
-    assert not is_committed(path)
+    assert read_commit(path) == published  # what was published stays, untouched
     # and the next attempt's write commits what it wrote
-    again = write_chunk_output(orders_frame(spark, 0, 7), path)
+    again = write_chunk_output(orders_frame(spark, 0, 7), path, chunk=chunk_of(env.next_attempt()))
     assert (again.rows, again.checksum) == (7, content_checksum(orders_frame(spark, 0, 7)))

@@ -27,8 +27,11 @@ import pytest
 from pyspark.sql import Observation
 from pyspark.sql import functions as F
 
+import jobs.chunk_output
 from jobs import Chunk, ChunkStopped, LeaseLost
+from jobs.chunk_output import attempt_path
 from jobs.errors import MetricsUnavailable
+from jobs.output_files import SparkFiles
 from jobs.spark import (
     COMMIT_MARKER,
     REMOTE_ENV,
@@ -37,7 +40,7 @@ from jobs.spark import (
     chunk_output_path,
     content_checksum,
     default_parallelism,
-    is_committed,
+    finalize_outputs,
     is_connect,
     observed_metrics,
     read_commit,
@@ -45,10 +48,13 @@ from jobs.spark import (
     stop_spark,
     write_chunk_output,
 )
+from jobs.summary import JobSummary
 from jobs.testing import ChunkEnvironment
 from samples.migration.cluster import LoopbackCluster
+from tests import output_races
 from tests.connect_jobs import endless_action
 from tests.e2e.processes import ROOT, Worker, runner_command, wait_until
+from tests.output_races import OutputJob, attempts_of, chunk_of
 from tests.spark_jobs import orders_frame, run_in_thread
 
 pytestmark = pytest.mark.spark
@@ -250,39 +256,64 @@ def test_chunk_output_on_a_shared_path_is_observed_and_committed(spark, tmp_path
     # Loopback: the server's executors and this client share the file system.
     path = chunk_output_path(str(tmp_path / "out"), "orders-1", 3)
     orders = orders_frame(spark, 0, 100)
+    env = ChunkEnvironment(OutputJob, job_id="orders-1", index=3)
 
-    first = write_chunk_output(orders, path)
-    again = write_chunk_output(orders, path)
+    first = write_chunk_output(orders, path, chunk=chunk_of(env))
+    again = write_chunk_output(orders, path, chunk=chunk_of(env.next_attempt()))
 
-    assert first == again and first.rows == 100
-    assert first.checksum == content_checksum(orders) != "0"
+    assert (first.rows, first.checksum) == (again.rows, again.checksum)
+    assert first.rows == 100 and first.checksum == content_checksum(orders) != "0"
     assert spark.read.parquet(path).count() == 100
-    assert read_commit(path) == first and (Path(path) / COMMIT_MARKER).is_file()
+    assert read_commit(path) == again and (Path(path) / COMMIT_MARKER).is_file()
+    assert again.path == path  # renamed into place by the client (a shared folder)
 
 
-def test_a_uri_marker_is_written_and_removed_through_spark(spark, tmp_path):
-    # Given a chunk output at a URI: the client has no Hadoop file system of its own
+@pytest.mark.parametrize("stage", ["late-write", "before-publish", "after-publish"])
+def test_a_dead_attempt_never_touches_the_published_output(spark, tmp_path, stage):
+    # Given two attempts of one chunk through the Connect server, the first stalled at
+    # ``stage`` while the second runs to the end (tests/output_races.py)
+    out = tmp_path / "out" / "fenced" / "chunk-000003"
+
+    outcome = output_races.race(spark, str(out), attempts_of(out), stage, tmp_path)
+
+    # Then the path holds the second's rows only, equal to a one-shot computation
+    output_races.check(outcome, str(out), stage)
+
+
+def test_a_uri_without_a_file_system_is_published_by_its_marker(spark, tmp_path, monkeypatch):
+    # Given a URI the client cannot reach (abfss:// on a real cluster; here a file://
+    # URL reached through Spark only, as such a URI would be)
+    monkeypatch.setattr(jobs.chunk_output, "files_for", lambda path, session: SparkFiles(spark))
     path = chunk_output_path((tmp_path / "out").as_uri(), "j", 1)
+    env = ChunkEnvironment(OutputJob, job_id="j", index=1)
 
-    commit = write_chunk_output(orders_frame(spark, 0, 10), path)
+    commit = write_chunk_output(orders_frame(spark, 0, 10), path, chunk=chunk_of(env))
 
-    # Then the marker is a text dataset under _COMMITTED/, invisible to readers
-    assert read_commit(path, spark=spark) == commit and commit.rows == 10
+    # Then the rows stay in the attempt's directory, which the marker (a text dataset
+    # under _COMMITTED/, invisible to readers) names
+    assert commit.path == attempt_path(path, env.claim) and commit.rows == 10
+    assert read_commit(path, spark=spark) == commit
     assert (tmp_path / "out" / "j" / "chunk-000001" / COMMIT_MARKER).is_dir()
-    assert spark.read.parquet(path).count() == 10
+    assert spark.read.parquet(commit.path).count() == 10
 
-    # When a rewrite fails midway
+    # When a rewrite fails midway, the published output stays as it was
     failing = orders_frame(spark, 0, 10).withColumn(
         "order_id", F.when(F.col("order_id") == 5, F.raise_error(F.lit("bad row")))
         .otherwise(F.col("order_id")),
     )
+    second = env.next_attempt()
     with pytest.raises(Exception, match="bad row"):
-        write_chunk_output(failing, path)
+        write_chunk_output(failing, path, chunk=chunk_of(second))
+    assert read_commit(path, spark=spark) == commit
 
-    # Then the output is no longer committed, and a later write commits again
-    assert not is_committed(path, spark=spark)
-    assert write_chunk_output(orders_frame(spark, 0, 4), path).rows == 4
-    assert read_commit(path, spark=spark).rows == 4
+    # and a later attempt's write replaces it, the attempt before it emptied
+    third = second.next_attempt()
+    replaced = write_chunk_output(orders_frame(spark, 0, 4), path, chunk=chunk_of(third))
+    assert read_commit(path, spark=spark) == replaced and replaced.rows == 4
+    assert spark.read.parquet(replaced.path).count() == 4
+    outputs = [(1, third.published())]
+    summary = JobSummary("j", 2, 2, lambda: iter(()), _outputs=lambda: iter(outputs))
+    assert list(finalize_outputs(summary, spark=spark)) == [(1, path, replaced)]
 
 
 def test_observed_metrics_come_with_the_action(spark, tmp_path):

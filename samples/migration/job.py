@@ -8,13 +8,17 @@
 - ``process`` runs a chunk's files in batches of ``files_per_batch``: stage the batch's
   blobs to local scratch (cut at line ends into pieces that deal evenly over the
   session's cores: :func:`~.layout.staged_inputs`), run the transform
-  (:mod:`.transform`) in the chunk's Spark job group, write orders and rejects with
-  overwrite + commit marker (rows, checksums, rows in and rejects by reason are all
-  observed during the two writes: no other Spark action), then checkpoint
+  (:mod:`.transform`) in the chunk's Spark job group, write orders and rejects each to
+  the attempt's own directory, published by a fenced write (rows, checksums, rows in
+  and rejects by reason are all observed during the two writes: no other Spark
+  action), then checkpoint
   ``{"batch": next batch, ...running totals}``. A chunk taken over after a crash starts
-  at its checkpointed batch; the interrupted batch is rewritten, never duplicated.
-- ``finalize`` checks every batch's commit marker and writes a manifest (every
-  committed output with its rows and checksum) and a summary (rows in / out / rejected).
+  at its checkpointed batch; the interrupted batch is rewritten, replacing whatever the
+  dead attempt published, never added to it.
+- ``finalize`` puts every batch's published output in place and sweeps what dead
+  attempts left (:func:`jobs.spark.finalize_outputs`), then writes a manifest (every
+  published output with its rows, checksum and attempt) and a summary (rows in / out /
+  rejected).
 
 Deduplication is per batch. That equals a global deduplication because the legacy export
 is partitioned by key: every version of an order is in the same file (see
@@ -33,8 +37,8 @@ from jobs.spark import (
     SparkChunkedJob,
     SparkSettings,
     default_parallelism,
+    finalize_outputs,
     observed_metrics,
-    read_commit,
     split_files,
     write_chunk_output,
 )
@@ -137,9 +141,11 @@ class MigrateOrders(SparkChunkedJob):
                 # judged row, by the groups they fall in); the rejects write counts its
                 # few rows by reason, after the filter that the cache scan applies.
                 rows_in, by_reason = new_tally(), new_tally()
-                orders = write_chunk_output(latest_orders(judged, rows_in), out["orders"])
+                orders = write_chunk_output(
+                    latest_orders(judged, rows_in), out["orders"], chunk=chunk
+                )
                 rejects = write_chunk_output(
-                    tallied(rejected(judged), by_reason), out["rejects"]
+                    tallied(rejected(judged), by_reason), out["rejects"], chunk=chunk
                 )
                 counted = {**observed_metrics(rows_in), **observed_metrics(by_reason)}
             finally:
@@ -157,14 +163,15 @@ class MigrateOrders(SparkChunkedJob):
         }
 
     def finalize(self, params: dict[str, Any], summary: JobSummary) -> None:
-        # Idempotent: recomputed from the chunks' results and the commit markers, and
-        # written whole (manifest first: a summary is only there with its manifest).
+        # Idempotent: recomputed from the chunks' results and publications, and written
+        # whole (manifest first: a summary is only there with its manifest).
         settings = MigrationParams.of(params)
+        published = self._published(settings, summary)
         manifest: list[dict[str, Any]] = []
         chunks: list[dict[str, Any]] = []
         reasons: Counter[str] = Counter()
         for index, result in summary.results():
-            manifest.extend(self._committed(settings, summary.job_id, index, result["of"]))
+            manifest.extend(outputs_of(settings, summary.job_id, index, result["of"], published))
             chunks.append(chunk_line(index, result))
             reasons.update(result["reasons"])
         report = totals(summary.job_id, chunks, manifest)
@@ -176,20 +183,28 @@ class MigrateOrders(SparkChunkedJob):
             put_json(storage, container, f"{summary.job_id}/summary.json", report)
         log.info("job %s: %s", summary.job_id, {key: report[key] for key in TOTALS})
 
-    def _committed(
-        self, settings: MigrationParams, job_id: str, index: int, batches: int
-    ) -> list[dict[str, Any]]:
-        """Every output of chunk ``index``, as its commit marker describes it."""
-        found = []
-        for number in range(batches):
-            for kind in KINDS:
-                path = batch_path(settings, job_id, index, number, kind)
-                commit = read_commit(path, spark=self.spark if is_uri(path) else None)
-                if commit is None:
-                    raise RuntimeError(f"chunk {index} batch {number}: {path} is not committed")
-                found.append({"chunk": index, "batch": number, "kind": kind, "path": path,
-                              "rows": commit.rows, "checksum": commit.checksum})
-        return found
+    def _published(self, settings: MigrationParams, summary: JobSummary) -> dict[str, Any]:
+        """Every published output by path, each put in place and its dead attempts
+        swept (:func:`jobs.spark.finalize_outputs`)."""
+        spark = self.spark if is_uri(settings.output) else None
+        return {path: commit for _, path, commit in finalize_outputs(summary, spark=spark)}
+
+
+def outputs_of(
+    settings: MigrationParams, job_id: str, index: int, batches: int, published: dict[str, Any]
+) -> list[dict[str, Any]]:
+    """Every output of chunk ``index``, as its publication describes it."""
+    found = []
+    for number in range(batches):
+        for kind in KINDS:
+            path = batch_path(settings, job_id, index, number, kind)
+            commit = published.get(path)
+            if commit is None:
+                raise RuntimeError(f"chunk {index} batch {number}: {path} was never published")
+            found.append({"chunk": index, "batch": number, "kind": kind, "path": commit.path,
+                          "rows": commit.rows, "checksum": commit.checksum,
+                          "attempt": commit.attempt})
+    return found
 
 
 # --------------------------------------------------------------------------- counting
