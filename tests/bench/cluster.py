@@ -112,7 +112,7 @@ def one_round(setup: Setup, rundir: Path) -> Round:
     with spark_target(**LOCAL):
         check(data, job_id, rundir, one_shot)
         if setup.streaming:
-            check_streaming(data, rundir, one_shot)
+            check_streaming(data, rundir, one_shot, setup.stream_input)
         if setup.local:
             local_dir = _fresh(rundir / "local")
             found.local, local_job = run_chunked(data, local_dir)
@@ -173,7 +173,7 @@ def crashes(setup: Setup, workdir: Path, rounds: list[Round]) -> dict[str, Crash
                 data, setup.stream_input, _fresh(rundir / "stream"), child_env(data),
                 KillPoint(KILL_AFTER_BATCHES, batch / 2))
         with spark_target(**LOCAL):
-            check_streaming(data, rundir / "stream", one_shot)
+            check_streaming(data, rundir / "stream", one_shot, setup.stream_input)
         print(f"crash, streaming: {found['streaming'].total.seconds:.1f} s", flush=True)
     return found
 

@@ -15,8 +15,12 @@ overwrite into ``<output>/<kind>/batch-<batch id>``.
 That makes the output idempotent: Structured Streaming writes a micro-batch's offsets
 (which files) to its log *before* running it and its commit *after*; a driver killed in
 between re-runs the same batch id with the same files on restart, and the overwrite
-replaces whatever the killed attempt left. The master comes from ``RUNNER_SPARK_MASTER``
-and the conf from ``MigrateOrders.spark_conf``, as the one-shot run's.
+replaces whatever the killed attempt left. (A driver killed while it plans a micro-batch,
+after the file source logged its files but before the offsets log, comes back with that
+micro-batch holding those files and the next ones: fewer, larger micro-batches, each
+file still once. :func:`tests.bench.streaming.check_micro_batches` checks by files.)
+The master comes from ``RUNNER_SPARK_MASTER`` and the conf from
+``MigrateOrders.spark_conf``, as the one-shot run's.
 
 Each micro-batch prints one JSON line (``{"batch": id, "started": epoch s, "seconds":
 s}``) for the benchmark. ``check`` compares what the query wrote with the one-shot run's
@@ -40,7 +44,10 @@ from samples.migration.transform import CORRUPT, V1_FIELDS, judge, latest_orders
 from samples.migration.verify import Counts, Verdict, written
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.streaming import StreamingQuery
 
 FILES_PER_TRIGGER = 3
 #: The output directory of micro-batch ``n`` (what makes a re-run overwrite its own).
@@ -80,16 +87,26 @@ class BatchWriter:
         print(json.dumps(line), flush=True)
 
 
-def run(input_dir: str, output: str, checkpoint: str, files_per_trigger: int) -> None:
-    spark = spark_session(SparkSettings.for_job(MigrateOrders))
-    query = (
+def start(
+    spark: SparkSession,
+    input_dir: str,
+    checkpoint: str,
+    files_per_trigger: int,
+    write: Callable[[DataFrame, int], None],
+) -> StreamingQuery:
+    """The query as ``run`` starts it, each micro-batch handed to ``write``."""
+    return (
         v1_stream(spark, input_dir, files_per_trigger)
-        .writeStream.foreachBatch(BatchWriter(output))
+        .writeStream.foreachBatch(write)
         .option("checkpointLocation", checkpoint)
         .trigger(availableNow=True)
         .start()
     )
-    query.awaitTermination()
+
+
+def run(input_dir: str, output: str, checkpoint: str, files_per_trigger: int) -> None:
+    spark = spark_session(SparkSettings.for_job(MigrateOrders))
+    start(spark, input_dir, checkpoint, files_per_trigger, BatchWriter(output)).awaitTermination()
 
 
 def check(output: Path, one_shot: Path) -> dict[str, Any]:
