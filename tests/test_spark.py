@@ -22,6 +22,7 @@ from pyspark.sql import types as T
 import jobs.output_metrics
 from jobs import Chunk, ChunkStopped, LeaseLost
 from jobs.errors import MetricsUnavailable
+from jobs.output_files import SparkFiles
 from jobs.spark import (
     COMMIT_MARKER,
     EXACT_FORMATS,
@@ -278,6 +279,20 @@ def test_uri_outputs_go_through_the_hadoop_file_system(spark, tmp_path):
     assert read_commit(path, spark=spark) == commit
     assert (tmp_path / "out" / "j" / "chunk-000001" / COMMIT_MARKER).is_file()
     assert spark.read.schema(orders_frame(spark, 0, 1).schema).json(path).count() == 10
+
+
+def test_spark_files_keep_text_as_datasets_and_move_nothing(spark, tmp_path):
+    # What a Connect client does at a URI it has no file system for, on any session
+    files = SparkFiles(spark)
+    marker = (tmp_path / "out" / COMMIT_MARKER).as_uri()
+
+    assert files.read_text(marker) is None and not files.exists(marker)
+    files.write_text(marker, '{"rows": 1}')
+    assert files.read_text(marker) == '{"rows": 1}' and files.exists(marker)
+    files.remove(marker)  # an empty dataset: read as absent
+    assert files.read_text(marker) is None
+    assert not files.renames and not files.rename_dir(marker, marker + "2")
+    assert files.names((tmp_path / "out").as_uri()) == []
 
 
 # --------------------------------------------------------------------------- observed counts

@@ -1002,3 +1002,51 @@ def test_run_job_reports_the_progress_said_and_stored():
     assert resumed.started_from == 4 and resumed.progress[0] == Progress(0.5, 5, 10)
     assert run.chunks[0].progress == Progress(0.9, 9, 10)  # stored with the last state
     assert run.planning is not None and run.planning.progress is None
+
+
+class Publishes(ChunkedJob):
+    """Publishes its chunk's output, then checkpoints; finalize reports the publications."""
+
+    def split(self, params: Any) -> Iterator[dict[str, int]]:
+        yield {"n": 1}
+
+    def process(self, chunk: Chunk) -> dict[str, Any]:
+        before = chunk.published()
+        chunk.publish("out/chunk-0", {"by": chunk.claim})
+        chunk._control.record_spark_session("{}")
+        chunk.checkpoint("published")
+        taken_over = chunk.taken_over
+        return {"claim": chunk.claim, "before": before,
+                "from": taken_over.claim if taken_over else None}
+
+    def finalize(self, params: Any, summary: JobSummary) -> dict[str, Any]:
+        return dict(summary.outputs())
+
+
+def test_a_whole_job_publishes_through_the_runner_and_a_takeover_knows_the_dead_attempt():
+    # Given the chunk's worker killed right after it published and checkpointed
+    run = run_job(Publishes, {}, crash=CrashAt(chunk=0, checkpoint=1))
+
+    # Then the next attempt saw that publication and whom it took over from, and the
+    # publication finalize reads is the last attempt's
+    crashed, resumed = run.chunks[0].calls
+    assert (crashed.outcome, resumed.outcome) == ("crashed", "returned")
+    result = run.chunks[0].result
+    assert result["before"] == {"out/chunk-0": {"by": result["from"]}}
+    assert result["from"] not in (None, result["claim"])
+    assert run.assert_done().finalize_result == {0: {"out/chunk-0": {"by": result["claim"]}}}
+
+
+def test_an_environment_publishes_fenced_and_passes_it_on():
+    env = ChunkEnvironment(Publishes, payload={"n": 1})
+    first = env.run()
+    assert env.published() == {"out/chunk-0": {"by": first["claim"]}}
+    assert env.spark_session == "{}"
+
+    second = env.next_attempt()
+    second.lose_lease()
+    with pytest.raises(LeaseLost):
+        second.run()  # its publication is refused: the chunk is no longer its own
+    assert second.published() == env.published()
+    with pytest.raises(LeaseLost):
+        second.record_spark_session("{}")
