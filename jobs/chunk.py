@@ -157,6 +157,18 @@ class Chunk:
         """Every output published for this chunk (by this or an earlier attempt)."""
         return self._control.published()
 
+    def record_spark_session(self, session: str) -> None:
+        """Record with the claim the Spark Connect session this attempt's Spark work
+        runs in (JSON text of :func:`jobs.spark_session.connect_session_text`), so an
+        attempt taking the chunk over can cut that work short. :mod:`jobs.spark` does
+        it before the attempt's first Spark work; a fenced write, skipped if the same
+        session is recorded already.
+
+        Raises:
+            LeaseLost: the chunk is no longer this attempt's; nothing was recorded.
+        """
+        self._control.record_spark_session(session)
+
     def checkpoint(self, state: Any, progress: float | tuple[float, float] | None = None) -> None:
         """Record progress: ``state`` (msgpack-able) is where a re-run will resume.
 

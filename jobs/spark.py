@@ -57,7 +57,14 @@ from jobs.errors import ChunkStopped, JobDefinitionError
 from jobs.job import ChunkedJob
 from jobs.planning import split_files, split_key_range
 from jobs.spark_interrupt import interrupter_for
-from jobs.spark_session import default_parallelism, is_connect, spark_session, stop_spark
+from jobs.spark_reaper import claim_tag, prepare_attempt, session_released
+from jobs.spark_session import (
+    default_parallelism,
+    is_connect,
+    session_closed_on_server,
+    spark_session,
+    stop_spark,
+)
 from jobs.spark_settings import (
     CONF_ENV,
     MASTER_ENV,
@@ -124,9 +131,18 @@ class ChunkJobGroup:
     ``chunk.checkpoint(chunk.state)``, so the newest state is flushed exactly as at any
     checkpoint.
 
+    In a Connect session, entering the first block of an attempt also records the
+    session with the chunk's claim and, if the chunk was taken over, cuts short what
+    the previous attempt left running on the server (:mod:`jobs.spark_reaper`). A block
+    whose work the server refused because its session was closed (released by such a
+    reaper while this worker was stalled) hands the chunk back (``ChunkStopped``, no
+    attempt spent) and the process's next :func:`spark_session` builds a new session.
+
     Attributes:
         id: the group id (or tag): unique per entry, so cancelling one attempt of a
             chunk never touches another attempt running in the same process.
+        attempt_tag: the tag every Connect operation of this attempt of the chunk
+            carries (``chunkrunner-claim-<claim>``): what a takeover interrupts.
         description: what Spark's UI shows for the group's jobs (classic sessions).
         cancelled: True once the watcher cancelled the group.
     """
@@ -139,13 +155,15 @@ class ChunkJobGroup:
         *,
         poll_seconds: float = STOP_POLL_SECONDS,
     ):
+        self._spark = spark
         self._chunk = chunk
         self._poll_seconds = poll_seconds
         self.id = f"chunkrunner-{chunk.job_id}-{chunk.index}-{chunk.attempt}-{uuid.uuid4().hex[:8]}"
+        self.attempt_tag = claim_tag(chunk.claim)
         self.description = description or (
             f"chunk {chunk.index} of job {chunk.job_id} (attempt {chunk.attempt})"
         )
-        self._interrupter = interrupter_for(spark, self.id, self.description)
+        self._interrupter = interrupter_for(spark, self.id, self.description, self.attempt_tag)
         self.cancelled = False
         self._left = threading.Event()
         self._watcher: threading.Thread | None = None
@@ -153,6 +171,10 @@ class ChunkJobGroup:
     def __enter__(self) -> ChunkJobGroup:
         if self._chunk.stopping:
             _raise_stop(self._chunk, None)  # start no Spark work for a chunk that must stop
+        if is_connect(self._spark):
+            # Before any Spark work of the attempt: the previous attempt's operations
+            # would otherwise hold the cluster's cores (or write) alongside ours.
+            prepare_attempt(self._spark, self._chunk)
         self._interrupter.enter()
         self._watcher = threading.Thread(target=self._watch, name=f"{self.id}-watch", daemon=True)
         self._watcher.start()
@@ -174,6 +196,16 @@ class ChunkJobGroup:
         # swallowed Spark's error: never let the chunk carry on as if it completed.
         if self.cancelled or (exc is not None and self._chunk.stopping):
             _raise_stop(self._chunk, exc)
+        if isinstance(exc, Exception) and is_connect(self._spark) and session_released(
+            self._spark, exc
+        ):
+            # Not the chunk's failure, and no attempt spent: this worker's session was
+            # released on the server (it looked gone to a chunk's new owner).
+            session_closed_on_server(self._spark)
+            raise ChunkStopped(
+                "the Spark Connect session was closed on the server (released by an attempt "
+                "that took a chunk of this worker over); handed back, a new session follows"
+            ) from exc
 
     def cancel(self) -> None:
         """Cancel the group's running jobs now (also called by the watcher)."""
@@ -191,7 +223,11 @@ class ChunkJobGroup:
                     self._chunk.job_id,
                     self.id,
                 )
-            self.cancel()
+            try:
+                self.cancel()
+            except Exception as error:  # noqa: BLE001 - e.g. a session the server closed
+                self.cancelled = True
+                log.debug("cancelling %s failed: %s", self.id, error)
 
 
 def _raise_stop(chunk: Chunk, cause: BaseException | None) -> None:

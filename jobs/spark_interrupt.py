@@ -36,10 +36,13 @@ class Interrupter(Protocol):
         """Stop marking this thread's work, as before :meth:`enter` (chunk's thread)."""
 
 
-def interrupter_for(spark: SparkSession, name: str, description: str) -> Interrupter:
-    """The way to mark and cut short work under ``name`` in ``spark``'s kind of session."""
+def interrupter_for(
+    spark: SparkSession, name: str, description: str, attempt_tag: str | None = None
+) -> Interrupter:
+    """The way to mark and cut short work under ``name`` in ``spark``'s kind of session
+    (Connect operations also carry ``attempt_tag``, if given)."""
     if is_connect(spark):
-        return OperationTag(spark, name)
+        return OperationTag(spark, name, attempt_tag)
     return JobGroup(spark, name, description)
 
 
@@ -69,22 +72,33 @@ class JobGroup:
 
 
 class OperationTag:
-    """A Spark Connect session's operation tag ``name``.
+    """A Spark Connect session's operation tag ``name``, and the attempt's tag.
 
     Tags add up: a tag entered inside another's block marks the inner work with both,
     so cancelling the outer one cuts it short too, as with nested job groups in
-    effect. Leaving removes only this tag.
+    effect. Leaving removes only this tag. ``attempt_tag`` (the same for every block
+    of one attempt of a chunk) is what an attempt taking the chunk over interrupts,
+    knowing it from the chunk's record (:mod:`jobs.spark_reaper`); it is never
+    cancelled by this block, and an inner block leaves the outer one's in place.
     """
 
-    def __init__(self, spark: SparkSession, name: str):
+    def __init__(self, spark: SparkSession, name: str, attempt_tag: str | None = None):
         self._spark = spark
         self._name = name
+        self._attempt_tag = attempt_tag
+        self._added_attempt_tag = False
 
     def enter(self) -> None:
         self._spark.addTag(self._name)
+        if self._attempt_tag is not None and self._attempt_tag not in self._spark.getTags():
+            self._spark.addTag(self._attempt_tag)
+            self._added_attempt_tag = True
 
     def cancel(self) -> None:
         self._spark.interruptTag(self._name)
 
     def leave(self) -> None:
         self._spark.removeTag(self._name)
+        if self._added_attempt_tag and self._attempt_tag is not None:
+            self._spark.removeTag(self._attempt_tag)
+            self._added_attempt_tag = False

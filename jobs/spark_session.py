@@ -32,6 +32,9 @@ _MISSING_PYSPARK = "Spark jobs need PySpark: pip install 'chunkrunner[spark]'"
 _session_lock = threading.Lock()
 _session: SparkSession | None = None
 _session_settings: SparkSettings | None = None
+#: Set when the server was seen refusing the session as closed (released by an attempt
+#: that took a chunk of this worker over): the next :func:`spark_session` builds anew.
+_session_closed = False
 _warned_settings: set[str] = set()
 #: Set by pyspark when a Connect session is built, and left set after it stops; while
 #: set, pyspark builds Connect objects (an ``Observation``, ...) even for a classic
@@ -62,16 +65,45 @@ def spark_session(settings: SparkSettings | None = None) -> SparkSession:
         ImportError: PySpark is not installed.
         ConfigurationError: bad settings in the environment.
     """
-    global _session, _session_settings
+    global _session, _session_settings, _session_closed
     settings = SparkSettings.for_job() if settings is None else settings
     with _session_lock:
-        if _session is not None and _is_alive(_session):
+        if _session is not None and not _session_closed and _is_alive(_session):
             if settings != _session_settings:
                 _warn_other_settings(settings)
             return _session
+        if _session is not None and _session_closed:
+            _drop_closed(_session)
+        _session_closed = False
         _session = _build_session(settings)
         _session_settings = settings
         return _session
+
+
+def session_closed_on_server(spark: Any) -> bool:
+    """Note that the server refused ``spark``'s session as closed; True if it is this
+    process's session, which the next :func:`spark_session` then builds anew.
+
+    A Connect session released on the server (by the reaper of an attempt that took a
+    chunk of this worker over, while this worker was stalled) refuses every later call,
+    but its client still looks open: without this, every later chunk would fail."""
+    global _session_closed
+    with _session_lock:
+        if spark is None or spark is not _session:
+            return False
+        _session_closed = True
+        return True
+
+
+def _drop_closed(session: Any) -> None:
+    # Stopped so that pyspark's builder makes a new one (it hands out its default
+    # session while that is not stopped); the release it sends is refused or a no-op.
+    try:
+        session.stop()
+    except Exception as error:  # noqa: BLE001 - the server already closed it
+        log.debug("stopping a Connect session the server closed: %s", error)
+    if not _connect_mode_was_set:
+        os.environ.pop(_CONNECT_MODE_ENV, None)  # as stop_spark leaves it
 
 
 def stop_spark() -> None:
@@ -80,13 +112,17 @@ def stop_spark() -> None:
 
     Stopping a Connect session ends it on the server and closes the client's channel;
     the server and its cluster go on serving others."""
-    global _session, _session_settings
+    global _session, _session_settings, _session_closed
     with _session_lock:
         if _session is not None:
-            _session.stop()
+            if _session_closed:
+                _drop_closed(_session)
+            else:
+                _session.stop()
             if is_connect(_session) and not _connect_mode_was_set:
                 os.environ.pop(_CONNECT_MODE_ENV, None)
         _session = _session_settings = None
+        _session_closed = False
 
 
 def connect_session_text() -> str | None:
@@ -112,6 +148,15 @@ def connect_session_text() -> str | None:
         },
         sort_keys=True,
     )
+
+
+def connect_remote() -> str | None:
+    """The Spark Connect URL this process's session was built with, or None (no session
+    yet, or a classic one)."""
+    with _session_lock:
+        if _session is None or _session_settings is None or not is_connect(_session):
+            return None
+        return _session_settings.remote
 
 
 def is_connect(spark: Any) -> bool:

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+import urllib.error
+import urllib.request
 from typing import Any
 
 from jobs import Chunk
@@ -41,3 +44,50 @@ class EndlessChunk(SparkChunkedJob):
         chunk.checkpoint("started")
         with self.job_group(chunk):
             endless_action(self.spark)
+
+
+class ReapedChunk(SparkChunkedJob):
+    """One chunk whose first attempt is endless; a later attempt (after a takeover) is
+    quick: what a SIGKILLed worker's replacement reaps."""
+
+    lease_seconds = 10  # the migration sample's: the replacement claims 10 s after a kill
+
+    def split(self, params: Any) -> Any:
+        yield {}
+
+    def process(self, chunk: Chunk) -> Any:
+        chunk.checkpoint("started")
+        with self.job_group(chunk):
+            if chunk.attempt == 1:
+                endless_action(self.spark)
+            return self.spark.range(3).count()
+
+
+def tagged_active_tasks(ui_url: str, fragment: str) -> int | None:
+    """Tasks still running of the Connect server driver's jobs whose tags contain
+    ``fragment`` (from its monitoring REST API), or None if no such job is known yet
+    (or the API did not answer in time: a busy driver on a loaded machine).
+
+    A stage is read until its last task has ended, killed ones too: a cancelled job is
+    over at once, its tasks are not.
+    """
+    def get(path: str) -> Any:
+        with urllib.request.urlopen(f"{ui_url}/api/v1/applications{path}", timeout=30) as got:
+            return json.load(got)
+
+    try:
+        app = get("")[0]["id"]
+        jobs = [job for job in get(f"/{app}/jobs")
+                if any(fragment in tag for tag in job.get("jobTags", []))]
+        if not jobs:
+            return None
+        active = 0
+        for stage in {stage for job in jobs for stage in job["stageIds"]}:
+            try:
+                attempts = get(f"/{app}/stages/{stage}")
+            except urllib.error.HTTPError:
+                continue  # never submitted (a skipped stage)
+            active += sum(attempt["numActiveTasks"] for attempt in attempts)
+    except (OSError, ValueError):
+        return None  # not answered (timed out, or not up yet): ask again
+    return active

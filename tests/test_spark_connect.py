@@ -29,6 +29,7 @@ from pyspark.sql import functions as F
 
 import jobs.chunk_output
 from jobs import Chunk, ChunkStopped, LeaseLost
+from jobs.chunk import Takeover
 from jobs.chunk_output import attempt_path
 from jobs.errors import MetricsUnavailable
 from jobs.output_files import SparkFiles
@@ -48,11 +49,13 @@ from jobs.spark import (
     stop_spark,
     write_chunk_output,
 )
+from jobs.spark_reaper import reap
+from jobs.spark_session import connect_session_text
 from jobs.summary import JobSummary
 from jobs.testing import ChunkEnvironment
-from samples.migration.cluster import LoopbackCluster
+from samples.migration.cluster import LoopbackCluster, free_port
 from tests import output_races
-from tests.connect_jobs import endless_action
+from tests.connect_jobs import ReapedChunk, endless_action, tagged_active_tasks
 from tests.e2e.processes import ROOT, Worker, runner_command, wait_until
 from tests.output_races import OutputJob, attempts_of, chunk_of
 from tests.spark_jobs import orders_frame, run_in_thread
@@ -66,10 +69,21 @@ CANCEL_BOUND_SECONDS = 30
 CONF = {"spark.sql.shuffle.partitions": "3", "spark.ui.enabled": "false"}
 
 
+#: The Connect server's driver UI port: its REST API shows whether a job's tasks ended.
+UI_PORT = free_port()
+
+
 @pytest.fixture(scope="module")
 def loopback_cluster(tmp_path_factory):
-    with LoopbackCluster(tmp_path_factory.mktemp("connect-cluster"), workers=2) as cluster:
+    ui = {"spark.ui.enabled": "true", "spark.ui.port": str(UI_PORT)}
+    with LoopbackCluster(tmp_path_factory.mktemp("connect-cluster"), workers=2,
+                         connect_conf=ui) as cluster:
         yield cluster
+
+
+@pytest.fixture(scope="module")
+def driver_ui(loopback_cluster: LoopbackCluster) -> str:
+    return f"http://127.0.0.1:{UI_PORT}"
 
 
 @pytest.fixture(scope="module")
@@ -196,7 +210,9 @@ def test_a_chunks_spark_work_carries_its_own_tag(spark):
 
     inside, after = SEEN
     assert inside["group"].startswith("chunkrunner-tags-2-1-")
-    assert inside["tags"] == {inside["group"]}
+    # and the attempt's own tag, which a takeover interrupts
+    assert inside["tags"] == {inside["group"], f"chunkrunner-claim-{env.claim}"}
+    assert json.loads(env.spark_session or "{}")["session_id"] == spark.session_id
     assert after["after"] == set()  # the tag is gone once the chunk left the block
 
 
@@ -370,3 +386,89 @@ def test_a_sigtermed_connect_worker_interrupts_its_chunk_and_hands_it_back(
     assert status["chunks"]["done"] == 0 and not status["running"], status
     # and the cluster's cores are free again: nothing of the chunk runs on
     assert spark.range(3).count() == 3
+
+
+# --------------------------------------------------------------------------- the reaper
+
+
+def test_a_sigkilled_connect_workers_action_is_reaped_by_its_replacement(
+    spark, connect_remote, driver_ui, tmp_path
+):
+    # Given a `runner start --spark-remote` worker whose chunk is in a long action
+    env = {**os.environ, "RUNNER_STORAGE": str(tmp_path / "store"), "PYTHONUNBUFFERED": "1"}
+    env.pop("RUNNER_SPARK_MASTER", None)
+    job = "tests.connect_jobs:ReapedChunk"
+
+    def runner(*args: str) -> str:
+        return subprocess.run([*runner_command(), *args], cwd=ROOT, env=env, check=True,
+                              capture_output=True, text=True, timeout=120).stdout
+
+    def start(name: str) -> Worker:
+        with open(tmp_path / f"{name}.log", "wb") as log:
+            process = subprocess.Popen(
+                [*runner_command(), "start", job, "--burst", "--prefetch", "0",
+                 "--spark-remote", connect_remote],
+                cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        return Worker(name, process, tmp_path / f"{name}.log")
+
+    job_id = runner("submit", job, "--params", "{}").strip()
+    first_attempt = f"Tag_chunkrunner-{job_id}-0-1-"  # its operations' job tags hold it
+    dead, replacement = start("dead"), None
+    try:
+        wait_until(lambda: tagged_active_tasks(driver_ui, first_attempt) == 2
+                   or not dead.alive(), "the action's two tasks to run", timeout=180,
+                   explain=dead.tail)
+
+        # When it is SIGKILLed and a replacement starts at once
+        killed_at = time.monotonic()
+        dead.kill_all()
+        replacement = start("replacement")
+
+        # Then the dead action's tasks end within the lease and 10 s
+        wait_until(lambda: tagged_active_tasks(driver_ui, first_attempt) == 0,
+                   "the dead action's tasks to end", timeout=180, explain=replacement.tail)
+        ended_after = time.monotonic() - killed_at
+        assert replacement.wait_exit(120) == 0, replacement.tail()
+    finally:
+        dead.kill_all()
+        if replacement is not None:
+            replacement.kill_all()
+    print(f"SIGKILL to the dead action's last task: {ended_after:.1f} s")
+    assert ended_after <= ReapedChunk.lease_seconds + 10, replacement.tail()
+    # and the replacement logged what it interrupted before its own Spark work
+    assert "chunk 0 of " + job_id + ": reaped the previous attempt: interrupted" in (
+        replacement.log()), replacement.tail()
+    status = json.loads(runner("status", job_id, "--json"))
+    assert status["chunks"]["done"] == 1, status
+
+
+def test_a_released_session_is_refused_and_its_worker_hands_back_and_reconnects(
+    spark, settings, connect_remote
+):
+    # Given this process's session with a chunk inside a long action (a stalled worker's)
+    env = ChunkEnvironment(EndlessAction, payload={"swallow": False})
+    thread, outcome = run_in_thread(env)
+    RUNNING.get(timeout=60)
+    time.sleep(3)  # the action reaches the server
+    recorded = connect_session_text()
+    assert recorded is not None and env.spark_session == recorded
+
+    # When a takeover that finds this worker gone reaps the session
+    reaped = reap(Takeover("elsewhere:1:x", "some-claim", recorded, owner_gone=True),
+                  connect_remote)
+
+    # Then its operation was interrupted and the session released
+    assert reaped is not None and reaped.released and len(reaped.interrupted) == 1
+    assert reaped.still_running == ()
+    # and the chunk is handed back, not failed
+    thread.join(CANCEL_BOUND_SECONDS)
+    assert not thread.is_alive()
+    assert len(outcome) == 1 and isinstance(outcome[0], ChunkStopped), outcome
+    # and the old session's next call is refused by the server
+    with pytest.raises(Exception, match="INVALID_HANDLE.SESSION_CLOSED"):
+        spark.range(3).count()
+    # and the process's next session is a new one that works
+    again = spark_session(settings)
+    assert again is not spark and again.range(3).count() == 3

@@ -32,7 +32,8 @@ demo's one-shot check runs as a local driver, off the cluster). For classic driv
 start the cluster with ``connect=False`` and give each driver ``spark.cores.max`` (e.g.
 two chunkrunner workers, each a driver with ``spark.cores.max=1``, on two 1-core
 workers). ``connect_conf`` is extra conf for the Connect server (e.g. its own
-``spark.cores.max`` to leave cores free).
+``spark.cores.max`` to leave cores free); over :data:`CONNECT_ABANDONED_CONF`, which
+makes the server drop a dead client's operation within about a minute.
 """
 
 from __future__ import annotations
@@ -61,6 +62,18 @@ START_TIMEOUT_SECONDS = 120.0
 #: How often readiness is polled.
 POLL_SECONDS = 0.25
 HOST = "127.0.0.1"
+#: The Connect server drops an operation whose client is gone (nobody reattached) after
+#: its stream's longest life plus the detached timeout, checked every maintenance
+#: interval: what bounds a SIGKILLed client's work that no reaper reaches (docs/spark.md,
+#: "A SIGKILLed worker's action"). Spark's defaults (2 min, 5 min, 30 s) leave it
+#: running ~7.5 min. A live client reattaches every stream life (one cheap call per
+#: running operation), and the detached timeout outlasts pyspark's quick reattach
+#: retries (~17 s of backoff) so a network blip does not cost a live client its work.
+CONNECT_ABANDONED_CONF = {
+    "spark.connect.execute.reattachable.senderMaxStreamDuration": "30s",
+    "spark.connect.execute.manager.detachedTimeout": "30s",
+    "spark.connect.execute.manager.maintenanceInterval": "5s",
+}
 #: Master and workers alike: the master drops a worker silent this long (default 60 s).
 _TIMEOUT_OPT = f"-Dspark.worker.timeout={WORKER_TIMEOUT_SECONDS}"
 
@@ -247,6 +260,7 @@ class LoopbackCluster:
             "spark.driver.bindAddress": HOST,
             "spark.ui.enabled": "false",
             "spark.ui.showConsoleProgress": "false",
+            **CONNECT_ABANDONED_CONF,
             **self.connect_conf,
         }
         command = ["spark-submit", "--class",
