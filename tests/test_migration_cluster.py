@@ -16,7 +16,7 @@ from pathlib import Path
 import pyspark  # noqa: F401  - a missing spark extra must fail here, never skip
 import pytest
 
-from jobs.spark import COMMIT_MARKER, is_committed, stop_spark
+from jobs.spark import ATTEMPTS_DIR, COMMIT_MARKER, read_commit, stop_spark
 from samples.migration.demo import DemoOptions, DemoResult, run_cluster_demo
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(900)]
@@ -94,12 +94,13 @@ def test_the_killed_chunk_resumed_from_its_checkpoint(demo: Run):
 
 def test_no_stray_output_beside_the_committed_batches(demo: Run):
     # The killed client's last query ran in the server, not in the client: whatever it
-    # wrote must have been overwritten by the resumed attempt, not left beside it
+    # wrote went to its attempt's own directory, never published, and swept by finalize
     result, _, workdir = demo
     outputs = result.manifest["outputs"]
     assert len(outputs) == 2 * FILES
-    assert all(is_committed(entry["path"]) for entry in outputs)
+    assert all(read_commit(entry["path"]).attempt == entry["attempt"] for entry in outputs)
     root = workdir / "output" / result.job_id
     on_disk = {str(path.parent) for path in root.rglob(COMMIT_MARKER)}
     assert on_disk == {entry["path"] for entry in outputs}
     assert {path.parent for path in root.rglob("*.parquet")} <= {Path(p) for p in on_disk}
+    assert not list(root.rglob(ATTEMPTS_DIR))

@@ -328,7 +328,7 @@ def _conclude(
 def _report(
     summary: dict[str, Any], manifest: dict[str, Any], crash: Crash | None, say: Say
 ) -> None:
-    say(f"   job done: {summary['chunks']} chunks, {len(manifest['outputs'])} committed outputs; "
+    say(f"   job done: {summary['chunks']} chunks, {len(manifest['outputs'])} published outputs; "
         f"rows in {summary['rows_in']:,} -> out {summary['rows_out']:,}, rejected "
         f"{summary['rows_rejected']:,}, duplicates dropped {summary['duplicates_dropped']:,}")
     say("   rejected by reason: " + ", ".join(

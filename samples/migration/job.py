@@ -128,7 +128,7 @@ class MigrateOrders(SparkChunkedJob):
     def _migrate_batch(
         self, chunk: Chunk, settings: MigrationParams, paths: list[str], number: int
     ) -> dict[str, Any]:
-        """Migrate one batch's staged files; its outputs committed when this returns."""
+        """Migrate one batch's staged files; its outputs published when this returns."""
         out = {kind: batch_path(settings, chunk.job_id, chunk.index, number, kind)
                for kind in KINDS}
         with self.job_group(chunk, f"chunk {chunk.index} batch {number}"):

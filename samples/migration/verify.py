@@ -100,7 +100,7 @@ def written(spark: SparkSession, workdir: Path) -> dict[str, Counts]:
 
 
 def chunked(spark: SparkSession, manifest: dict[str, Any]) -> dict[str, Counts]:
-    """Counts of the chunked job's committed outputs, read back from the manifest's paths."""
+    """Counts of the chunked job's published outputs, read back from the manifest's paths."""
     found = {}
     for kind in KINDS:
         paths = [entry["path"] for entry in manifest["outputs"] if entry["kind"] == kind]
@@ -109,7 +109,7 @@ def chunked(spark: SparkSession, manifest: dict[str, Any]) -> dict[str, Counts]:
 
 
 def from_summary(summary: dict[str, Any]) -> dict[str, Counts]:
-    """What the job's summary says it committed."""
+    """What the job's summary says it published."""
     return {
         "orders": Counts(summary["rows_out"], summary["checksum"]),
         "rejects": Counts(summary["rows_rejected"], summary["rejects_checksum"]),
