@@ -19,11 +19,14 @@ from jobs.chunk_output import (
     COMMIT_MARKER,
     ChunkCommit,
     _put_in_place,
+    _remove_quietly,
     attempt_path,
+    finalize_outputs,
     read_commit,
     sweep_attempts,
 )
 from jobs.output_files import LocalFiles, files_for, local_path
+from jobs.summary import JobSummary
 
 
 def written(path: str, rows: str) -> None:
@@ -151,3 +154,42 @@ def test_plain_paths_need_no_spark(tmp_path: Path):
     assert read_commit(str(tmp_path / "nothing")) is None
     (tmp_path / COMMIT_MARKER).write_text("not json")
     assert read_commit(str(tmp_path)) is None
+
+
+class Stubborn(LocalFiles):
+    """A file system that refuses to remove anything."""
+
+    def remove(self, path: str) -> None:
+        raise PermissionError(f"{path}: not allowed")
+
+
+def test_finalize_puts_a_publication_in_place_and_sweeps_the_rest(tmp_path: Path):
+    # Given a chunk that published attempt "pub" and died before renaming it, beside a
+    # dead attempt's litter
+    path = str(tmp_path / "out" / "chunk-000001")
+    written(attempt_path(path, "pub"), "published rows")
+    written(attempt_path(path, "dead"), "litter")
+    record = asdict(commit_of(path, "pub"))
+    summary = JobSummary("j", 2, 2, lambda: iter(()), _outputs=lambda: iter([(1, {path: record})]))
+
+    # When finalize runs (twice: as after a crash inside it)
+    first = list(finalize_outputs(summary))
+    again = list(finalize_outputs(summary))
+
+    # Then the path holds the published rows, with nothing left beside it
+    assert first == again == [(1, path, commit_of(path, "pub"))]
+    assert rows_at(path) == "published rows" and read_commit(path) == commit_of(path, "pub")
+    assert not (tmp_path / "out" / ATTEMPTS_DIR).exists()
+
+
+def test_finalize_refuses_a_publication_it_cannot_read(tmp_path: Path):
+    summary = JobSummary(
+        "j", 1, 1, lambda: iter(()), _outputs=lambda: iter([(0, {"out/x": {"rows": "?"}})])
+    )
+    with pytest.raises(RuntimeError, match="unreadable publication"):
+        list(finalize_outputs(summary))
+
+
+def test_a_dead_attempt_that_cannot_be_removed_is_left_with_a_warning(tmp_path: Path, caplog):
+    _remove_quietly(Stubborn(), str(tmp_path / "x"))
+    assert "could not remove" in caplog.text

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from checkpoint import settle
+from checkpoint import layout, settle
 from checkpoint.records import OUTPUTS, SPARK_SESSION
 from checkpoint.workers import WorkerBook, WorkerRecord
 from jobs.chunk import Chunk, Takeover
@@ -39,7 +39,8 @@ def publishing(self: Verdicts, chunk: Chunk) -> Any:
     SEEN.setdefault(chunk.job_id, []).append((chunk.claim, chunk.taken_over, chunk.published()))
     MEANWHILE.get(chunk.job_id, _nothing)()
     chunk.publish("out/part", {"rows": 3, "attempt": chunk.claim})
-    chunk._control.record_spark_session(SESSION)
+    chunk.record_spark_session(SESSION)
+    chunk.record_spark_session(SESSION)  # recorded already: no second write
     return chunk.index
 
 
@@ -153,3 +154,18 @@ def test_an_owner_still_beating_is_not_taken_for_gone(world: World):
     ((_, taken_over, _),) = SEEN[job_id]
     assert taken_over is not None and taken_over.owner_gone is False
     assert taken_over.spark_session == SESSION
+
+
+def test_an_unreadable_heartbeat_does_not_make_its_worker_gone(world: World):
+    job_id = world.job([{"act": "ok"}])
+    world.backend.storage.records.upsert(
+        layout.WORKERS_TABLE, layout.WORKERS_PARTITION, OTHER_WORKER, {"host": "h"}
+    )
+    world.set_task(job_id, state="retrying", owner=OTHER_WORKER, attempt=1,
+                   **{SPARK_SESSION: SESSION})
+    world.send(job_id)
+
+    world.deliver()
+
+    ((_, taken_over, _),) = SEEN[job_id]
+    assert taken_over is not None and taken_over.owner_gone is False

@@ -553,3 +553,16 @@ def test_delete_and_purge_sweep_dead_attempts_beside_published_outputs(world: Wo
     # Then the dead attempt's litter went, the published output stayed
     assert not dead.exists() and not (out / "_attempts").exists()
     assert (published / "part-0.parquet").read_bytes() == b"rows"
+
+
+def test_a_chunk_whose_outputs_cannot_be_read_is_deleted_unswept(world: World):
+    # Given a job whose one chunk's outputs field is garbled and the other's record
+    job_id = world.job([{"act": "ok"}, {"act": "ok"}])
+    world.garble(job_id, {"outputs": b"\xc1 not msgpack"})
+    world.garble(job_id, {"state": "sideways"}, row=layout.chunk_row(1))
+    world.store.update_job(world.job_record(job_id), state="failed")
+
+    delete(job_id, storage=_plain(world))
+
+    with pytest.raises(JobNotFound):
+        world.job_record(job_id)

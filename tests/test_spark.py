@@ -201,10 +201,13 @@ def test_a_chunk_output_is_published_and_renamed_into_place(spark, tmp_path):
     assert output_races._leftovers(attempts_of(tmp_path / "out" / "orders-1" / "x")) == []
 
 
-def test_writing_a_chunk_twice_replaces_it_and_commits_it(spark, tmp_path):
-    path = chunk_output_path(str(tmp_path / "out"), "orders-1", 3)
+@pytest.mark.parametrize("kind", ["path", "file-uri"])
+def test_writing_a_chunk_twice_replaces_it_and_commits_it(spark, tmp_path, kind):
+    base = str(tmp_path / "out") if kind == "path" else (tmp_path / "out").as_uri()
+    path = chunk_output_path(base, "orders-1", 3)
     orders = orders_frame(spark, 0, 100)
     env = ChunkEnvironment(OutputJob, job_id="orders-1", index=3)
+    assert read_commit(path, spark=spark) is None  # nothing published yet
 
     first = write_chunk_output(orders, path, chunk=chunk_of(env))
     again_env = env.next_attempt()
@@ -215,7 +218,7 @@ def test_writing_a_chunk_twice_replaces_it_and_commits_it(spark, tmp_path):
     assert (first.rows, first.checksum) == (again.rows, again.checksum) == (
         100, content_checksum(orders))
     assert again.attempt == again_env.claim != first.attempt
-    assert is_committed(path) and read_commit(path) == again
+    assert is_committed(path, spark=spark) and read_commit(path, spark=spark) == again
     # The replaced publication (the attempt taken over from) went back to its attempt's
     # directory and was removed there.
     assert output_races._leftovers(attempts_of(tmp_path / "out" / "orders-1" / "x")) == []

@@ -335,12 +335,18 @@ class FakeConnectSession:
 
     def __init__(self) -> None:
         self.calls: list[tuple[str, str]] = []
+        self.tags: set[str] = set()
 
     def addTag(self, tag: str) -> None:  # noqa: N802 - pyspark's names
         self.calls.append(("add", tag))
+        self.tags.add(tag)
 
     def removeTag(self, tag: str) -> None:  # noqa: N802
         self.calls.append(("remove", tag))
+        self.tags.discard(tag)
+
+    def getTags(self) -> set[str]:  # noqa: N802
+        return set(self.tags)
 
     def interruptTag(self, tag: str) -> list[str]:  # noqa: N802
         self.calls.append(("interrupt", tag))
@@ -373,12 +379,16 @@ def test_a_connect_group_tags_the_thread_and_interrupts_until_left():
     with pytest.raises(ChunkStopped):
         env.run()
 
-    # Then its tag was added, interrupted at every poll until the block was left, removed
+    # Then its tag (and the attempt's) was added, its own interrupted at every poll
+    # until the block was left, both removed
     calls = FAKE_SESSION.calls
-    tag = calls[0][1]
-    assert calls[0] == ("add", tag) and calls[-1] == ("remove", tag)
-    assert calls[1:-1] == [("interrupt", tag)] * (len(calls) - 2)
-    assert len(calls) - 2 >= INTERRUPTS_AWAITED
+    tag, attempt_tag = calls[0][1], calls[1][1]
+    assert attempt_tag.startswith("chunkrunner-claim-") and attempt_tag != tag
+    assert calls[:2] == [("add", tag), ("add", attempt_tag)]
+    assert calls[-2:] == [("remove", tag), ("remove", attempt_tag)]
+    assert calls[2:-2] == [("interrupt", tag)] * (len(calls) - 4)
+    assert len(calls) - 4 >= INTERRUPTS_AWAITED
+    assert FAKE_SESSION.tags == set()
 
 
 # --------------------------------------------------------------------------- runner start
