@@ -8,7 +8,7 @@ import urllib.request
 from typing import Any
 
 from jobs import Chunk
-from jobs.spark import SparkChunkedJob
+from jobs.spark import SparkChunkedJob, write_chunk_output
 
 #: How long each task of :func:`endless_action` would sleep.
 SLEEP_SECONDS = 600
@@ -47,8 +47,9 @@ class EndlessChunk(SparkChunkedJob):
 
 
 class ReapedChunk(SparkChunkedJob):
-    """One chunk whose first attempt is endless; a later attempt (after a takeover) is
-    quick: what a SIGKILLed worker's replacement reaps."""
+    """One chunk writing its batch with ``write_chunk_output`` to ``params["output"]``:
+    the first attempt's write is endless, a later attempt's (after a takeover) quick.
+    What a SIGKILLed worker's replacement reaps."""
 
     lease_seconds = 10  # the migration sample's: the replacement claims 10 s after a kill
 
@@ -56,11 +57,19 @@ class ReapedChunk(SparkChunkedJob):
         yield {}
 
     def process(self, chunk: Chunk) -> Any:
+        import time
+
+        from pyspark.sql import functions as F
+
         chunk.checkpoint("started")
         with self.job_group(chunk):
-            if chunk.attempt == 1:
-                endless_action(self.spark)
-            return self.spark.range(3).count()
+            frame = self.spark.range(0, 2, numPartitions=2)
+            if chunk.attempt == 1:  # each of its two tasks sleeps: an endless write
+                slow = F.udf(lambda key: time.sleep(SLEEP_SECONDS) or key, "long",
+                             useArrow=False)
+                frame = frame.select(slow("id").alias("id"))
+            commit = write_chunk_output(frame, chunk.params["output"], chunk=chunk)
+        return {"rows": commit.rows, "attempt": commit.attempt}
 
 
 def tagged_active_tasks(ui_url: str, fragment: str) -> int | None:

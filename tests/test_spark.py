@@ -22,7 +22,7 @@ from pyspark.sql import types as T
 import jobs.output_metrics
 from jobs import Chunk, ChunkStopped, LeaseLost
 from jobs.errors import MetricsUnavailable
-from jobs.output_files import SparkFiles
+from jobs.output_files import HadoopFiles, SparkFiles
 from jobs.spark import (
     COMMIT_MARKER,
     EXACT_FORMATS,
@@ -296,6 +296,8 @@ def test_spark_files_keep_text_as_datasets_and_move_nothing(spark, tmp_path):
     assert files.read_text(marker) is None
     assert not files.renames and not files.rename_dir(marker, marker + "2")
     assert files.names((tmp_path / "out").as_uri()) == []
+    # and a classic session lists a folder that is not there as empty
+    assert HadoopFiles(spark).names((tmp_path / "none").as_uri()) == []
 
 
 # --------------------------------------------------------------------------- observed counts

@@ -32,7 +32,7 @@ from jobs import Chunk, ChunkStopped, LeaseLost
 from jobs.chunk import Takeover
 from jobs.chunk_output import attempt_path
 from jobs.errors import MetricsUnavailable
-from jobs.output_files import SparkFiles
+from jobs.output_files import LocalFiles, SparkFiles, files_for
 from jobs.spark import (
     COMMIT_MARKER,
     REMOTE_ENV,
@@ -284,6 +284,19 @@ def test_chunk_output_on_a_shared_path_is_observed_and_committed(spark, tmp_path
     assert again.path == path  # renamed into place by the client (a shared folder)
 
 
+def test_a_connect_client_renames_file_urls_and_leaves_other_uris_to_spark(spark, tmp_path):
+    # A file:// URL must be a folder the client shares with the cluster, as a plain path
+    assert isinstance(files_for((tmp_path / "x").as_uri(), spark), LocalFiles)
+    assert isinstance(files_for("abfss://c@a.dfs.core.windows.net/x", spark), SparkFiles)
+    path = chunk_output_path((tmp_path / "out").as_uri(), "j", 2)
+    env = ChunkEnvironment(OutputJob, job_id="j", index=2)
+
+    commit = write_chunk_output(orders_frame(spark, 0, 5), path, chunk=chunk_of(env))
+
+    assert commit.path == path and read_commit(path, spark=spark) == commit
+    assert spark.read.parquet(path).count() == 5
+
+
 @pytest.mark.parametrize("stage", ["late-write", "before-publish", "after-publish"])
 def test_a_dead_attempt_never_touches_the_published_output(spark, tmp_path, stage):
     # Given two attempts of one chunk through the Connect server, the first stalled at
@@ -394,7 +407,7 @@ def test_a_sigtermed_connect_worker_interrupts_its_chunk_and_hands_it_back(
 def test_a_sigkilled_connect_workers_action_is_reaped_by_its_replacement(
     spark, connect_remote, driver_ui, tmp_path
 ):
-    # Given a `runner start --spark-remote` worker whose chunk is in a long action
+    # Given a `runner start --spark-remote` worker whose chunk is in a long batch write
     env = {**os.environ, "RUNNER_STORAGE": str(tmp_path / "store"), "PYTHONUNBUFFERED": "1"}
     env.pop("RUNNER_SPARK_MASTER", None)
     job = "tests.connect_jobs:ReapedChunk"
@@ -413,7 +426,8 @@ def test_a_sigkilled_connect_workers_action_is_reaped_by_its_replacement(
             )
         return Worker(name, process, tmp_path / f"{name}.log")
 
-    job_id = runner("submit", job, "--params", "{}").strip()
+    output = tmp_path / "out" / "chunk-000000"  # a folder the server's executors share
+    job_id = runner("submit", job, "--params", json.dumps({"output": str(output)})).strip()
     first_attempt = f"Tag_chunkrunner-{job_id}-0-1-"  # its operations' job tags hold it
     dead, replacement = start("dead"), None
     try:
@@ -442,6 +456,11 @@ def test_a_sigkilled_connect_workers_action_is_reaped_by_its_replacement(
         replacement.log()), replacement.tail()
     status = json.loads(runner("status", job_id, "--json"))
     assert status["chunks"]["done"] == 1, status
+    # and only the replacement's write is published: the dead one's directory is gone
+    published = read_commit(str(output))
+    assert published is not None and published.rows == 2, published
+    assert [entry.name for entry in attempts_of(output).iterdir()] == []
+    assert spark.read.parquet(str(output)).count() == 2
 
 
 def test_a_released_session_is_refused_and_its_worker_hands_back_and_reconnects(
