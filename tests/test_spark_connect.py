@@ -359,26 +359,40 @@ def test_observed_metrics_come_with_the_action(spark, tmp_path):
 # --------------------------------------------------------------------------- a worker
 
 
+class ConnectRunner:
+    """``runner`` commands on a store in ``tmp_path``, and ``runner start --burst``
+    workers of ``job`` as Spark Connect clients of ``remote`` (each its own process
+    group, its output in ``<name>.log``)."""
+
+    def __init__(self, tmp_path: Path, remote: str, job: str):
+        self.tmp_path, self.remote, self.job = tmp_path, remote, job
+        self.env = {**os.environ, "RUNNER_STORAGE": str(tmp_path / "store"),
+                    "PYTHONUNBUFFERED": "1"}
+        self.env.pop("RUNNER_SPARK_MASTER", None)
+
+    def __call__(self, *args: str) -> str:
+        return subprocess.run([*runner_command(), *args], cwd=ROOT, env=self.env, check=True,
+                              capture_output=True, text=True, timeout=120).stdout
+
+    def start(self, name: str) -> Worker:
+        log_path = self.tmp_path / f"{name}.log"
+        with open(log_path, "wb") as log:
+            process = subprocess.Popen(
+                [*runner_command(), "start", self.job, "--burst", "--prefetch", "0",
+                 "--spark-remote", self.remote],
+                cwd=ROOT, env=self.env, stdout=log, stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        return Worker(name, process, log_path)
+
+
 def test_a_sigtermed_connect_worker_interrupts_its_chunk_and_hands_it_back(
     spark, connect_remote, tmp_path
 ):
     # Given a `runner start --spark-remote` worker whose chunk is inside an endless action
-    env = {**os.environ, "RUNNER_STORAGE": str(tmp_path / "store"), "PYTHONUNBUFFERED": "1"}
-    env.pop("RUNNER_SPARK_MASTER", None)
-    job = "tests.connect_jobs:EndlessChunk"
-
-    def runner(*args: str) -> str:
-        return subprocess.run([*runner_command(), *args], cwd=ROOT, env=env, check=True,
-                              capture_output=True, text=True, timeout=120).stdout
-
-    job_id = runner("submit", job, "--params", "{}").strip()
-    with open(tmp_path / "worker.log", "wb") as log:
-        process = subprocess.Popen(
-            [*runner_command(), "start", job, "--burst", "--prefetch", "0",
-             "--spark-remote", connect_remote],
-            cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-        )
-    worker = Worker("connect-worker", process, tmp_path / "worker.log")
+    runner = ConnectRunner(tmp_path, connect_remote, "tests.connect_jobs:EndlessChunk")
+    job_id = runner("submit", runner.job, "--params", "{}").strip()
+    worker = runner.start("connect-worker")
     try:
         wait_until(lambda: "chunk 0 of" in worker.log() or not worker.alive(),
                    "the chunk to start", timeout=120, explain=worker.tail)
@@ -408,23 +422,8 @@ def test_a_sigkilled_connect_workers_action_is_reaped_by_its_replacement(
     spark, connect_remote, driver_ui, tmp_path
 ):
     # Given a `runner start --spark-remote` worker whose chunk is in a long batch write
-    env = {**os.environ, "RUNNER_STORAGE": str(tmp_path / "store"), "PYTHONUNBUFFERED": "1"}
-    env.pop("RUNNER_SPARK_MASTER", None)
-    job = "tests.connect_jobs:ReapedChunk"
-
-    def runner(*args: str) -> str:
-        return subprocess.run([*runner_command(), *args], cwd=ROOT, env=env, check=True,
-                              capture_output=True, text=True, timeout=120).stdout
-
-    def start(name: str) -> Worker:
-        with open(tmp_path / f"{name}.log", "wb") as log:
-            process = subprocess.Popen(
-                [*runner_command(), "start", job, "--burst", "--prefetch", "0",
-                 "--spark-remote", connect_remote],
-                cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
-        return Worker(name, process, tmp_path / f"{name}.log")
+    runner = ConnectRunner(tmp_path, connect_remote, "tests.connect_jobs:ReapedChunk")
+    job, start = runner.job, runner.start
 
     output = tmp_path / "out" / "chunk-000000"  # a folder the server's executors share
     job_id = runner("submit", job, "--params", json.dumps({"output": str(output)})).strip()
