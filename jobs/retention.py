@@ -142,8 +142,6 @@ def _sweep_outputs(store: CheckpointStore, job_id: str) -> None:
     for _, task in store.scan_chunks(job_id):
         if isinstance(task, BadRecord):
             continue  # garbled: deleted with the rest, its outputs not known
-        if not (task.properties.get(OUTPUTS) or task.properties.get(f"{OUTPUTS}_blob")):
-            continue
         try:
             outputs = store.value(task.properties, OUTPUTS, default={}, of=task.name)
         except BadRecord as bad:
