@@ -23,8 +23,8 @@ from typing import Any
 import pyspark  # noqa: F401  - a missing spark extra must fail here, never skip
 import pytest
 
-from jobs.spark import stop_spark
-from samples.migration.cluster import ClusterError, LoopbackCluster
+from jobs.spark import SparkSettings, spark_session, stop_spark
+from samples.migration.cluster import ISOLATION_CONF, ClusterError, LoopbackCluster
 from samples.migration.daemon import group_pids
 from samples.migration.demo import DemoOptions, DemoResult, run_demo
 from samples.migration.demo_cluster import CLASSIC_DRIVER_CONF
@@ -102,6 +102,32 @@ def test_cluster_is_up(cluster: LoopbackCluster):
     # Then the master lists every worker, by the port it was given
     ports = sorted(f"127.0.0.1:{daemon.ports['rpc']}" for daemon in cluster.worker_daemons)
     assert cluster.alive_workers() == ports
+
+
+def test_connect_sessions_share_compiled_code(cluster: LoopbackCluster):
+    # Given the cluster's Connect server, started as a plugin of a PySpark application
+    assert cluster.remote_url is not None
+    session = spark_session(SparkSettings(remote=cluster.remote_url))
+    try:
+        # Then a client session has no class loaders of its own (Spark's launcher
+        # would force them on: each session compiling and warming its code anew)
+        assert session.conf.get(ISOLATION_CONF) == "false"
+        assert session.range(3).count() == 3
+    finally:
+        stop_spark()  # and the Connect mode pyspark leaves set in this process
+
+
+def test_isolated_sessions_use_sparks_own_launcher(tmp_path: Path, monkeypatch):
+    launched: list[list[str]] = []
+    cluster = LoopbackCluster(tmp_path, isolate_sessions=True)
+    monkeypatch.setattr(cluster, "_launch", lambda name, command, *_: launched.append(command))
+    monkeypatch.setattr(cluster, "_wait", lambda *_: None)
+    monkeypatch.setattr(LoopbackCluster, "master_url", "spark://127.0.0.1:1")
+    cluster._start_connect()
+    [command] = launched
+    assert command[1:3] == ["--class", "org.apache.spark.sql.connect.service.SparkConnectServer"]
+    assert command[-1] == "spark-internal"
+    assert not any(item.startswith(ISOLATION_CONF) for item in command)
 
 
 def executors_listening(cluster: LoopbackCluster) -> tuple[list[int], list[tuple[int, str]]]:

@@ -34,6 +34,17 @@ two chunkrunner workers, each a driver with ``spark.cores.max=1``, on two 1-core
 workers). ``connect_conf`` is extra conf for the Connect server (e.g. its own
 ``spark.cores.max`` to leave cores free); over :data:`CONNECT_ABANDONED_CONF`, which
 makes the server drop a dead client's operation within about a minute.
+
+**Sessions share compiled code.** The Connect server is started as the Connect plugin
+of an ordinary PySpark application (:mod:`samples.migration.connect_server`), with
+``spark.sql.artifact.isolation.enabled=false``. Spark's own launcher
+(``SparkConnectServer``, ``sbin/start-connect-server.sh``) forces that isolation on: each
+client session then gets class loaders of its own on the driver and every executor, so
+the code Spark generates for a plan is compiled and JIT-warmed again in every session,
+and a chunked job opens one session per worker process (BENCHMARKS.md, "Spark Connect
+sessions that share compiled code"). The price: jars, files or Python modules a client
+adds to its session are visible to every session. ``isolate_sessions=True`` starts
+Spark's launcher instead.
 """
 
 from __future__ import annotations
@@ -74,6 +85,8 @@ CONNECT_ABANDONED_CONF = {
     "spark.connect.execute.manager.detachedTimeout": "30s",
     "spark.connect.execute.manager.maintenanceInterval": "5s",
 }
+#: Per-session artifact isolation: what Spark's own Connect launcher forces on.
+ISOLATION_CONF = "spark.sql.artifact.isolation.enabled"
 #: Master and workers alike: the master drops a worker silent this long (default 60 s).
 _TIMEOUT_OPT = f"-Dspark.worker.timeout={WORKER_TIMEOUT_SECONDS}"
 
@@ -107,6 +120,8 @@ class LoopbackCluster:
         worker_memory: ``--memory`` of each worker (Spark's size syntax).
         connect: also start a Spark Connect server (an application holding the cores).
         connect_conf: extra ``--conf`` for the Connect server.
+        isolate_sessions: start the Connect server with Spark's own launcher, which
+            gives every client session class loaders of its own (module docstring).
     """
 
     def __init__(
@@ -118,6 +133,7 @@ class LoopbackCluster:
         worker_memory: str = "1g",
         connect: bool = True,
         connect_conf: Mapping[str, str] | None = None,
+        isolate_sessions: bool = False,
     ) -> None:
         self.workdir = Path(workdir)
         self.workers = workers
@@ -125,6 +141,7 @@ class LoopbackCluster:
         self.worker_memory = worker_memory
         self.connect = connect
         self.connect_conf = dict(connect_conf or {})
+        self.isolate_sessions = isolate_sessions
         self.master: Daemon | None = None
         self.worker_daemons: list[Daemon] = []
         self.connect_server: Daemon | None = None
@@ -263,13 +280,17 @@ class LoopbackCluster:
             **CONNECT_ABANDONED_CONF,
             **self.connect_conf,
         }
-        command = ["spark-submit", "--class",
-                   "org.apache.spark.sql.connect.service.SparkConnectServer",
-                   "--master", self.master_url, "--name", "spark-connect"]
+        if self.isolate_sessions:
+            # Spark's launcher: it forces per-session artifact isolation whatever --conf says.
+            launch = ["--class", "org.apache.spark.sql.connect.service.SparkConnectServer"]
+            main = "spark-internal"
+        else:
+            launch, main = [], str(Path(__file__).with_name("connect_server.py"))
+            conf[ISOLATION_CONF] = "false"
+        command = ["spark-submit", *launch, "--master", self.master_url, "--name", "spark-connect"]
         for key, value in conf.items():
             command += ["--conf", f"{key}={value}"]
-        self.connect_server = self._launch("connect", [*command, "spark-internal"],
-                                           {"grpc": grpc})
+        self.connect_server = self._launch("connect", [*command, main], {"grpc": grpc})
         self._wait(lambda: _accepts(grpc), "the Connect server's gRPC port",
                    [self.connect_server])
 
@@ -347,13 +368,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workdir", type=Path, help="daemons' folders and logs (default: temp)")
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--no-connect", dest="connect", action="store_false")
+    parser.add_argument("--isolate-sessions", action="store_true",
+                        help="Spark's own Connect launcher: class loaders per session")
     args = parser.parse_args(argv)
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="loopback-spark-"))
     stopping = threading.Event()
     # The handler only sets the flag; the main thread stops the cluster.
     signal.signal(signal.SIGTERM, lambda *_: stopping.set())
     try:
-        with LoopbackCluster(workdir, workers=args.workers, connect=args.connect) as cluster:
+        with LoopbackCluster(workdir, workers=args.workers, connect=args.connect,
+                             isolate_sessions=args.isolate_sessions) as cluster:
             print(_describe(cluster), flush=True)
             while not stopping.wait(3600):
                 pass
