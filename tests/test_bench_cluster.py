@@ -71,6 +71,8 @@ def test_report_has_every_table_and_says_how_it_was_measured():
         _data(), rounds, {"chunked": point}, "Load: ...", "`python -m x`", "Machine: ...", 3))
     assert text.startswith("Machine: ...\nLoad: ...\nCommand: `python -m x`. 2 round(s)")
     assert "through the same Connect server" in text and "**8 chunks**" in text
+    assert "`runner start --workers 2 --prefetch 0 --burst` (2 worker processes)" in text
+    assert "client sessions share compiled code" in text
     # The worker's memory: a Connect client has no JVM, a local worker has one
     assert "| Connect client (`RUNNER_SPARK_REMOTE`), no JVM | 150 (150-150) | 0 (0-0) |" in text
     assert "| local mode (`local[*]`, its own JVM) | 55 (55-55) | 1,240 (1,240-1,240) |" in text
@@ -113,6 +115,17 @@ def test_the_command_is_make_bench_only_for_the_runs_make_bench_makes():
     assert cluster.command_line(cluster.parse_args(large)).startswith("`make bench` (")
     assert cluster.command_line(cluster.parse_args(["--quick", "--no-crash"])) == (
         "`python -m tests.bench.cluster --rows 100000 --runs 1 --no-crash`")
+    # Runs other than the setting say so, and are never called make bench's
+    other = ["--workers", "1", "--isolate-sessions", "--connect-conf", '{"a": "b"}']
+    assert cluster.command_line(cluster.parse_args(other)) == (
+        "`python -m tests.bench.cluster --rows 2000000 --runs 3 --isolate-sessions "
+        "--workers 1 --connect-conf '{\"a\": \"b\"}'`")
+
+
+def test_an_isolated_server_is_said_to_compile_per_session():
+    text = "\n".join(cluster_report.report(_data(), [_round(1, 44.0, 40.0)], {}, "", "", "",
+                                           1, workers=1, isolated_sessions=True))
+    assert "(1 worker process)" in text and "forces per-session artifact isolation" in text
 
 
 def test_spark_target_sets_and_restores_the_environment(monkeypatch):

@@ -64,13 +64,14 @@ class Runner:
         """``runner status JOB_ID --json``."""
         return dict(json.loads(self.run("status", job_id, "--json")))
 
-    def start_worker(self, *options: str) -> Worker:
-        """A background ``runner start --burst`` worker process, its output in a log file."""
+    def start_worker(self, *options: str, processes: int = 1) -> Worker:
+        """A background ``runner start --burst`` worker (``processes`` worker processes
+        under one supervisor), its output in a log file."""
         name = f"worker-{len(self.workers) + 1}"
         log_path = self.logs / f"{name}.log"
         # --prefetch 0: a chunk runs for minutes, so a worker takes only the one it runs;
         # a prefetched message would sit leased behind it while the other worker idles.
-        command = [*runner_command(), "start", JOB, "--workers", "1", "--prefetch", "0",
+        command = [*runner_command(), "start", JOB, "--workers", str(processes), "--prefetch", "0",
                    "--burst", *options]
         with open(log_path, "wb") as log:
             process = subprocess.Popen(

@@ -1,12 +1,14 @@
 """The migration on a loopback Spark cluster through Spark Connect -> BENCHMARKS.md.
 
-``python -m tests.bench.cluster [--rows N] [--runs N] [--no-local] [--no-streaming]
-[--no-crash] [--quick] [--output BENCHMARKS.md]``
+``python -m tests.bench.cluster [--rows N] [--runs N] [--workers N] [--no-local]
+[--no-streaming] [--no-crash] [--isolate-sessions] [--connect-conf JSON] [--quick]
+[--output BENCHMARKS.md]``
 
 The input of :mod:`tests.bench.migration` (same generator, 24 files, 8 chunks of 3,
 3 files per batch). One :class:`samples.migration.cluster.LoopbackCluster`: a master,
-2 workers of 1 core and 1 GiB, a Spark Connect server attached to the master. Rounds,
-each side once per round so all see the same load on this shared machine:
+2 workers of 1 core and 1 GiB, a Spark Connect server attached to the master (its
+sessions sharing compiled code unless ``--isolate-sessions``: see the cluster module).
+Rounds, each side once per round so all see the same load on this shared machine:
 
 1. *streaming* (``--no-streaming`` leaves it out): the Connect server holds every core
    of the cluster (a standalone master gives an application all free cores), so it is
@@ -14,8 +16,9 @@ each side once per round so all see the same load on this shared machine:
    classic application on the master, and the Connect server is started again;
 2. *warm-up*, untimed as a comparison but reported: the one-shot run through the
    fresh Connect server, so the server is warm (its executors' JIT too) for:
-3. *chunked*: ``runner submit`` + one ``runner start --burst`` worker with
-   ``RUNNER_SPARK_REMOTE`` (a Connect client: Python only);
+3. *chunked*: ``runner submit`` + ``runner start --workers N --burst`` (2 worker
+   processes unless ``--workers``) with ``RUNNER_SPARK_REMOTE`` (Connect clients:
+   Python only);
 4. *plain*: the one-shot run (``verify.write_one_shot``) through the same Connect server,
    in a fresh process: same executors, same warmth, only the cutting differs;
 5. *local* (``--no-local`` leaves it out): the chunked run with a ``local[*]`` worker
@@ -30,6 +33,7 @@ round's one-shot output (rows and content checksums).
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shutil
 import statistics
@@ -68,6 +72,8 @@ from tests.bench.streaming import (
 KILL_AFTER_BATCHES = 4
 #: The cluster: 2 workers x 1 core, 1 GiB each (the 2 cores of the machine).
 WORKERS, CORES_PER_WORKER, WORKER_MEMORY = 2, 1, "1g"
+#: Runner worker processes of a chunked run, as the issue's targets are set.
+DEFAULT_WORKERS = 2
 
 
 @contextmanager
@@ -93,6 +99,8 @@ class Setup:
     stream_input: Path
     streaming: bool
     local: bool
+    #: Runner worker processes of every chunked run (``runner start --workers N``).
+    workers: int
 
 
 def one_round(setup: Setup, rundir: Path) -> Round:
@@ -105,7 +113,7 @@ def one_round(setup: Setup, rundir: Path) -> Round:
             found.streamed = run_streaming(data, setup.stream_input, rundir, child_env(data))
     with spark_target(**connect(cluster)):
         found.warm_up = run_plain(data, _fresh(rundir / "warm-up"))
-        found.chunked, job_id = run_chunked(data, rundir)
+        found.chunked, job_id = run_chunked(data, rundir, workers=setup.workers)
         found.first_batch_seconds, found.first_checkpoint_seconds = first_batch(rundir)
         found.plain = run_plain(data, rundir)
     one_shot = rundir / "one-shot"
@@ -115,7 +123,7 @@ def one_round(setup: Setup, rundir: Path) -> Round:
             check_streaming(data, rundir, one_shot, setup.stream_input)
         if setup.local:
             local_dir = _fresh(rundir / "local")
-            found.local, local_job = run_chunked(data, local_dir)
+            found.local, local_job = run_chunked(data, local_dir, workers=setup.workers)
             found.local_first_batch_seconds, found.local_first_checkpoint_seconds = (
                 first_batch(local_dir))
             check(data, local_job, local_dir, one_shot)
@@ -205,6 +213,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="leave out the local-mode worker")
     parser.add_argument("--no-crash", dest="crash", action="store_false",
                         help="leave out the SIGKILL runs")
+    parser.add_argument("--workers", type=int, default=DEFAULT_WORKERS,
+                        help=f"runner worker processes of each chunked run ({DEFAULT_WORKERS})")
+    parser.add_argument("--connect-conf", type=json.loads, default={},
+                        help="extra Spark conf of the Connect server, a JSON object")
+    parser.add_argument("--isolate-sessions", action="store_true",
+                        help="start the Connect server with Spark's own launcher")
     parser.add_argument("--output", type=Path, default=None, help="write the section here")
     parser.add_argument("--workdir", type=Path, default=None,
                         help="keep the store, logs and outputs here (default: a temp folder)")
@@ -226,7 +240,12 @@ def command_line(args: argparse.Namespace) -> str:
     options = [f"--rows {args.rows}", f"--runs {args.runs}"]
     options += [flag for flag, on in (("--no-streaming", args.streaming),
                                       ("--no-local", args.local),
-                                      ("--no-crash", args.crash)) if not on]
+                                      ("--no-crash", args.crash),
+                                      ("--isolate-sessions", not args.isolate_sessions)) if not on]
+    if args.workers != DEFAULT_WORKERS:
+        options.append(f"--workers {args.workers}")
+    if args.connect_conf:
+        options.append(f"--connect-conf '{json.dumps(args.connect_conf)}'")
     command = " ".join(["python -m tests.bench.cluster", *options])
     if " ".join(options) in MAKE_BENCH_OPTIONS:
         return f"`make bench` (`{command}`)"
@@ -247,8 +266,10 @@ def measure(args: argparse.Namespace, workdir: Path, publish: Publish) -> None:
     print(f"generated {data.generated.rows:,} rows; {data.chunks} chunks, {data.batches} "
           f"batches; staged for streaming in {staged:.1f} s", flush=True)
     with LoopbackCluster(workdir / "cluster", workers=WORKERS, cores_per_worker=CORES_PER_WORKER,
-                         worker_memory=WORKER_MEMORY, connect=True) as cluster:
-        setup = Setup(data, cluster, stream_input, args.streaming, args.local)
+                         worker_memory=WORKER_MEMORY, connect=True,
+                         connect_conf=args.connect_conf,
+                         isolate_sessions=args.isolate_sessions) as cluster:
+        setup = Setup(data, cluster, stream_input, args.streaming, args.local, args.workers)
         rounds = [one_round(setup, workdir / "run-1")]
         publish(setup, rounds, {})
         crashed = crashes(setup, workdir, rounds) if args.crash else {}
@@ -267,7 +288,8 @@ def main(argv: list[str] | None = None) -> None:
     def publish(setup: Setup, rounds: list[Round], crashed: dict[str, Crashed]) -> None:
         load = load_line([*sampler.samples, os.getloadavg()[0]], sampler.own_load)
         body = cluster_report.report(setup.data, rounds, crashed, load, command_line(args),
-                                     machine_line(), args.runs)
+                                     machine_line(), args.runs, workers=args.workers,
+                                     isolated_sessions=args.isolate_sessions)
         print("\n".join(body), flush=True)
         if args.output:
             write_section(args.output, title(args.rows), body)

@@ -41,6 +41,13 @@ class Round:
     notes: list[str] = field(default_factory=list)
 
 
+_SHARED = ("started as the Connect plugin of a PySpark application with "
+           "`spark.sql.artifact.isolation.enabled=false`: client sessions share compiled code "
+           "(`samples/migration/connect_server.py`).")
+_ISOLATED = ("started by Spark's own launcher (`SparkConnectServer`), which forces "
+             "per-session artifact isolation: each client session compiles its code anew.")
+
+
 def round_line(found: Round) -> str:
     """One line of progress for the console."""
     parts = [f"round {found.number}:"]
@@ -199,6 +206,8 @@ def report(
     command: str,
     machine: str,
     asked_runs: int | None = None,
+    workers: int = 2,
+    isolated_sessions: bool = False,
 ) -> list[str]:
     """The section's lines: machine, load, command, method, targets, tables."""
     made = data.generated
@@ -216,11 +225,13 @@ def report(
         "",
         "Cluster: `samples.migration.cluster.LoopbackCluster` on this machine: a standalone "
         "master, 2 workers of 1 core and 1 GiB, one Spark Connect server attached to the "
-        "master (an application holding both workers' cores).",
+        "master (an application holding both workers' cores), "
+        + (_ISOLATED if isolated_sessions else _SHARED),
         "",
-        "- *chunked*: `runner submit`, then one `runner start --workers 1 --prefetch 0 "
-        "--burst` worker with `RUNNER_SPARK_REMOTE=sc://...`: a Connect client, no JVM; "
-        "timed from the submit to the worker's exit.",
+        f"- *chunked*: `runner submit`, then `runner start --workers {workers} --prefetch 0 "
+        f"--burst` ({workers} worker process{'es' if workers > 1 else ''}) with "
+        "`RUNNER_SPARK_REMOTE=sc://...`: Connect clients, no JVM; timed from the submit to "
+        "the last worker's exit.",
         "- *plain*: the one-shot run (`samples.migration.verify.write_one_shot`) in a fresh "
         "process **through the same Connect server**: the same executors, equally warm, so "
         "only the cutting into chunks differs. (A classic driver cannot run beside the "

@@ -112,14 +112,17 @@ def prepare(workdir: Path, rows: int, files_per_batch: int = 1) -> Input:
 # --------------------------------------------------------------------------- one run
 
 
-def run_chunked(data: Input, rundir: Path, concurrency: int = 1) -> tuple[Timed, str]:
-    """Submit the job, run one burst worker (``concurrency`` chunks at once on its one
-    SparkSession) until it exits; its time and the job id."""
+def run_chunked(
+    data: Input, rundir: Path, concurrency: int = 1, workers: int = 1
+) -> tuple[Timed, str]:
+    """Submit the job, run ``runner start --burst`` with ``workers`` worker processes
+    (each ``concurrency`` chunks at once on its one SparkSession) until it exits; its
+    time and the job id."""
     runner = Runner(data.store, rundir)
     params = {**data.params, "output": str(rundir / "output"), "scratch": str(rundir / "scratch")}
     started = time.monotonic()
     job_id = runner.submit(params)
-    worker = runner.start_worker("--concurrency", str(concurrency))
+    worker = runner.start_worker("--concurrency", str(concurrency), processes=workers)
     try:
         with TreeSampler(worker.pid) as sampler:
             code = worker.process.wait(RUN_TIMEOUT_SECONDS)
