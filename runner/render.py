@@ -73,8 +73,8 @@ def _job(job: dict[str, Any], color: bool) -> str:
         )
     for task in job.get("poisoned", []):
         lines.append(
-            f"  poisoned {_task_name(task)} after {task['attempt']} attempt(s): "
-            f"{task['error_type']}: {task['error_message']}"
+            f"  poisoned {_task_name(task)} after {task['attempt']} attempt(s)"
+            f"{_final(task)}: {task['error_type']}: {task['error_message']}"
         )
     for bad in job.get("unreadable", []):
         lines.append(f"  unreadable: {bad['problem']}")
@@ -138,7 +138,7 @@ def render_poisoned(job_id: str, found: list[dict[str, Any]]) -> str:
     lines = [f"{job_id}: {len(found)} poisoned"]
     for task in found:
         lines.append(
-            f"  {_task_name(task)} after {task['attempt']} attempt(s): "
+            f"  {_task_name(task)} after {task['attempt']} attempt(s){_final(task)}: "
             f"{task['error_type']}: {task['error_message']}"
         )
         if task.get("traceback"):
@@ -152,10 +152,9 @@ def render_report(job_id: str, entries: Iterable[dict[str, Any]]) -> str:
     for entry in entries:
         count += 1
         of = f" of {entry['max_attempts']}" if entry.get("max_attempts") else ""
-        final = " (not retryable)" if entry.get("retryable") is False else ""
         lines.append(
             f"{_task_name(entry)} {entry['state']} after attempt {entry['attempt']}{of}"
-            f"{final}{_next_try(entry)}"
+            f"{_final(entry)}{_next_try(entry)}"
         )
         if entry.get("payload_omitted"):
             lines.append("  payload: (not shown: unreadable, or over 4 KiB as JSON)")
@@ -183,6 +182,11 @@ def _csv_cell(value: Any) -> Any:
     if isinstance(value, dict | list):
         return json.dumps(value, ensure_ascii=False)
     return value
+
+
+def _final(task: Mapping[str, Any]) -> str:
+    """`` (not retryable)`` for a failure that will not get better by trying again."""
+    return " (not retryable)" if task.get("retryable") is False else ""
 
 
 def _short_json(value: Any) -> str:

@@ -172,11 +172,15 @@ def test_the_report_says_when_a_failure_was_not_retryable(
 
     text = _run(world, monkeypatch, "report", job_id)
     as_csv = _run(world, monkeypatch, "report", job_id, "--csv")
+    poisoned = _run(world, monkeypatch, "poison", "list", job_id)
+    status = _run(world, monkeypatch, "status", job_id)
 
     assert "chunk #0 poisoned after attempt 1 of 2 (not retryable)" in text
     assert "  payload: " + json.dumps(user_value(POISONED_PAYLOAD)) in text
     assert "chunk #1 retrying after attempt 1 of 2, next try at " in text
     assert "(not retryable)" not in text.split("chunk #1", 1)[1]
+    assert "  chunk #0 after 1 attempt(s) (not retryable): ValueError: bad row 0" in poisoned
+    assert "  poisoned chunk #0 after 1 attempt(s) (not retryable): ValueError" in status
     rows = list(csv.DictReader(io.StringIO(as_csv)))
     assert list(rows[0]) == list(REPORT_COLUMNS)
     assert rows[0]["payload"] == json.dumps(user_value(POISONED_PAYLOAD))
