@@ -242,7 +242,8 @@ def _run_task(
         return False
     exhausted = _exhausted(task, message, job_class)
     if exhausted is not None:
-        _poison_task(worker, lease, message, job, task, None, exhausted)
+        attempts = {"retryable": True, "max_attempts": job_class.max_attempts}  # ran out
+        _poison_task(worker, lease, message, job, task, None, exhausted, None, attempts)
         return False
     claimed = _claim(worker, task, message, lease, writer)
     if claimed is None:
@@ -424,7 +425,8 @@ def _execute(
         return
     except BadRecord as bad:  # its payload, state or params cannot be read: no retry mends it
         # No traceback kept: the reason names the record and field, the stack is ours.
-        _poison_task(worker, lease, message, job, task, (bad, ""), str(bad), control)
+        final = {"retryable": False}
+        _poison_task(worker, lease, message, job, task, (bad, ""), str(bad), control, final)
         return
     except BaseException as error:  # noqa: BLE001 - user code failed (even sys.exit): record it
         _failed(worker, lease, message, job_class, job, control, error, traceback.format_exc())
@@ -611,7 +613,14 @@ def _poison_task(
     """Mark the task poisoned (the job fails) and move its message to the poison queue;
     ``verdict`` (``retryable``, ``max_attempts``) is kept for status and the report."""
     error, trace = failure if failure else (RuntimeError(reason), "")
-    changes = {"state": "poisoned", "owner": "", **verdict, **error_properties(error, trace)}
+    # "" clears a verdict an earlier failed attempt left (a merge keeps what None names).
+    changes = {
+        "state": "poisoned",
+        "owner": "",
+        "retryable": "",
+        **verdict,
+        **error_properties(error, trace),
+    }
     values = {"progress": control.newest_state} if control and control.has_unwritten_state else {}
     if control and values:
         changes.update(control.checkpoint_changes())
@@ -688,6 +697,7 @@ def _poison_unreadable(
                 "owner": "",
                 "message_id": "",
                 "lease_until": worker.clock.now(),
+                "retryable": False,
                 **error_properties(bad),
             }
             budget = lease.budget(retries.TASK_WRITE, worker.clock)

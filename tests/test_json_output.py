@@ -215,6 +215,35 @@ def test_the_report_gives_no_payload_for_planning_and_says_when_it_cannot_read_o
     assert "chunk #1 retrying after attempt 1\n  payload: (not shown: unreadable" in text
 
 
+def test_each_way_to_be_poisoned_says_whether_trying_again_could_help(world: World):
+    # Given chunk 0 claimed as often as it may be, its last attempt having said its error
+    # would not get better, and chunk 1 whose payload was typed by hand
+    job_id = world.job([{"act": "ok"}, {"act": "ok"}])
+    world.set_task(job_id, state="running", attempt=2, retryable=False)
+    world.backend.storage.records.merge(
+        layout.TASKS_TABLE,
+        layout.shard_partition(job_id, layout.shard_of(1)),
+        layout.chunk_row(1),
+        {"payload": "typed by hand"},
+        etag=ANY_ETAG,
+    )
+
+    # When each is delivered
+    for index in (0, 1):
+        world.send(job_id, index=index)
+        world.deliver()
+
+    # Then chunk 0 ran out of attempts (its error was one to retry), chunk 1 cannot be
+    # read, which no retry mends
+    entries = {e["index"]: e for e in failure_report(world.store, job_id)}
+    assert (entries[0]["state"], entries[0]["retryable"], entries[0]["max_attempts"]) == (
+        "poisoned",
+        True,
+        2,
+    )
+    assert (entries[1]["state"], entries[1]["retryable"]) == ("poisoned", False)
+
+
 @pytest.mark.parametrize(
     ("value", "shown"),
     [
