@@ -3,8 +3,10 @@ runner/json_form.py): snake_case keys, times in UTC ending in ``Z`` under keys e
 ``_on``, ``_at`` or ``_until``, durations in ``*_seconds``, fractions 0-1 in
 ``*_fraction``, and the user's values as JSON, tagged where JSON cannot hold them.
 
-The commands run in this process (click's runner) against a job worked by the worker's
-own code, on both backends (the :class:`World` of tests/test_task_lifecycle.py).
+The commands run in this process (click's runner): status, poison list and report against
+a job worked by the worker's own code, on both backends (the :class:`World` of
+tests/test_task_lifecycle.py); cancel, pause, resume, delete and purge on an embedded
+store.
 """
 
 from __future__ import annotations
@@ -16,14 +18,17 @@ import json
 import re
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
 from click.testing import CliRunner
 
 from checkpoint import layout
+from checkpoint.backends import open_storage
 from checkpoint.records import CHECKPOINT_ON
 from checkpoint.storage import ANY_ETAG
+from checkpoint.store import CheckpointStore
 from runner import cli
 from runner.json_form import user_value, utc
 from runner.render import render_report
@@ -242,6 +247,33 @@ def test_each_way_to_be_poisoned_says_whether_trying_again_could_help(world: Wor
         2,
     )
     assert (entries[1]["state"], entries[1]["retryable"]) == ("poisoned", False)
+
+
+def test_cancel_pause_resume_delete_and_purge_keep_it_too(tmp_path: Path):
+    storage = str(tmp_path / "store")
+    with open_storage(storage) as opened:
+        store = CheckpointStore(opened)
+        for job_id in ("json-1", "json-2"):
+            job, _ = store.create_job(job_id, "tests:Job", "json-q", {})
+            store.update_job(job, state="running", total=0)
+
+    def run(*args: str) -> Any:
+        done = CliRunner().invoke(cli.cli, [*args, "--json", "--storage", storage])
+        assert done.exit_code == 0, done.output
+        return json.loads(done.output)
+
+    outputs = [
+        run("pause", "json-1"),
+        run("resume", "json-1"),
+        run("cancel", "json-1"),
+        run("delete", "json-1"),
+        run("purge", "--older-than", "1s", "--dry-run"),
+    ]
+
+    for output in outputs:
+        assert broken_rules(output) == []
+    assert UTC_TIME.fullmatch(outputs[2]["cancelled_on"])
+    assert UTC_TIME.fullmatch(outputs[3]["updated_on"])
 
 
 @pytest.mark.parametrize(
