@@ -36,6 +36,7 @@ from jobs.retention import parse_age
 from jobs.retention import purge as purge_jobs
 from jobs.spark_settings import CONF_ENV, MASTER_ENV, REMOTE_ENV, check_remote
 from jobs.submit import submit as submit_job
+from runner.json_form import utc
 from runner.logs import LOG_FORMATS, LogFormat
 from runner.loop import (
     DEFAULT_CONCURRENCY,
@@ -44,7 +45,7 @@ from runner.loop import (
     WorkerSettings,
 )
 from runner.redrive import redrive
-from runner.render import render_poisoned, render_report, render_status
+from runner.render import render_poisoned, render_report, render_status, report_csv_row
 from runner.snapshot import read_report
 from runner.status import REPORT_COLUMNS, failure_report, poisoned_chunks
 from runner.supervisor import StartOptions, configure_logging, run_workers
@@ -323,7 +324,7 @@ def _set_spark_target(master: str | None, remote: str | None) -> None:
     "--watch",
     is_flag=True,
     help="Keep showing it, refreshed, with rates, ETAs and workers (Ctrl-C quits); "
-    "without a terminal, each refresh is printed below the last.",
+    "without a terminal, one plain line per job per refresh.",
 )
 @click.option(
     "--interval",
@@ -395,9 +396,9 @@ def _controlled(job: JobRecord, as_json: bool) -> None:
             "job_id": job.job_id,
             "state": job.state,
             "paused": job.paused_on is not None,
-            "paused_on": job.paused_on.isoformat() if job.paused_on else None,
+            "paused_on": utc(job.paused_on),
             "drain": job.drain,
-            "cancelled_on": job.cancelled_on.isoformat() if job.cancelled_on else None,
+            "cancelled_on": utc(job.cancelled_on),
             "cancel_reason": job.cancel_reason,
         }
         click.echo(json.dumps(fields, indent=2))
@@ -427,7 +428,7 @@ def report(job_id: str, as_json: bool, as_csv: bool, storage: str | None) -> Non
         if as_csv:
             writer = csv.DictWriter(sys.stdout, fieldnames=REPORT_COLUMNS, lineterminator="\n")
             writer.writeheader()
-            writer.writerows(entries)
+            writer.writerows(map(report_csv_row, entries))
         elif as_json:
             for entry in entries:
                 click.echo(json.dumps(entry))
@@ -537,7 +538,7 @@ def _deleted_json(deleted: Deleted) -> dict[str, object]:
     return {
         "job_id": deleted.job_id,
         "state": deleted.state,
-        "updated_on": deleted.updated_on.isoformat() if deleted.updated_on else None,
+        "updated_on": utc(deleted.updated_on),
         "dry_run": deleted.dry_run,
         "records": deleted.records,
         "blobs": deleted.blobs,

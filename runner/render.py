@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import json
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 BAR_CHARS = 30
+#: Longest payload shown in a failure report (characters of its JSON).
+PAYLOAD_CHARS = 120
 _STATE_COLORS = {
     "done": "32",
     "failed": "31",
@@ -44,10 +47,7 @@ def _job(job: dict[str, Any], color: bool) -> str:
     lines = [
         f"{job['job_id']}  {job['job_type']}  {state}",
         f"  {bar(_done(job), shown_total)}  {chunks['done']:,}/{total} done",
-        "  "
-        + "  ".join(
-            f"{name} {chunks[name]:,}" for name in ("running", "waiting", "failed", "poisoned")
-        ),
+        "  " + chunk_counts(job),
     ]
     if job["finalize"]:
         lines.append(f"  finalize: {job['finalize']}")
@@ -66,21 +66,42 @@ def _job(job: dict[str, Any], color: bool) -> str:
         )
     for task in job["failed"]:
         of = f" of {task['max_attempts']}" if task.get("max_attempts") else ""
-        retry = f", next try at {task['retry_at']}" if task.get("retry_at") else ""
+        retry = _next_try(task, dropped=bool(job.get("cancelled_on")))
         lines.append(
             f"  failed  {_task_name(task)} attempt {task['attempt']}{of}{retry}: "
             f"{task['error_type']}: {task['error_message']}"
         )
     for task in job.get("poisoned", []):
         lines.append(
-            f"  poisoned {_task_name(task)} after {task['attempt']} attempt(s): "
-            f"{task['error_type']}: {task['error_message']}"
+            f"  poisoned {_task_name(task)} after {task['attempt']} attempt(s)"
+            f"{_final(task)}: {task['error_type']}: {task['error_message']}"
         )
     for bad in job.get("unreadable", []):
         lines.append(f"  unreadable: {bad['problem']}")
     if job.get("workers") and job["state"] not in ("done", "failed", "cancelled"):
         lines.append(f"  workers: {_workers(job['workers'])}")
     return "\n".join(lines)
+
+
+def chunk_counts(job: Mapping[str, Any]) -> str:
+    """``running 2  waiting 1  failed 1  poisoned 0``; a job that drops its remaining
+    chunks (cancelled) has none waiting: ``cancelled N`` counts them instead."""
+    chunks = job["chunks"]
+    middle = "cancelled" if job.get("cancelled_on") else "waiting"
+    names = ("running", middle, "failed", "poisoned")
+    return "  ".join(f"{name} {chunks.get(name, 0):,}" for name in names)
+
+
+def _next_try(task: dict[str, Any], dropped: bool = False) -> str:
+    """``, next try at T``, ``, next try due since T (waiting for a worker)``, or, once
+    its job drops its chunks (``dropped``: cancelled), that it is not retried."""
+    if dropped and task.get("state") == "retrying":
+        return ", not retried (cancelled)"
+    if task.get("retry_due"):
+        return f", next try due since {task['retry_at']} (waiting for a worker)"
+    if task.get("retry_at"):
+        return f", next try at {task['retry_at']}"
+    return ""
 
 
 def _done(job: dict[str, Any]) -> float:
@@ -117,7 +138,7 @@ def render_poisoned(job_id: str, found: list[dict[str, Any]]) -> str:
     lines = [f"{job_id}: {len(found)} poisoned"]
     for task in found:
         lines.append(
-            f"  {_task_name(task)} after {task['attempt']} attempt(s): "
+            f"  {_task_name(task)} after {task['attempt']} attempt(s){_final(task)}: "
             f"{task['error_type']}: {task['error_message']}"
         )
         if task.get("traceback"):
@@ -131,18 +152,46 @@ def render_report(job_id: str, entries: Iterable[dict[str, Any]]) -> str:
     for entry in entries:
         count += 1
         of = f" of {entry['max_attempts']}" if entry.get("max_attempts") else ""
-        retry = f", next try at {entry['retry_at']}" if entry.get("retry_at") else ""
         lines.append(
-            f"{_task_name(entry)} {entry['state']} after attempt {entry['attempt']}{of}{retry}"
+            f"{_task_name(entry)} {entry['state']} after attempt {entry['attempt']}{of}"
+            f"{_final(entry)}{_next_try(entry)}"
         )
-        if entry.get("payload"):
-            lines.append(f"  payload: {entry['payload']}")
+        if entry.get("payload_omitted"):
+            lines.append("  payload: (not shown: unreadable, or over 4 KiB as JSON)")
+        elif entry.get("kind") == "chunk":
+            lines.append(f"  payload: {_short_json(entry.get('payload'))}")
         lines.append(f"  {entry['error_type']}: {entry['error_message']}")
         if entry.get("traceback"):
             lines.extend(f"    {line}" for line in entry["traceback"].rstrip().splitlines())
     if not count:
         return f"{job_id}: no failed or poisoned chunks"
     return "\n".join([f"{job_id}: {count} failed or poisoned", *lines])
+
+
+def report_csv_row(entry: Mapping[str, Any]) -> dict[str, Any]:
+    """A report entry as a CSV row: a payload as its JSON text, booleans as in JSON
+    (``true``, ``false``), null as an empty cell."""
+    return {column: _csv_cell(value) for column, value in entry.items()}
+
+
+def _csv_cell(value: Any) -> Any:
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, dict | list):
+        return json.dumps(value, ensure_ascii=False)
+    return value
+
+
+def _final(task: Mapping[str, Any]) -> str:
+    """`` (not retryable)`` for a failure that will not get better by trying again."""
+    return " (not retryable)" if task.get("retryable") is False else ""
+
+
+def _short_json(value: Any) -> str:
+    text = json.dumps(value, ensure_ascii=False)
+    return text if len(text) <= PAYLOAD_CHARS else text[: PAYLOAD_CHARS - 3] + "..."
 
 
 def _task_name(task: dict[str, Any]) -> str:

@@ -14,6 +14,7 @@ from checkpoint.errors import BadRecord
 from checkpoint.records import JobRecord
 from checkpoint.store import CheckpointStore
 from checkpoint.workers import WorkerBook, WorkerRecord
+from runner.json_form import utc
 from runner.status import job_status, unreadable_job
 
 
@@ -45,7 +46,7 @@ def read_snapshot(store: CheckpointStore, job_id: str | None = None) -> dict[str
     jobs = read_report(store, job_id, workers)
     if job_id and "workers" in jobs[0]:
         workers = jobs[0]["workers"]  # one job watched: the workers serving it
-    return {"taken_on": now.isoformat(), "jobs": jobs, "workers": workers}
+    return {"taken_on": utc(now), "jobs": jobs, "workers": workers}
 
 
 def read_workers(store: CheckpointStore, now: datetime) -> list[dict[str, Any]]:
@@ -69,9 +70,9 @@ def worker_status(worker: WorkerRecord, now: datetime) -> dict[str, Any]:
         "tasks": list(worker.tasks),
         "state": worker.state,
         "gone": worker.gone(now),
-        "started_on": worker.started_on.isoformat(),
-        "seen_on": worker.seen_on.isoformat(),
-        "seen_seconds_ago": round(max(0.0, (now - worker.seen_on).total_seconds()), 1),
+        "started_on": utc(worker.started_on),
+        "seen_on": utc(worker.seen_on),
+        "seen_ago_seconds": round(max(0.0, (now - worker.seen_on).total_seconds()), 1),
         "beat_seconds": worker.beat_seconds,
     }
 

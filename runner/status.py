@@ -10,7 +10,6 @@ report: it is listed under ``unreadable`` with what is wrong, and the rest is sh
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from datetime import datetime
 from typing import Any
@@ -19,11 +18,10 @@ from checkpoint import checks
 from checkpoint.errors import BadRecord, NotFound
 from checkpoint.records import CHECKPOINT_ON, JobRecord, Progress, TaskKind, TaskRecord
 from checkpoint.store import CheckpointStore
+from runner.json_form import bounded_user_value, utc
 
 #: Longest progress text shown per running chunk.
 PROGRESS_CHARS = 80
-#: Largest state given as a value in ``--json`` (as JSON text); larger ones are omitted.
-PROGRESS_JSON_BYTES = 4096
 
 
 def job_status(store: CheckpointStore, job: JobRecord, now: datetime) -> dict[str, Any]:
@@ -36,6 +34,10 @@ def job_status(store: CheckpointStore, job: JobRecord, now: datetime) -> dict[st
     planned = _planned(store, job, bad)
     total = job.total if job.total is not None else planned
     settled = counts["done"] + counts["poisoned"] + len(running) + len(retrying)
+    # A job with cancelled_on set (cancelled, or failed past its tolerance) drops its
+    # chunks unrun as they surface, and retries none: nothing of it is waiting.
+    dropped = job.cancelled_on is not None
+    unclaimed = max(0, total - settled)
     return {
         "job_id": job.job_id,
         "job_type": job.job_type,
@@ -54,22 +56,23 @@ def job_status(store: CheckpointStore, job: JobRecord, now: datetime) -> dict[st
             "total": total,
             "done": counts["done"],
             "running": len(running),
-            "waiting": max(0, total - settled),
+            "waiting": 0 if dropped else unclaimed,
             "failed": len(retrying),
             "poisoned": counts["poisoned"],
+            "cancelled": unclaimed if dropped else 0,
         },
         "progress_fraction": job_fraction(total, counts["done"], running + retrying),
         "running": [_running(store, task, now, bad) for task in running],
         # Chunks retrying, and planning or finalize while it retries: each failure is
         # shown as soon as it is recorded, with when the next try is.
         "failed": [
-            _failed(task)
+            _failed(task, now, retried=not dropped)
             for task in [
                 *(t for t in control_tasks if t is not None and t.state == "retrying"),
                 *retrying,
             ]
         ],
-        "poisoned": poisoned_chunks(store, job.job_id, bad)
+        "poisoned": poisoned_chunks(store, job.job_id, bad, now)
         if counts["poisoned"] or job.state == "failed"
         else [],
         "finalize": control_tasks[1].state if control_tasks[1] is not None else None,
@@ -88,17 +91,21 @@ def unreadable_job(job_id: str, bad: BadRecord) -> dict[str, Any]:
 
 
 def poisoned_chunks(
-    store: CheckpointStore, job_id: str, bad: list[dict[str, Any]] | None = None
+    store: CheckpointStore,
+    job_id: str,
+    bad: list[dict[str, Any]] | None = None,
+    now: datetime | None = None,
 ) -> list[dict[str, Any]]:
     """Poisoned chunks of a job with their last error (planning / finalize included).
 
     Records that cannot be read are left out, and added to ``bad`` if given."""
     bad = [] if bad is None else bad
-    found = [_failed(task) for task in _chunks(store, job_id, "poisoned", bad)]
+    now = store.clock.now() if now is None else now
+    found = [_failed(task, now) for task in _chunks(store, job_id, "poisoned", bad)]
     for kind in ("plan", "final"):
         task = _control_task(store, job_id, kind, bad)
         if task is not None and task.state == "poisoned":
-            found.append(_failed(task))
+            found.append(_failed(task, now))
     return found
 
 
@@ -162,7 +169,7 @@ def _running(
         bad.append(_unreadable("chunk", task.index, unreadable))
         progress = None
     text = repr(progress)
-    value = _as_json(progress)
+    value, omitted = bounded_user_value(progress)
     return {
         "index": task.index,
         "worker": task.owner,
@@ -170,7 +177,7 @@ def _running(
         "lease_until": _iso(task.lease_until),
         "lease_expired": task.lease_until is not None and task.lease_until <= now,
         "progress": value,
-        "progress_omitted": value is None and progress is not None,
+        "progress_omitted": omitted,
         "progress_text": text
         if len(text) <= PROGRESS_CHARS
         else text[: PROGRESS_CHARS - 3] + "...",
@@ -211,29 +218,24 @@ def job_fraction(total: int, done: int, unfinished: list[TaskRecord]) -> float |
     return round(min(1.0, (done + said) / total), 6)
 
 
-def _as_json(value: Any) -> Any:
-    """``value`` if it is plain JSON (str keys; no bytes, no datetimes) of at most
-    :data:`PROGRESS_JSON_BYTES`, else None: tools get the state itself, or nothing."""
-    try:
-        text = json.dumps(value, allow_nan=False)
-    except (TypeError, ValueError):
-        return None
-    if len(text.encode("utf-8")) > PROGRESS_JSON_BYTES or json.loads(text) != value:
-        return None  # too large, or changed on the way (tuples, int keys ...)
-    return value
-
-
-def _failed(task: TaskRecord) -> dict[str, Any]:
+def _failed(task: TaskRecord, now: datetime, retried: bool = True) -> dict[str, Any]:
+    """A retrying or poisoned task's last failure; ``retried`` False: its job drops it
+    (cancelled), so it has no next try."""
     error = task.error or {}
+    retry_at = _time_or_none(task.properties.get("retry_at"))
+    if task.state != "retrying" or not retried:
+        retry_at = None
+    retryable = task.properties.get("retryable")
     return {
         "kind": task.kind,
         "index": task.index,
         "attempt": task.attempt,
         "state": task.state,
         "max_attempts": _whole_or_none(task.properties.get("max_attempts")),
-        "retry_at": _iso(_time_or_none(task.properties.get("retry_at")))
-        if task.state == "retrying"
-        else None,
+        "retryable": retryable if isinstance(retryable, bool) else None,
+        "retry_at": _iso(retry_at),
+        # Due and not yet received: every worker serving the queue is busy (or none is).
+        "retry_due": retry_at is not None and retry_at <= now,
         "error_type": error.get("type"),
         "error_message": error.get("message"),
         "traceback": error.get("traceback"),
@@ -249,20 +251,21 @@ def _time_or_none(value: Any) -> datetime | None:
 
 
 def _iso(value: datetime | None) -> str | None:
-    return value.isoformat() if value is not None else None
+    return utc(value)
 
 
-#: Longest payload summary in a failure report (characters of its repr).
-PAYLOAD_CHARS = 120
-#: The columns of ``runner report --csv``, in order.
+#: The columns of ``runner report --csv``, in order (the keys of ``--json``).
 REPORT_COLUMNS = (
     "kind",
     "index",
     "state",
     "attempt",
     "max_attempts",
+    "retryable",
     "retry_at",
+    "retry_due",
     "payload",
+    "payload_omitted",
     "error_type",
     "error_message",
     "traceback",
@@ -273,25 +276,30 @@ def failure_report(store: CheckpointStore, job_id: str) -> Iterator[dict[str, An
     """Every failed (retrying) or poisoned task of the job, planning and finalize first,
     then chunks in index order: payload summary, attempts, last error and traceback.
     Read page by page, so a report of a million chunks streams."""
+    job = store.get_job(job_id)
+    retried, now = job.cancelled_on is None, store.clock.now()
     for kind in ("plan", "final"):
         try:
             task = store.get_task(job_id, kind, 0)
         except NotFound:
             continue
         if task.state in ("retrying", "poisoned"):
-            yield _reported(store, task)
+            yield _reported(store, task, now, retried)
     for _, found in store.scan_chunks(job_id, ("retrying", "poisoned")):
         if isinstance(found, TaskRecord):  # status lists unreadable records
-            yield _reported(store, found)
+            yield _reported(store, found, now, retried)
 
 
-def _reported(store: CheckpointStore, task: TaskRecord) -> dict[str, Any]:
-    entry = _failed(task)
-    try:
-        payload = repr(store.value(task.properties, "payload", of=task.name))
-    except BadRecord as unreadable:
-        payload = f"(unreadable: {unreadable})"
-    if len(payload) > PAYLOAD_CHARS:
-        payload = payload[: PAYLOAD_CHARS - 3] + "..."
-    entry["payload"] = payload if task.kind == "chunk" else ""
-    return {column: entry.get(column) for column in REPORT_COLUMNS}
+def _reported(
+    store: CheckpointStore, task: TaskRecord, now: datetime, retried: bool
+) -> dict[str, Any]:
+    entry = _failed(task, now, retried)
+    entry["payload"], entry["payload_omitted"] = None, False
+    if task.kind == "chunk":  # planning and finalize have the job's params, not a payload
+        try:
+            payload = store.value(task.properties, "payload", of=task.name)
+        except BadRecord:  # status names the unreadable record; the report goes on
+            entry["payload_omitted"] = True
+        else:
+            entry["payload"], entry["payload_omitted"] = bounded_user_value(payload)
+    return {column: entry[column] for column in REPORT_COLUMNS}

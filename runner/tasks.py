@@ -25,7 +25,7 @@ import logging
 import random
 import threading
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -242,7 +242,8 @@ def _run_task(
         return False
     exhausted = _exhausted(task, message, job_class)
     if exhausted is not None:
-        _poison_task(worker, lease, message, job, task, None, exhausted)
+        attempts = {"retryable": True, "max_attempts": job_class.max_attempts}  # ran out
+        _poison_task(worker, lease, message, job, task, None, exhausted, None, attempts)
         return False
     claimed = _claim(worker, task, message, lease, writer)
     if claimed is None:
@@ -424,7 +425,8 @@ def _execute(
         return
     except BadRecord as bad:  # its payload, state or params cannot be read: no retry mends it
         # No traceback kept: the reason names the record and field, the stack is ours.
-        _poison_task(worker, lease, message, job, task, (bad, ""), str(bad), control)
+        final = {"retryable": False}
+        _poison_task(worker, lease, message, job, task, (bad, ""), str(bad), control, final)
         return
     except BaseException as error:  # noqa: BLE001 - user code failed (even sys.exit): record it
         _failed(worker, lease, message, job_class, job, control, error, traceback.format_exc())
@@ -566,25 +568,22 @@ def _failed(
         task.attempt,
         error,
     )
-    if not _retryable(error, job_class):
+    # What status and the report say of it: whether trying again could have helped.
+    verdict = {"retryable": _retryable(error, job_class), "max_attempts": job_class.max_attempts}
+    if not verdict["retryable"]:
         reason = f"failed on attempt {task.attempt}, not retryable: {error!r}"
-        _poison_task(worker, lease, message, job, task, (error, trace), reason, control)
+        _poison_task(worker, lease, message, job, task, (error, trace), reason, control, verdict)
         return
     if task.attempt >= job_class.max_attempts:
         reason = f"failed on attempt {task.attempt} of {job_class.max_attempts}: {error!r}"
-        _poison_task(worker, lease, message, job, task, (error, trace), reason, control)
+        _poison_task(worker, lease, message, job, task, (error, trace), reason, control, verdict)
         return
     # Visible again after the backoff, which Azure caps at 7 days.
     wait = min(compute_backoff(job_class.backoff, task.attempt, worker.rng), MAX_VISIBILITY_SECONDS)
     retry_at = worker.clock.now() + timedelta(seconds=wait)  # what status shows
     # The newest state is written too: it was encoded once already, at its checkpoint.
     try:
-        changes = {
-            "state": "retrying",
-            "owner": "",
-            "retry_at": retry_at,
-            "max_attempts": job_class.max_attempts,
-        }
+        changes = {"state": "retrying", "owner": "", "retry_at": retry_at, **verdict}
         control.write({**changes, **error_properties(error, trace)})
     except LeaseLost:
         worker.keeper.drop(lease)
@@ -609,10 +608,19 @@ def _poison_task(
     failure: tuple[BaseException, str] | None,
     reason: str,
     control: TaskControl | None = None,
+    verdict: Mapping[str, Any] = {},
 ) -> None:
-    """Mark the task poisoned (the job fails) and move its message to the poison queue."""
+    """Mark the task poisoned (the job fails) and move its message to the poison queue;
+    ``verdict`` (``retryable``, ``max_attempts``) is kept for status and the report."""
     error, trace = failure if failure else (RuntimeError(reason), "")
-    changes = {"state": "poisoned", "owner": "", **error_properties(error, trace)}
+    # "" clears a verdict an earlier failed attempt left (a merge keeps what None names).
+    changes = {
+        "state": "poisoned",
+        "owner": "",
+        "retryable": "",
+        **verdict,
+        **error_properties(error, trace),
+    }
     values = {"progress": control.newest_state} if control and control.has_unwritten_state else {}
     if control and values:
         changes.update(control.checkpoint_changes())
@@ -689,6 +697,7 @@ def _poison_unreadable(
                 "owner": "",
                 "message_id": "",
                 "lease_until": worker.clock.now(),
+                "retryable": False,
                 **error_properties(bad),
             }
             budget = lease.budget(retries.TASK_WRITE, worker.clock)

@@ -1,12 +1,12 @@
 """``runner status --watch``: read a snapshot every few seconds and draw it.
 
 On a terminal the view is redrawn in place (rich's ``Live``); anywhere else (a pipe, a
-file, CI) each refresh is printed below the last, plainly, so ``--watch`` also works as a
-progress log. The rate of each job (chunks per second, counting the fractions running
-chunks said they are done) is measured over the last :data:`RATE_WINDOW_SECONDS` of
-refreshes, and the ETA is what is left at that rate. A refresh that fails (the store out
-of reach, the job deleted meanwhile) keeps the last view, saying so, and the next one
-tries again.
+file, CI) each refresh prints one plain line per job (:mod:`runner.watch_lines`), so
+``--watch`` also works as a progress log. The rate of each job (chunks per second,
+counting the fractions running chunks said they are done) is measured over the last
+:data:`RATE_WINDOW_SECONDS` of refreshes, and the ETA is what is left at that rate. A
+refresh that fails (the store out of reach, the job deleted meanwhile) keeps the last
+view, saying so, and the next one tries again.
 
 Stopping is the caller's: ``stop`` is an event its SIGINT handler sets, so the view
 ends between two refreshes, never half-drawn.
@@ -27,6 +27,7 @@ from rich.live import Live
 from checkpoint.errors import RunnerError
 from checkpoint.store import CheckpointStore
 from runner.snapshot import read_snapshot
+from runner.watch_lines import active_jobs, plain_lines
 from runner.watch_view import ENDED_STATES, render_watch
 
 DEFAULT_INTERVAL_SECONDS = 2.0
@@ -51,6 +52,12 @@ class Rates:
         rates: dict[str, dict[str, Any]] = {}
         for job in jobs:
             if "chunks" not in job:
+                continue
+            if job.get("paused") and job.get("state") not in ENDED_STATES:
+                # No rate while paused, and the pause does not drag the rate down after
+                # the resume: the window starts again then.
+                self._seen.pop(job["job_id"], None)
+                rates[job["job_id"]] = {"chunks_per_second": None, "eta_seconds": None}
                 continue
             seen = self._seen.setdefault(job["job_id"], deque())
             seen.append((at, _chunks_done(job)))
@@ -95,9 +102,13 @@ def watch(
     rates = Rates()
     snapshot = _annotated(read(), rates, monotonic(), storage, interval_seconds)
     if not console.is_terminal:
+        console.out(f"chunkrunner  {storage}  every {interval_seconds:g} s", highlight=False)
+        active: set[str] = set()
+        first = True
         while True:
-            console.print(render_watch(snapshot))
-            console.print()
+            for line in plain_lines(snapshot, active, first):
+                console.out(line, highlight=False)  # never wrapped, whatever the width
+            active, first = active_jobs(snapshot), False
             if stop.wait(interval_seconds):
                 return
             snapshot = _refreshed(read, snapshot, rates, monotonic, storage, interval_seconds)

@@ -17,6 +17,8 @@ from rich.progress_bar import ProgressBar
 from rich.table import Table
 from rich.text import Text
 
+from runner.render import chunk_counts
+
 #: How the states are coloured (a terminal only; recorded text has none).
 STATE_STYLES = {
     "planning": "yellow",
@@ -73,18 +75,10 @@ def _header(snapshot: Mapping[str, Any], now: datetime) -> Text:
 def _job(job: Mapping[str, Any], rate: Mapping[str, Any], now: datetime) -> RenderableType:
     if job.get("state") == "unreadable":
         return Text(f"{job['job_id']}  unreadable: {job.get('error')}", style="red")
-    chunks = job["chunks"]
     title = Text(job["job_id"], style="bold")
     title.append(f"  {job.get('job_type', '')}  ", style="dim")
     title.append_text(_state(job))
-    rows: list[RenderableType] = [title, _bar_line(job, rate)]
-    rows.append(
-        Text(
-            "  ".join(
-                f"{name} {chunks[name]:,}" for name in ("running", "waiting", "failed", "poisoned")
-            )
-        )
-    )
+    rows: list[RenderableType] = [title, _bar_line(job, rate), Text(chunk_counts(job))]
     if job.get("finalize"):
         rows.append(Text(f"finalize: {job['finalize']}"))
     if job.get("error"):
@@ -100,16 +94,23 @@ def _failed(task: Mapping[str, Any], now: datetime) -> Text:
     """``failed #6 attempt 1 of 5, next try in 40s: ValueError: row 100``."""
     name = f"#{task['index']}" if task.get("kind", "chunk") == "chunk" else task["kind"]
     of = f" of {task['max_attempts']}" if task.get("max_attempts") else ""
-    retry = ""
-    if task.get("retry_at"):
-        retry = f", next try in {duration((_when(task['retry_at']) - now).total_seconds())}"
     return Text(
-        f"failed {name} attempt {task['attempt']}{of}{retry}: "
+        f"failed {name} attempt {task['attempt']}{of}{_next_try(task, now)}: "
         f"{task.get('error_type')}: {task.get('error_message')}",
         style="red",
         overflow="ellipsis",
         no_wrap=True,
     )
+
+
+def _next_try(task: Mapping[str, Any], now: datetime) -> str:
+    """``, next try in 40s``; once due, how long it has waited for a free worker."""
+    if not task.get("retry_at"):
+        return ""
+    left = (_when(task["retry_at"]) - now).total_seconds()
+    if left <= 0 or task.get("retry_due"):
+        return f", next try due {duration(-left)} ago, waiting for a worker"
+    return f", next try in {duration(left)}"
 
 
 def _state(job: Mapping[str, Any]) -> Text:
@@ -126,19 +127,31 @@ def _bar_line(job: Mapping[str, Any], rate: Mapping[str, Any]) -> Table:
     if fraction is None:
         fraction = chunks["done"] / chunks["total"] if chunks["total"] else 0.0
     total = f"{chunks['total']:,}" + ("" if job.get("planning_done", True) else "+ (planning)")
-    said = [f"{fraction:4.0%}", f"{chunks['done']:,}/{total} done"]
-    speed = rate.get("chunks_per_second")
-    if speed is not None and fraction < 1:
-        said.append(f"{speed:.2f} chunks/s")
-    eta = rate.get("eta_seconds")
-    if eta is not None and job.get("state") not in ENDED_STATES:
-        said.append(f"ETA {duration(eta)}")
+    said = [f"{fraction:4.0%}", f"{chunks['done']:,}/{total} done", *rate_words(job, rate)]
     line = Table.grid(padding=(0, 1))
     line.add_row(
         ProgressBar(total=1.0, completed=fraction, width=BAR_WIDTH),
         Text("  ".join(said)),
     )
     return line
+
+
+def rate_words(job: Mapping[str, Any], rate: Mapping[str, Any]) -> list[str]:
+    """``0.25 chunks/s``, ``ETA 14s``; ``paused`` instead while the job is paused (it
+    has no rate then, and no ETA); nothing once it has ended."""
+    if job.get("state") in ENDED_STATES:
+        return []
+    if job.get("paused"):
+        return ["paused"]
+    said = []
+    speed = rate.get("chunks_per_second")
+    fraction = job.get("progress_fraction")
+    if speed is not None and (fraction is None or fraction < 1):
+        said.append(f"{speed:.2f} chunks/s")
+    eta = rate.get("eta_seconds")
+    if eta is not None:
+        said.append(f"ETA {duration(eta)}")
+    return said
 
 
 def _running(running: list[Mapping[str, Any]], now: datetime) -> Table:
@@ -148,7 +161,7 @@ def _running(running: list[Mapping[str, Any]], now: datetime) -> Table:
     for chunk in running[:MAX_CHUNK_ROWS]:
         table.add_row(
             f"#{chunk['index']}",
-            str(chunk.get("worker") or "?"),
+            Text(str(chunk.get("worker") or "?")),  # Text: no markup or :emoji: in ids
             str(chunk.get("attempt")),
             _chunk_progress(chunk),
             _lease_left(chunk, now),
@@ -199,17 +212,21 @@ def _ended(jobs: list[Mapping[str, Any]]) -> Table:
 
 
 def _workers(workers: list[Mapping[str, Any]], now: datetime) -> RenderableType:
-    if not workers:
-        return Text("workers: none seen", style="dim")
-    # Live ones first, then the gone, each in id order.
-    ordered = sorted(workers, key=lambda w: (bool(w.get("gone")), str(w.get("worker_id"))))
+    """The live workers a row each; those stopped or gone within the hour the heartbeat
+    table keeps them (a restarted fleet leaves dozens) are only counted."""
+    ordered = sorted(
+        (w for w in workers if not w.get("gone")), key=lambda w: str(w.get("worker_id"))
+    )
+    if not ordered:
+        said = f"none live{_not_shown(workers)}" if workers else "none seen"
+        return Text(f"workers: {said}", style="dim")
     table = Table(title="workers", title_justify="left", box=None, padding=(0, 1), pad_edge=False)
     for column in ("worker", "serves", "running", "state", "last seen", "up"):
         table.add_column(column, no_wrap=True)
     for worker in ordered[:MAX_WORKER_ROWS]:
         table.add_row(
-            str(worker["worker_id"]),
-            ", ".join(worker.get("queues", [])),
+            Text(str(worker["worker_id"])),  # host:100:ab1c is no :100: emoji
+            Text(", ".join(worker.get("queues", []))),
             _load(worker),
             _worker_state(worker),
             _age(worker.get("seen_on"), now, suffix=" ago"),
@@ -217,22 +234,25 @@ def _workers(workers: list[Mapping[str, Any]], now: datetime) -> RenderableType:
         )
     if len(ordered) > MAX_WORKER_ROWS:
         table.add_row(f"... {len(ordered) - MAX_WORKER_ROWS:,} more", "", "", "", "", "")
-    return table
+    rest = _not_shown(workers).removeprefix("; ")
+    return Group(table, Text(rest, style="dim")) if rest else table
+
+
+def _not_shown(workers: list[Mapping[str, Any]]) -> str:
+    """``; 3 stopped and 1 gone in the last hour``, or nothing."""
+    stopped = sum(1 for w in workers if w.get("state") == "stopped")
+    gone = sum(1 for w in workers if w.get("gone")) - stopped
+    said = [f"{count:,} {what}" for count, what in ((stopped, "stopped"), (gone, "gone")) if count]
+    return f"; {' and '.join(said)} in the last hour" if said else ""
 
 
 def _load(worker: Mapping[str, Any]) -> str:
-    if worker.get("gone"):
-        return "-"
     running = worker.get("running", 0)
     return f"{running}/{worker.get('concurrency', '?')}" if running else "idle"
 
 
 def _worker_state(worker: Mapping[str, Any]) -> Text:
     state = str(worker.get("state"))
-    if state == "stopped":
-        return Text("stopped", style="dim")
-    if worker.get("gone"):
-        return Text("gone", style="red")
     return Text(state, style="yellow" if state == "stopping" else "green")
 
 

@@ -35,6 +35,7 @@ from jobs.chunk import Chunk
 from jobs.job import ChunkedJob
 from jobs.submit import submit
 from runner.heartbeat import Heartbeat, Identity, RunningTasks
+from runner.json_form import utc
 from runner.logs import TaskIds
 from runner.loop import WorkerLoop, WorkerSettings
 from runner.snapshot import read_report, read_snapshot, read_workers
@@ -104,9 +105,9 @@ def test_a_beat_writes_who_the_worker_is_and_what_it_runs(world: World):
     assert shown["concurrency"] == 4
     assert shown["running"] == 2 and shown["tasks"] == ["job-a#7", "job-b:final"]
     assert shown["state"] == "serving" and shown["gone"] is False
-    assert shown["started_on"] == started.isoformat()
-    assert shown["seen_on"] == (started + timedelta(seconds=2)).isoformat()
-    assert shown["seen_seconds_ago"] == 0.0 and shown["beat_seconds"] == BEAT
+    assert shown["started_on"] == utc(started)
+    assert shown["seen_on"] == utc(started + timedelta(seconds=2))
+    assert shown["seen_ago_seconds"] == 0.0 and shown["beat_seconds"] == BEAT
 
 
 def test_a_worker_not_seen_for_three_beats_is_shown_gone(world: World):
@@ -115,7 +116,7 @@ def test_a_worker_not_seen_for_three_beats_is_shown_gone(world: World):
 
     world.clock.advance(GONE_AFTER_BEATS * BEAT)
     (shown,) = world.mine().values()
-    assert shown["gone"] is False and shown["seen_seconds_ago"] == GONE_AFTER_BEATS * BEAT
+    assert shown["gone"] is False and shown["seen_ago_seconds"] == GONE_AFTER_BEATS * BEAT
 
     world.clock.advance(0.1)
     (shown,) = world.mine().values()
@@ -168,7 +169,7 @@ def test_status_lists_the_workers_serving_each_jobs_queue(world: World):
     assert [w["worker_id"] for w in report["workers"]] == [serving._identity.worker_id]
     snapshot = read_snapshot(world.store, job.job_id)
     assert [w["worker_id"] for w in snapshot["workers"]] == [serving._identity.worker_id]
-    assert snapshot["taken_on"] == world.clock.now().isoformat()
+    assert snapshot["taken_on"] == utc(world.clock.now())
 
 
 def test_a_heartbeat_that_cannot_be_read_is_left_out(world: World):

@@ -25,6 +25,7 @@ from checkpoint.store import CheckpointStore
 from jobs.backoff import Backoff
 from jobs.chunk import Chunk
 from jobs.job import ChunkedJob
+from runner.json_form import utc
 from runner.logs import ContextFilter
 from runner.loop import assemble
 from runner.render import render_status
@@ -216,7 +217,7 @@ def test_progress_is_stored_with_each_checkpoint_and_shown_by_status(world: Worl
         10,
     )
     assert running["progress"] == 4 and running["worker"] == WORKER
-    assert running["checkpoint_on"] == (world.clock.now() - timedelta(seconds=2)).isoformat()
+    assert running["checkpoint_on"] == utc(world.clock.now() - timedelta(seconds=2))
     assert running["started_on"] is not None
     assert report["progress_fraction"] == pytest.approx(0.2)
     text = render_status([report])

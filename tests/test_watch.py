@@ -5,6 +5,7 @@ redrawn on a pseudo-terminal, ending cleanly on Ctrl-C."""
 
 from __future__ import annotations
 
+import io
 import os
 import re
 import select
@@ -30,6 +31,7 @@ from runner.heartbeat import Heartbeat, Identity, RunningTasks
 from runner.logs import TaskIds
 from runner.snapshot import read_snapshot
 from runner.watch import Rates, watch
+from runner.watch_lines import plain_lines
 from runner.watch_view import duration, render_watch
 from tests.conftest import Backend
 from tests.e2e.processes import ROOT, runner_command
@@ -165,9 +167,42 @@ def test_the_view_shows_each_job_its_running_chunks_and_the_workers():
     assert [re.split(r"\s{2,}", line.strip()) for line in workers if line] == [
         ["vm:29466:9ff4", "copy-rows", "1/2", "serving", "2s ago", "1h02m"],
         ["vm:29467:73fa", "copy-rows", "idle", "serving", "2s ago", "1h02m"],
-        ["vm:29468:0abc", "copy-rows", "-", "gone", "45s ago", "1h02m"],
-        ["vm:29469:1def", "copy-rows", "-", "stopped", "10m00s ago", "1h02m"],
+        ["1 stopped and 1 gone in the last hour"],
     ]
+
+
+def test_only_live_workers_get_a_row_the_others_are_counted():
+    # Given a fleet restarted twice within the hour: 2 live, 6 stopped, 1 killed
+    stopped = [
+        _worker(f"vm:{n}:dead", gone=True, state="stopped", seen_on=_at(-60 * n))
+        for n in range(6)
+    ]
+    live = [_worker("vm:100:aaaa"), _worker("vm:101:bbbb", running=0)]
+    workers = [*stopped, _worker("vm:7:gone", gone=True, seen_on=_at(-45)), *live]
+
+    lines = [line.rstrip() for line in _text(render_watch(_snapshot(workers=workers))).splitlines()]
+
+    rows = lines[lines.index("workers") + 2 :]
+    assert [line.split()[0] for line in rows if line.strip()] == [
+        "vm:100:aaaa", "vm:101:bbbb", "6"
+    ]  # fmt: skip (pid 100 shown as itself, not as the emoji :100:)
+    assert rows[-1].strip() == "6 stopped and 1 gone in the last hour"
+    nobody = _text(render_watch(_snapshot(workers=stopped[:2])))
+    assert "workers: none live; 2 stopped in the last hour" in nobody
+
+
+def test_a_retry_that_is_due_says_how_long_it_has_waited_for_a_worker():
+    failed = [dict(_job()["failed"][0], retry_at=_at(-65), retry_due=True)]
+    text = _text(render_watch(_snapshot(jobs=[_job(failed=failed)])))
+    assert "failed #6 attempt 1 of 5, next try due 1m05s ago, waiting for a worker: " in text
+    assert "next try in" not in text
+
+
+def test_a_paused_job_says_paused_where_its_rate_and_eta_were():
+    snapshot = _snapshot(jobs=[_job(paused=True)])  # rates as a running job would have
+    lines = [line.rstrip() for line in _text(render_watch(snapshot)).splitlines()]
+    assert lines[1] == "copy-rows-1  example:CopyRows  running  paused"
+    assert re.search(r"  56%  4/8 done  paused$", lines[2])
 
 
 def test_the_same_snapshot_draws_the_same_view():
@@ -303,9 +338,95 @@ def test_a_job_no_longer_shown_is_forgotten():
     assert rates.observe(2, [_progress_job(50)])["j"]["chunks_per_second"] is None
 
 
-def test_without_a_terminal_each_refresh_is_printed_below_the_last():
+def test_a_paused_job_has_no_rate_and_its_pause_does_not_count_after_the_resume():
+    rates = Rates()
+    for second in range(31):  # 1 chunk/s
+        rates.observe(second, [_progress_job(second)])
+    for second in range(31, 91):  # paused a minute: nothing moves
+        said = rates.observe(second, [_progress_job(30, paused=True)])["j"]
+        assert said == {"chunks_per_second": None, "eta_seconds": None}
+    rates.observe(91, [_progress_job(31)])  # resumed at 1 chunk/s
+    said = rates.observe(93, [_progress_job(33)])["j"]
+    assert said["chunks_per_second"] == pytest.approx(1.0)
+    assert said["eta_seconds"] == pytest.approx(67.0)
+
+
+# --------------------------------------------------------------------------- no terminal
+
+LINE_START = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}Z  ")
+
+
+def test_without_a_terminal_each_refresh_is_a_plain_line_per_job(backend: Backend):
+    # Given a job of 4 chunks, one of which is done at each refresh, 2 s apart
+    clock = backend.clock or FakeClock()
+    store = CheckpointStore(backend.storage, clock)
+    job_id = f"a-rather-long-job-name-for-a-log-{uuid.uuid4().hex[:8]}"
+    job, _ = store.create_job(job_id, "tests:Job", f"wq-{uuid.uuid4().hex[:8]}", {})
+    store.add_chunks(job_id, 0, [0, 1, 2, 3])
+    store.update_job(job, state="running", total=4)
+    started = clock.now()
+
+    def one_more_done(refresh: int) -> None:
+        clock.advance(2)
+        task = store.get_task(job_id, "chunk", refresh)
+        store.count_chunk(task, {"state": "done", "owner": "", "attempt": 1}, {}, "done")
+
+    # When it is watched, output to a pipe, for three refreshes
+    out = io.StringIO()
+    console = Console(file=out, width=80)
+    stop = _Stop(after=3, each=one_more_done)
+    watch(lambda: read_snapshot(store, job_id), 2.0, stop, console, "x:/s", clock.monotonic)
+
+    # Then a header, then one whole line per refresh, however wide: counts, rate, ETA
+    stamps = [(started + timedelta(seconds=2 * n)).strftime("%Y-%m-%dT%H:%M:%SZ") for n in range(3)]
+    counts = "running 0  waiting {}  failed 0  poisoned 0"
+    assert out.getvalue().splitlines() == [
+        "chunkrunner  x:/s  every 2 s",
+        f"{stamps[0]}  {job_id}  running  0%  0/4 done  {counts.format(4)}",
+        f"{stamps[1]}  {job_id}  running  25%  1/4 done  {counts.format(3)}  0.50 chunks/s  ETA 6s",
+        f"{stamps[2]}  {job_id}  running  50%  2/4 done  {counts.format(2)}  0.50 chunks/s  ETA 4s",
+    ]
+    assert "\x1b" not in out.getvalue()
+
+
+def test_plain_lines_show_each_job_not_ended_and_an_ended_one_once():
+    running, old = _job("copy-rows-1"), _job("old-1", state="done", updated_on=_at(-600))
+    counts = "running 2  waiting 1  failed 1  poisoned 0"
+
+    first = plain_lines(_snapshot(jobs=[running, old]), set(), first=True)
+    ended = plain_lines(_snapshot(jobs=[_job(state="done"), old]), {"copy-rows-1"}, first=False)
+    quiet = plain_lines(_snapshot(jobs=[_job(state="done"), old]), set(), first=False)
+
+    at = "2030-01-01T12:00:00Z"
+    assert first == [
+        f"{at}  copy-rows-1  running  56%  4/8 done  {counts}  0.25 chunks/s  ETA 14s",
+        f"{at}  old-1  done  56%  4/8 done  {counts}",
+    ]
+    assert ended == [f"{at}  copy-rows-1  done  56%  4/8 done  {counts}"]
+    assert quiet == [f"{at}  no job running (2 ended)"]
+    paused = plain_lines(_snapshot(jobs=[_job(paused=True)]), set(), first=False)
+    assert paused == [f"{at}  copy-rows-1  running  56%  4/8 done  {counts}  paused"]
+    planning = _job(
+        "plan-1",
+        state="planning",
+        planning_done=False,
+        chunks={"total": 0, "done": 0, "running": 0, "waiting": 0, "failed": 0, "poisoned": 0},
+        progress_fraction=None,
+    )
+    assert plain_lines(_snapshot(jobs=[planning], rates={}), set(), first=False) == [
+        f"{at}  plan-1  planning  0%  0/0+ (planning) done  "
+        "running 0  waiting 0  failed 0  poisoned 0"
+    ]
+    unreadable = {"job_id": "bad-1", "state": "unreadable", "error": "job 'bad-1': garbled"}
+    assert plain_lines(_snapshot(jobs=[unreadable]), set(), first=True) == [
+        f"{at}  bad-1  unreadable: job 'bad-1': garbled"
+    ]
+
+
+def test_without_a_terminal_a_failed_refresh_is_one_line():
     # Given a read whose second refresh fails and whose third stops the watch
-    console = Console(record=True, width=100, color_system=None, force_terminal=False)
+    out = io.StringIO()
+    console = Console(file=out, width=100)
     stop = _Stop(after=3)
     reads = iter([_snapshot(), None, _snapshot(rates={})])
 
@@ -317,19 +438,27 @@ def test_without_a_terminal_each_refresh_is_printed_below_the_last():
 
     watch(read, 0.01, stop, console, "embedded:/x", monotonic=iter(range(100)).__next__)
 
-    text = console.export_text()
-    assert text.count("chunkrunner  embedded:/x") == 3
-    assert text.count("last refresh failed: ServerBusy") == 1
+    lines = out.getvalue().splitlines()
+    assert lines[0] == "chunkrunner  embedded:/x  every 0.01 s"
+    assert lines[2] == "refresh failed: ServerBusy (last read 2030-01-01T12:00:00Z)"
+    assert [line.split("  ")[1] for line in lines[1:] if LINE_START.match(line)] == [
+        "copy-rows-1",
+        "copy-rows-1",
+    ]
 
 
 class _Stop:
-    """A stop event that is set after ``after`` waits."""
+    """A stop event that is set after ``after`` waits; ``each(n)`` runs at the n-th wait
+    that does not stop (what happens between two refreshes)."""
 
-    def __init__(self, after: int):
-        self.left = after
+    def __init__(self, after: int, each: Any = None):
+        self.left, self.waits, self.each = after, 0, each
 
     def wait(self, seconds: float) -> bool:
         self.left -= 1
+        if self.left > 0 and self.each is not None:
+            self.each(self.waits)
+        self.waits += 1
         return self.left <= 0
 
 
@@ -357,13 +486,13 @@ def test_watch_without_a_terminal_refreshes_until_sigint_then_exits_0(tmp_path: 
         command, cwd=ROOT, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE
     )
     try:
-        # Two refreshes printed
+        # Two refreshes printed, a line each for the job
         assert process.stdout is not None
         seen = 0
         deadline = time.monotonic() + 30
         while seen < 2 and time.monotonic() < deadline:
             line = process.stdout.readline().decode()
-            seen += line.startswith("chunkrunner  embedded:")
+            seen += bool(LINE_START.match(line)) and "  watched-1  running  0%  0/3 done" in line
         assert seen == 2
         process.send_signal(signal.SIGINT)
         out, err = process.communicate(timeout=10)
