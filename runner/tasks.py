@@ -58,6 +58,7 @@ from runner.completion import Completion, set_job
 from runner.control import TaskControl
 from runner.finish import Ended, Finisher
 from runner.heartbeat import RunningTasks
+from runner.holds import HoldWatcher
 from runner.jobwatch import JobWatch
 from runner.lease import Lease, LeaseKeeper
 from runner.observe import finished_line, task_running
@@ -95,6 +96,8 @@ class Context:
     completion: Completion
     finisher: Finisher
     watch: JobWatch
+    #: Tells running tasks of a cancelled or paused job to stop (its own thread).
+    holds: HoldWatcher
     #: Heartbeats, read when a claim takes over a chunk whose attempt ran Spark work.
     workers: WorkerBook | None = None
     stopping: threading.Event = field(default_factory=threading.Event)
@@ -271,13 +274,15 @@ def _start(
         job_class.checkpoint_interval_seconds,
         worker.stopping,
         writer,
-        job_hold=lambda: worker.watch.hold(job.job_id),
         taken_over=takeover_of(
             before, worker.workers, worker.clock, lease.budget(retries.READ, worker.clock)
         ),
     )
     lease.on_renewed = control.on_renewed
-    with task_running(worker.worker_id, worker.running, claimed, before):
+    with (
+        task_running(worker.worker_id, worker.running, claimed, before),
+        worker.holds.watching(job.job_id, control),
+    ):
         _execute(worker, lease, message, job_class, job, control)
 
 
