@@ -102,7 +102,7 @@ def assemble(
     classes = {cls.job_type(): cls for cls in job_classes}
     watch = JobWatch(store, clock)
     holds = HoldWatcher(watch, clock)
-    completion = Completion(store, storage.queues, classes)
+    completion = Completion(store, storage.queues, classes, failed=holds.job_changed)
     return Context(
         store=store,
         queues=storage.queues,

@@ -273,23 +273,30 @@ def test_within_its_tolerated_failures_a_job_completes_and_finalize_sees_the_poi
 
 
 def test_past_its_tolerated_failures_a_job_fails_at_once_and_drops_the_rest(world: World):
-    world.monkeypatch.setattr(Verdicts, "tolerated_failures", 1)
+    # Given a job tolerating 2 failures, whose first four chunks fail for good
+    world.monkeypatch.setattr(Verdicts, "tolerated_failures", 2)
     world.monkeypatch.setattr(Verdicts, "non_retryable", (ValueError,))
-    job_id = world.job([{"act": "fail"}, {"act": "fail"}, {"act": "ok"}])
-    for index in (0, 1):
+    job_id = world.job([{"act": "fail"}] * 4 + [{"act": "ok"}])
+
+    # When one worker takes them one after another, within the second it keeps the job's
+    # record (no time passes here)
+    for index in range(5):
         world.send(job_id, index=index)
         world.deliver()
 
+    # Then the third failure failed the job, and the worker that recorded it started
+    # nothing more of it: the other chunks were dropped unrun
+    assert [world.task(job_id, index=i).attempt for i in range(5)] == [1, 1, 1, 0, 0]
+    assert world.in_queue() == 0 and len(world.poisoned()) == 3
     job = world.job_record(job_id)
     assert job.state == "failed" and job.cancelled_on is not None
     assert job.error == (
-        "2 chunk(s) poisoned, more than the 1 tolerated; the remaining chunks were cancelled"
+        "3 chunk(s) poisoned when the job failed, more than the 2 tolerated; "
+        "the remaining chunks were cancelled"
     )
-    # the chunk still waiting is dropped unrun (once this worker's record is stale)
-    world.clock.advance(FRESH_SECONDS)
-    world.send(job_id, index=2)
-    world.deliver()
-    assert world.task(job_id, index=2).attempt == 0 and world.in_queue() == 0
+    # and status counts what happened
+    counts = job_status(world.store, job, world.clock.now())["chunks"]
+    assert (counts["poisoned"], counts["done"], counts["running"]) == (3, 0, 0)
 
 
 def test_a_tolerated_fraction_counts_against_the_jobs_chunks(world: World):
