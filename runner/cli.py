@@ -384,8 +384,8 @@ def pause(job_id: str, drain: bool, as_json: bool, storage: str | None) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @storage_option
 def resume(job_id: str, as_json: bool, storage: str | None) -> None:
-    """Resume a paused job from its checkpoints (its waiting chunks come back within a
-    quarter of the time it was paused, at most 5 minutes)."""
+    """Resume a paused job from its checkpoints (its waiting chunks come back within
+    5 s, however long it was paused)."""
     _controlled(manage.resume(job_id, storage=storage), as_json)
 
 

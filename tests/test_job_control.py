@@ -22,12 +22,15 @@ from jobs.errors import JobEnded
 from runner import cli
 from runner.holds import CHECK_SECONDS
 from runner.jobwatch import FRESH_SECONDS
+from runner.loop import POLL_MIN_SECONDS, WorkerSettings
 from runner.render import render_status
 from runner.status import REPORT_COLUMNS, failure_report, job_status
-from runner.tasks import PARK_MAX_SECONDS, PARK_MIN_SECONDS, park_seconds
+from runner.tasks import PARK_SECONDS
 from tests.conftest import Backend
 from tests.test_task_lifecycle import FINALIZED, Verdicts, World, make_world
 
+#: The longest a resumed job may wait for its work to start again (issue 22, item 5).
+RESUME_BOUND_SECONDS = 5.0
 #: The longest a running chunk may go on after a cancel or a pause (issue 22, item 4).
 HOLD_BOUND_SECONDS = 2.0
 
@@ -130,13 +133,14 @@ def test_a_paused_jobs_message_is_parked_as_a_fresh_copy_and_runs_after_resume(w
 
     first = world.deliver()
 
-    # Then the message was replaced by a copy delayed PARK_MIN_SECONDS: no attempt, no
+    # Then the message was replaced by a copy delayed PARK_SECONDS: no attempt, no
     # delivery counted against it
     assert first.id in world.log.deleted
+    assert world.log.delays == [PARK_SECONDS]
     assert world.task(job_id).attempt == 0 and world.visible() == []
     assert world.in_queue() == 1
     manage.resume(job_id, storage=world.backend.storage, clock=world.clock)
-    world.clock.advance(PARK_MIN_SECONDS + 1)  # past the park and the job record's freshness
+    world.clock.advance(PARK_SECONDS)  # past the park and the job record's freshness
     again = _parked_copy(world)
     assert again.id != first.id and again.dequeue_count == 1
     world.deliver(again)
@@ -206,13 +210,42 @@ def test_pause_and_resume_are_idempotent_and_refused_for_an_ended_job(world: Wor
         manage.pause(job_id, storage=world.backend.storage, clock=world.clock)
 
 
-def test_a_parked_message_waits_a_quarter_of_the_pause_within_bounds():
-    from datetime import UTC, datetime, timedelta
+@pytest.mark.parametrize("paused_seconds", [57, 24 * 3600])
+def test_a_long_paused_job_resumes_within_5_s_whatever_the_pause_lasted(
+    world: World, paused_seconds: int
+):
+    # Given a job paused for a while, whose message a worker parked just now
+    job_id = world.job([{"act": "ok"}])
+    manage.pause(job_id, storage=world.backend.storage, clock=world.clock)
+    world.clock.advance(paused_seconds)
+    world.send(job_id)
+    world.deliver()
+    (delay,) = world.log.delays
 
-    now = datetime(2026, 1, 1, tzinfo=UTC)
-    assert park_seconds(now, now) == PARK_MIN_SECONDS
-    assert park_seconds(now - timedelta(minutes=4), now) == 60
-    assert park_seconds(now - timedelta(days=1), now) == PARK_MAX_SECONDS
+    # When the job is resumed
+    manage.resume(job_id, storage=world.backend.storage, clock=world.clock)
+    resumed_at = world.clock.monotonic()
+
+    # Then the copy is out of sight for so short a time that, with the age of a worker's
+    # record of the job and its receive poll, the chunk starts within 5 s ...
+    poll = WorkerSettings().poll_max_seconds
+    assert delay + FRESH_SECONDS + poll <= RESUME_BOUND_SECONDS
+    # ... and it does: the copy is there once the delay has passed, and runs
+    world.clock.advance(delay)
+    world.deliver(_parked_copy(world))
+    assert world.clock.monotonic() - resumed_at + poll <= RESUME_BOUND_SECONDS
+    assert world.task(job_id).state == "done" and world.task(job_id).attempt == 1
+
+
+def test_a_paused_jobs_message_is_parked_again_for_as_long_as_the_pause_lasts(world: World):
+    job_id = world.job([{"act": "ok"}])
+    manage.pause(job_id, storage=world.backend.storage, clock=world.clock)
+    world.send(job_id)
+    world.deliver()
+    world.clock.advance(PARK_SECONDS + POLL_MIN_SECONDS)
+    world.deliver(_parked_copy(world))
+    assert world.log.delays == [PARK_SECONDS, PARK_SECONDS]
+    assert world.task(job_id).attempt == 0 and world.in_queue() == 1
 
 
 # --------------------------------------------------------------------------- failure policy
@@ -393,14 +426,14 @@ def test_a_message_kind_survives_the_park(world: World):
     manage.pause(job_id, storage=world.backend.storage, clock=world.clock)
     world.send(job_id)
     body = world.deliver().body
-    world.clock.advance(PARK_MIN_SECONDS)
+    world.clock.advance(PARK_SECONDS)
     assert messages.decode(_parked_copy(world).body) == messages.decode(body)
 
 
 def _parked_copy(world: World) -> Any:
     """The parked copy, once its delay has passed: at once on the embedded store, whose
-    clock the test moved; on Azurite, on server time (PARK_MIN_SECONDS, waited for)."""
-    deadline = time.monotonic() + PARK_MIN_SECONDS + 10
+    clock the test moved; on Azurite, on server time (PARK_SECONDS, waited for)."""
+    deadline = time.monotonic() + PARK_SECONDS + 10
     while True:
         found = world.receive_all(1)
         if found or world.backend.clock is not None or time.monotonic() > deadline:
