@@ -127,10 +127,14 @@ def test_a_cancel_and_a_pause_are_told_to_every_running_task_of_their_job(world:
 
 
 def test_a_look_the_store_does_not_answer_goes_by_the_record_known(world: World):
-    # Given a paused job this worker knows of, and one it never read
+    # Given a job this worker knows as paused (resumed since), and a cancelled job it
+    # never read
+    storage = world.backend.storage
     known, unknown = world.job([{"act": "ok"}]), world.job([{"act": "ok"}])
-    manage.pause(known, storage=world.backend.storage, clock=world.clock)
+    manage.pause(known, storage=storage, clock=world.clock)
     world.worker.watch.job(known, retries.once(world.clock), fresh=True)
+    manage.resume(known, storage=storage, clock=world.clock)
+    manage.cancel(unknown, storage=storage, clock=world.clock)
     told_known, told_unknown = FakeTask(), FakeTask()
     with ExitStack() as running:
         running.enter_context(world.worker.holds.watching(known, told_known))
