@@ -345,8 +345,9 @@ class _WholeJob:
         return worker
 
     def pass_time(self, seconds: float) -> None:
-        """Let ``seconds`` pass, renewing the running worker's leases when due, as its
-        lease keeper's thread does."""
+        """Let ``seconds`` pass, renewing the running worker's leases when due and
+        looking at its running jobs' state, as its lease keeper's and hold watcher's
+        threads do."""
         if seconds <= 0:
             return
         end = self.clock.monotonic() + seconds
@@ -354,7 +355,8 @@ class _WholeJob:
             worker = self._worker
             due_in = math.inf
             if worker is not None and worker.context is not None and not worker.dead:
-                due_in = worker.context.keeper.renew_due()
+                context = worker.context
+                due_in = min(context.keeper.renew_due(), context.holds.check_due())
             left = end - self.clock.monotonic()
             if left <= 0:
                 return

@@ -360,8 +360,8 @@ def status(
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @storage_option
 def cancel(job_id: str, reason: str, as_json: bool, storage: str | None) -> None:
-    """Cancel a job: running chunks stop at their next checkpoint (within one lease
-    renewal), waiting ones are dropped unrun, finalize does not run. Repeating it is
+    """Cancel a job: running chunks stop at their next checkpoint (within 2 s, whatever
+    their lease), waiting ones are dropped unrun, finalize does not run. Repeating it is
     harmless; cancelling a job that has ended is an error."""
     _controlled(manage.cancel(job_id, reason, storage=storage), as_json)
 
@@ -375,8 +375,8 @@ def cancel(job_id: str, reason: str, as_json: bool, storage: str | None) -> None
 @storage_option
 def pause(job_id: str, drain: bool, as_json: bool, storage: str | None) -> None:
     """Pause a job: no new chunk starts; running chunks save their state and hand their
-    messages back (no attempt spent), or finish with --drain. Nothing is poisoned while
-    paused. `runner resume` continues from the checkpoints."""
+    messages back within 2 s (no attempt spent), or finish with --drain. Nothing is
+    poisoned while paused. `runner resume` continues from the checkpoints."""
     _controlled(manage.pause(job_id, drain=drain, storage=storage), as_json)
 
 
@@ -385,8 +385,8 @@ def pause(job_id: str, drain: bool, as_json: bool, storage: str | None) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @storage_option
 def resume(job_id: str, as_json: bool, storage: str | None) -> None:
-    """Resume a paused job from its checkpoints (its waiting chunks come back within a
-    quarter of the time it was paused, at most 5 minutes)."""
+    """Resume a paused job from its checkpoints (its waiting chunks come back within
+    5 s, however long it was paused)."""
     _controlled(manage.resume(job_id, storage=storage), as_json)
 
 

@@ -7,7 +7,7 @@ reading a million chunk records.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from checkpoint import layout, messages
@@ -39,7 +39,13 @@ def set_job(
 
 
 class Completion:
-    """Sees whether a job is complete after one of its tasks ended, and acts on it."""
+    """Sees whether a job is complete after one of its tasks ended, and acts on it.
+
+    ``failed`` is told the job's record when this worker finds it failed past its
+    tolerated failures (it failed it, or found it so): the worker stops its own
+    deliveries and running tasks of the job at once, before its cached record of the
+    job would let it start another chunk (:meth:`runner.holds.HoldWatcher.job_changed`).
+    """
 
     def __init__(
         self,
@@ -47,10 +53,12 @@ class Completion:
         queues: QueueStore,
         job_classes: Mapping[str, type[ChunkedJob]],
         totals_kept: int = TOTALS_KEPT,
+        failed: Callable[[JobRecord], None] = lambda job: None,
     ):
         self._store = store
         self._queues = queues
         self._job_classes = job_classes
+        self._failed = failed
         #: Chunk totals of planned jobs, with the incarnation each belongs to.
         self._totals: Recent[str, tuple[str | None, int]] = Recent(totals_kept)
 
@@ -112,18 +120,21 @@ class Completion:
         poisoned = self._store.counts(job.job_id, budget)["poisoned"]
         if within_tolerance(poisoned, tolerated, total or 0):
             return False
+        # The count as it was when the job failed: a chunk running elsewhere then may
+        # still be poisoned before it learns of the failure, and status counts it.
         reason = (
-            f"{poisoned} chunk(s) poisoned, more than the {tolerated} tolerated; "
-            "the remaining chunks were cancelled"
+            f"{poisoned} chunk(s) poisoned when the job failed, more than the {tolerated} "
+            "tolerated; the remaining chunks were cancelled"
         )
         now = self._store.clock.now()
-        self._store.change_job(
+        written = self._store.change_job(
             job.job_id,
             lambda fresh: None
             if fresh.ended
             else {"state": "failed", "error": reason, "cancelled_on": now, "cancel_reason": reason},
             budget,
         )
+        self._failed(written or self._store.get_job(job.job_id, budget))
         return True
 
 

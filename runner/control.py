@@ -42,8 +42,6 @@ class TaskControl:
         worker_stopping: set when the worker is shutting down.
         writer: the claim's writer tokens (its own applied writes are recognised by
             them, so it never mistakes one for another worker's).
-        job_hold: asked at each lease renewal why the task's job wants it stopped
-            ("cancelled", "paused") or None (:meth:`runner.jobwatch.JobWatch.hold`).
         taken_over: the attempt the claim took the task over from, if known.
     """
 
@@ -56,14 +54,13 @@ class TaskControl:
         interval_seconds: float,
         worker_stopping: threading.Event,
         writer: Writer | None = None,
-        job_hold: Callable[[], str | None] | None = None,
         taken_over: Takeover | None = None,
     ):
         self._store = store
         self.taken_over = taken_over
         self._outputs: dict[str, Any] | None = None  # read from the record when first asked
-        self._job_hold = job_hold
-        #: Why the job stopped wanting this task, learnt at a renewal (or None).
+        #: Why the job stopped wanting this task ("cancelled", "paused"), or None:
+        #: told by the worker's hold watcher (:mod:`runner.holds`).
         self.held: str | None = None
         self.writer = writer or Writer()
         self._clock = clock
@@ -165,6 +162,16 @@ class TaskControl:
         except StorageError as error:  # the stop path writes the newest state again
             log.warning("flushing %s %s before stopping failed: %s", *self._name(), error)
 
+    def hold(self, reason: str) -> bool:
+        """The task's job wants it stopped (``reason``: "cancelled" or "paused"):
+        ``stopping`` is true from now on, and the next checkpoint writes the newest state
+        and raises. The first reason stands: a paused chunk handed back and then
+        cancelled is dropped at its next delivery. True if the task was not held yet."""
+        if self.held is not None:
+            return False
+        self.held = reason
+        return True
+
     @property
     def stopping(self) -> bool:
         now = self._clock.monotonic()
@@ -240,10 +247,7 @@ class TaskControl:
         """Keep the record's ``lease_until`` fresh for status and duplicate detection.
 
         Skipped when a checkpoint already recorded this renewal's deadline, and once the
-        task is ending (:meth:`end`). First, asks whether the job still wants the task
-        (a cancel or a pause reaches it here, within one renewal)."""
-        if self._job_hold is not None and self.held is None:
-            self.held = self._job_hold()
+        task is ending (:meth:`end`)."""
         if self._recorded_visible_at >= lease.visible_at:
             return
         try:

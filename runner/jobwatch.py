@@ -1,12 +1,13 @@
 """What a worker knows of each job's state: read fresh enough to act on a cancel or a
-pause within a lease renewal, and never once per message.
+pause within a second or two, and never once per message.
 
 Every message a worker receives needs its job's record (the job type, the queue, the
-params, and whether it is cancelled or paused), and every running chunk asks at each
-renewal whether its job still wants it. Both read through here: a record read in the
-last :data:`FRESH_SECONDS` serves them all, so a worker running a thousand quick chunks
-of one job reads that job's record about once a second, and a cancel reaches its running
-chunks at their next renewal.
+params, and whether it is cancelled or paused), and the worker's hold watcher
+(:mod:`runner.holds`) asks about every job with running tasks about once a second. Both
+read through here: a record read in the last :data:`FRESH_SECONDS` serves them all, so a
+worker running a thousand quick chunks of one job reads that job's record about once a
+second. A record this worker wrote itself (the job failed past its tolerated failures)
+is noted at once (:meth:`JobWatch.note`), so its next delivery of the job acts on it.
 """
 
 from __future__ import annotations
@@ -37,15 +38,21 @@ class JobWatch:
         self._clock = clock
         self._known: Recent[str, tuple[float, JobRecord]] = Recent(jobs_kept)
 
-    def job(self, job_id: str, budget: Budget, fresh: bool = False) -> JobRecord:
-        """The job's record, read again if the one known is older than FRESH_SECONDS
-        (or at once, ``fresh``).
+    def job(
+        self,
+        job_id: str,
+        budget: Budget,
+        fresh: bool = False,
+        max_age_seconds: float = FRESH_SECONDS,
+    ) -> JobRecord:
+        """The job's record, read again if the one known is ``max_age_seconds`` old or
+        older (or at once, ``fresh``).
 
         Raises what :meth:`CheckpointStore.get_job` raises (JobNotFound, BadRecord, a
         StorageError past ``budget``)."""
         known = self._known.get(job_id)
         now = self._clock.monotonic()
-        if known is not None and not fresh and now - known[0] < FRESH_SECONDS:
+        if known is not None and not fresh and now - known[0] < max_age_seconds:
             return known[1]
         try:
             job = self._store.get_job(job_id, budget)
@@ -55,14 +62,22 @@ class JobWatch:
         self._known.put(job_id, (now, job))
         return job
 
-    def hold(self, job_id: str, drain_running: bool = True) -> str | None:
-        """Why a running task of the job must stop now ("cancelled", "paused"), or None.
+    def note(self, job: JobRecord) -> None:
+        """Know ``job`` as this worker just wrote (or read) it, from now on."""
+        self._known.put(job.job_id, (self._clock.monotonic(), job))
 
-        For the lease keeper's thread: one try, never raises; when the store does not
+    def hold(self, job_id: str, max_age_seconds: float = FRESH_SECONDS) -> str | None:
+        """Why a running task of the job must stop now ("cancelled", "paused"), or None,
+        by a record at most ``max_age_seconds`` old.
+
+        For the hold watcher's thread: one try, never raises; when the store does not
         answer, the last record known decides (a running task goes on, as it would
-        with its lease). A paused job whose pause drains lets running chunks finish."""
+        with its lease). A paused job whose pause drains lets running chunks finish; a
+        job deleted altogether stops them as a cancel does."""
         try:
-            job = self.job(job_id, retries.once(self._clock))
+            job = self.job(job_id, retries.once(self._clock), max_age_seconds=max_age_seconds)
+        except JobNotFound:
+            return "cancelled"
         except (StorageError, BadRecord) as error:
             log.debug("reading job %s for its hold failed: %s", job_id, error)
             known = self._known.get(job_id)
@@ -70,6 +85,6 @@ class JobWatch:
                 return None
             job = known[1]
         hold = job.hold
-        if hold == "paused" and job.drain and drain_running:
+        if hold == "paused" and job.drain:
             return None
         return hold

@@ -1,9 +1,9 @@
 """The worker loop of one process: receive, hand messages to chunk slots, stop cleanly.
 
-One receive loop (this thread), ``concurrency`` chunk slots (a thread pool) and one
-lease keeper (its own thread), as in dramatiq's worker. Stopping is two-step: the first
-request stops receiving and asks running chunks to stop at their next checkpoint; the
-loop then waits for them up to ``stop_timeout_seconds``.
+One receive loop (this thread), ``concurrency`` chunk slots (a thread pool), one
+lease keeper and one hold watcher (a thread each), as in dramatiq's worker. Stopping is
+two-step: the first request stops receiving and asks running chunks to stop at their
+next checkpoint; the loop then waits for them up to ``stop_timeout_seconds``.
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ from jobs.job import ChunkedJob
 from runner.completion import Completion
 from runner.finish import Finisher
 from runner.heartbeat import BEAT_SECONDS, Heartbeat, Identity
+from runner.holds import HoldWatcher
 from runner.jobwatch import JobWatch
 from runner.lease import Lease, LeaseKeeper
 from runner.logs import in_context, worker_ids
@@ -93,12 +94,15 @@ def new_worker_id() -> str:
 def assemble(
     storage: Storage, job_classes: list[type[ChunkedJob]], clock: Clock, worker_id: str
 ) -> Context:
-    """The parts one worker's tasks share, each given what it uses. The keeper and the
-    finisher are not started: the loop starts them (a test may drive them by hand)."""
+    """The parts one worker's tasks share, each given what it uses. The keeper, the
+    hold watcher and the finisher are not started: the loop starts them (a test may
+    drive them by hand)."""
     store = CheckpointStore(storage, clock)
     keeper = LeaseKeeper(storage.queues, clock)
     classes = {cls.job_type(): cls for cls in job_classes}
-    completion = Completion(store, storage.queues, classes)
+    watch = JobWatch(store, clock)
+    holds = HoldWatcher(watch, clock)
+    completion = Completion(store, storage.queues, classes, failed=holds.job_changed)
     return Context(
         store=store,
         queues=storage.queues,
@@ -109,7 +113,8 @@ def assemble(
         poison=PoisonRouter(storage.queues, keeper, clock),
         completion=completion,
         finisher=Finisher(store, keeper, completion, clock),
-        watch=JobWatch(store, clock),
+        watch=watch,
+        holds=holds,
         workers=WorkerBook(storage.records),
     )
 
@@ -180,6 +185,7 @@ class WorkerLoop:
             raise
         keeper = self.context.keeper
         keeper.start()
+        self.context.holds.start()
         self.context.finisher.start()
         self.heartbeat.start()
         slots = [
@@ -196,6 +202,7 @@ class WorkerLoop:
             # Finished chunks are marked done and their messages deleted before leaving.
             finished = self.context.finisher.stop(self.settings.stop_timeout_seconds) and finished
             keeper.stop()
+            self.context.holds.stop()
             self.heartbeat.stop()
         return EXIT_OK if finished else EXIT_STOP_TIMEOUT
 

@@ -27,7 +27,7 @@ import threading
 import traceback
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import timedelta
 from typing import Any
 
 from checkpoint import checks, layout, messages, retries
@@ -58,6 +58,7 @@ from runner.completion import Completion, set_job
 from runner.control import TaskControl
 from runner.finish import Ended, Finisher
 from runner.heartbeat import RunningTasks
+from runner.holds import HoldWatcher
 from runner.jobwatch import JobWatch
 from runner.lease import Lease, LeaseKeeper
 from runner.observe import finished_line, task_running
@@ -71,9 +72,10 @@ log = logging.getLogger(__name__)
 #: Job states in which work is still expected.
 _OPEN_STATES = ("planning", "running", "finalizing")
 
-#: Bounds of how long a paused job's message is parked (:func:`park_seconds`).
-PARK_MIN_SECONDS = 5
-PARK_MAX_SECONDS = 300
+#: How long a paused job's message is parked (put out of sight) at a time, whatever the
+#: pause has lasted: a resumed job's work starts within this, the age of the worker's
+#: record of the job (under a second) and its receive poll (under a second): 5 s.
+PARK_SECONDS = 3
 
 #: Deliveries allowed per attempt before a message is poisoned regardless (releases by
 #: graceful stops and prefetch hand-backs are deliveries but not attempts).
@@ -95,6 +97,8 @@ class Context:
     completion: Completion
     finisher: Finisher
     watch: JobWatch
+    #: Tells running tasks of a cancelled or paused job to stop (its own thread).
+    holds: HoldWatcher
     #: Heartbeats, read when a claim takes over a chunk whose attempt ran Spark work.
     workers: WorkerBook | None = None
     stopping: threading.Event = field(default_factory=threading.Event)
@@ -272,13 +276,15 @@ def _start(
         job_class.checkpoint_interval_seconds,
         worker.stopping,
         writer,
-        job_hold=lambda: worker.watch.hold(job.job_id),
         taken_over=takeover_of(
             before, worker.workers, worker.clock, lease.budget(retries.READ, worker.clock)
         ),
     )
     lease.on_renewed = control.on_renewed
-    with task_running(worker.worker_id, worker.running, claimed, before):
+    with (
+        task_running(worker.worker_id, worker.running, claimed, before),
+        worker.holds.watching(job.job_id, control),
+    ):
         _execute(worker, lease, message, job_class, job, control)
 
 
@@ -413,7 +419,7 @@ def _execute(
         return
     except JobPaused:
         log.info("%s %s of %s handed back: the job is paused", task.kind, task.index, job.job_id)
-        _stopped(worker, lease, control, lambda: _park(worker, lease, message, job))
+        _stopped(worker, lease, control, lambda: _park(worker, lease, message))
         return
     except ChunkStopped as stopped:
         log.info("%s %s of %s handed back: %s", task.kind, task.index, job.job_id, stopped)
@@ -475,23 +481,19 @@ def _held_back(
         worker.keeper.delete(lease)
     else:
         log.debug("%s of %s: the job is paused; message parked", what, job.job_id)
-        _park(worker, lease, message, job)
+        _park(worker, lease, message)
 
 
-def park_seconds(paused_on: datetime | None, now: datetime) -> int:
-    """How long a paused job's message stays out of sight before it is looked at again:
-    a quarter of the time the job has been paused, from 5 s to 5 min. A short pause is
-    resumed within seconds; a long one costs a send and a delete per message every
-    5 minutes at most."""
-    paused_for = (now - paused_on).total_seconds() if paused_on is not None else 0.0
-    return int(min(PARK_MAX_SECONDS, max(PARK_MIN_SECONDS, paused_for / 4)))
-
-
-def _park(worker: Context, lease: Lease, message: QueueMessage, job: JobRecord) -> None:
-    """Put a paused job's message out of sight for :func:`park_seconds`, as a fresh copy
+def _park(worker: Context, lease: Lease, message: QueueMessage) -> None:
+    """Put a paused job's message out of sight for :data:`PARK_SECONDS`, as a fresh copy
     (the original deleted), so a long pause does not pile up deliveries that would look
-    like a message failing again and again (``DELIVERIES_PER_ATTEMPT``)."""
-    delay = park_seconds(job.paused_on, worker.clock.now())
+    like a message failing again and again (``DELIVERIES_PER_ATTEMPT``).
+
+    Short and fixed, so ``runner resume`` reaches every parked message within seconds
+    however long the pause was; the price is a send, a delete and a share of a receive
+    per parked message every PARK_SECONDS while the job stays paused (docs/semantics.md
+    §16)."""
+    delay = PARK_SECONDS
     budget = lease.budget(retries.MESSAGE, worker.clock)
     try:
         # A send applied with its answer lost and sent again only duplicates the

@@ -20,14 +20,19 @@ from checkpoint import messages
 from jobs import ChunkFailed, manage
 from jobs.errors import JobEnded
 from runner import cli
+from runner.holds import CHECK_SECONDS
 from runner.jobwatch import FRESH_SECONDS
+from runner.loop import POLL_MIN_SECONDS, WorkerSettings
 from runner.render import render_status
 from runner.status import REPORT_COLUMNS, failure_report, job_status
-from runner.tasks import PARK_MAX_SECONDS, PARK_MIN_SECONDS, park_seconds
+from runner.tasks import PARK_SECONDS
 from tests.conftest import Backend
-from tests.test_task_lifecycle import FINALIZED, LEASE_SECONDS, Verdicts, World, make_world
+from tests.test_task_lifecycle import FINALIZED, Verdicts, World, make_world
 
-RENEWAL_SECONDS = LEASE_SECONDS * 0.7 + 1
+#: The longest a resumed job may wait for its work to start again (issue 22, item 5).
+RESUME_BOUND_SECONDS = 5.0
+#: The longest a running chunk may go on after a cancel or a pause (issue 22, item 4).
+HOLD_BOUND_SECONDS = 2.0
 
 
 @pytest.fixture
@@ -40,10 +45,11 @@ def _cancel(world: World, job_id: str, reason: str = "wrong input") -> None:
     world.clock.advance(FRESH_SECONDS)  # what the worker knew of the job is stale now
 
 
-def _renew_now(world: World) -> None:
-    """A renewal falls due and is made, as the lease keeper's thread would."""
-    world.clock.advance(RENEWAL_SECONDS)
-    world.worker.keeper.renew_due()
+def _look_now(world: World) -> None:
+    """The worker's hold watcher looks at its running jobs, as its thread does each
+    CHECK_SECONDS (no lease renewal falls due: they are LEASE_SECONDS long)."""
+    world.clock.advance(CHECK_SECONDS)
+    world.worker.holds.check_due()
 
 
 # --------------------------------------------------------------------------- cancel
@@ -65,23 +71,24 @@ def test_a_cancelled_jobs_waiting_message_is_deleted_unrun(world: World):
     assert world.poisoned() == []
 
 
-def test_a_running_chunk_learns_of_a_cancel_at_its_next_renewal_and_drops_its_message(
-    world: World,
-):
+def test_a_running_chunk_learns_of_a_cancel_within_2_s_whatever_its_lease(world: World):
     job_id = world.job([{"act": "ok"}])
     world.send(job_id)
-    seen: dict[str, Any] = {}
+    started = world.clock.monotonic()
 
-    def cancel_then_renew() -> None:
-        _cancel(world, job_id)
-        _renew_now(world)
-        (lease,) = world.worker.keeper.held()
-        seen["held"] = lease
+    def cancel_then_look() -> None:
+        # A cancel recorded just after this worker read the job's record
+        manage.cancel(job_id, "wrong input", storage=world.backend.storage, clock=world.clock)
+        _look_now(world)
+        assert world.worker.keeper.held()[0].visible_at > world.clock.monotonic() + 20
 
-    world.during(job_id, cancel_then_renew)
+    world.during(job_id, cancel_then_look)
     message = world.deliver()
 
-    # Then its checkpoint saved the state and stopped it; the message is gone, unfailed
+    # Then, long before the lease's first renewal (21 s), its checkpoint saved the
+    # state and stopped it; the message is gone, unfailed
+    assert world.clock.monotonic() - started <= HOLD_BOUND_SECONDS
+    assert world.log.visibility.get(message.id) is None  # no renewal was made
     task = world.task(job_id)
     assert task.state == "waiting" and task.attempt == 0 and task.error is None
     assert world.progress(task) == "half"
@@ -126,13 +133,14 @@ def test_a_paused_jobs_message_is_parked_as_a_fresh_copy_and_runs_after_resume(w
 
     first = world.deliver()
 
-    # Then the message was replaced by a copy delayed PARK_MIN_SECONDS: no attempt, no
+    # Then the message was replaced by a copy delayed PARK_SECONDS: no attempt, no
     # delivery counted against it
     assert first.id in world.log.deleted
+    assert world.log.delays == [PARK_SECONDS]
     assert world.task(job_id).attempt == 0 and world.visible() == []
     assert world.in_queue() == 1
     manage.resume(job_id, storage=world.backend.storage, clock=world.clock)
-    world.clock.advance(PARK_MIN_SECONDS + 1)  # past the park and the job record's freshness
+    world.clock.advance(PARK_SECONDS)  # past the park and the job record's freshness
     again = _parked_copy(world)
     assert again.id != first.id and again.dequeue_count == 1
     world.deliver(again)
@@ -143,11 +151,11 @@ def test_a_running_chunk_of_a_paused_job_hands_back_its_state_and_attempt(world:
     job_id = world.job([{"act": "ok"}])
     world.send(job_id)
 
-    def pause_then_renew() -> None:
+    def pause_then_look() -> None:
         manage.pause(job_id, storage=world.backend.storage, clock=world.clock)
-        _renew_now(world)
+        _look_now(world)
 
-    world.during(job_id, pause_then_renew)
+    world.during(job_id, pause_then_look)
     message = world.deliver()
 
     task = world.task(job_id)
@@ -161,11 +169,11 @@ def test_a_pause_that_drains_lets_running_chunks_finish(world: World):
     job_id = world.job([{"act": "ok"}, {"act": "ok"}])
     world.send(job_id, index=0)
 
-    def pause_then_renew() -> None:
+    def pause_then_look() -> None:
         manage.pause(job_id, drain=True, storage=world.backend.storage, clock=world.clock)
-        _renew_now(world)
+        _look_now(world)
 
-    world.during(job_id, pause_then_renew)
+    world.during(job_id, pause_then_look)
     world.deliver()
     assert world.task(job_id, index=0).state == "done"
     # but nothing new starts
@@ -202,13 +210,42 @@ def test_pause_and_resume_are_idempotent_and_refused_for_an_ended_job(world: Wor
         manage.pause(job_id, storage=world.backend.storage, clock=world.clock)
 
 
-def test_a_parked_message_waits_a_quarter_of_the_pause_within_bounds():
-    from datetime import UTC, datetime, timedelta
+@pytest.mark.parametrize("paused_seconds", [57, 24 * 3600])
+def test_a_long_paused_job_resumes_within_5_s_whatever_the_pause_lasted(
+    world: World, paused_seconds: int
+):
+    # Given a job paused for a while, whose message a worker parked just now
+    job_id = world.job([{"act": "ok"}])
+    manage.pause(job_id, storage=world.backend.storage, clock=world.clock)
+    world.clock.advance(paused_seconds)
+    world.send(job_id)
+    world.deliver()
+    (delay,) = world.log.delays
 
-    now = datetime(2026, 1, 1, tzinfo=UTC)
-    assert park_seconds(now, now) == PARK_MIN_SECONDS
-    assert park_seconds(now - timedelta(minutes=4), now) == 60
-    assert park_seconds(now - timedelta(days=1), now) == PARK_MAX_SECONDS
+    # When the job is resumed
+    manage.resume(job_id, storage=world.backend.storage, clock=world.clock)
+    resumed_at = world.clock.monotonic()
+
+    # Then the copy is out of sight for so short a time that, with the age of a worker's
+    # record of the job and its receive poll, the chunk starts within 5 s ...
+    poll = WorkerSettings().poll_max_seconds
+    assert delay + FRESH_SECONDS + poll <= RESUME_BOUND_SECONDS
+    # ... and it does: the copy is there once the delay has passed, and runs
+    world.clock.advance(delay)
+    world.deliver(_parked_copy(world))
+    assert world.clock.monotonic() - resumed_at + poll <= RESUME_BOUND_SECONDS
+    assert world.task(job_id).state == "done" and world.task(job_id).attempt == 1
+
+
+def test_a_paused_jobs_message_is_parked_again_for_as_long_as_the_pause_lasts(world: World):
+    job_id = world.job([{"act": "ok"}])
+    manage.pause(job_id, storage=world.backend.storage, clock=world.clock)
+    world.send(job_id)
+    world.deliver()
+    world.clock.advance(PARK_SECONDS + POLL_MIN_SECONDS)
+    world.deliver(_parked_copy(world))
+    assert world.log.delays == [PARK_SECONDS, PARK_SECONDS]
+    assert world.task(job_id).attempt == 0 and world.in_queue() == 1
 
 
 # --------------------------------------------------------------------------- failure policy
@@ -269,23 +306,30 @@ def test_within_its_tolerated_failures_a_job_completes_and_finalize_sees_the_poi
 
 
 def test_past_its_tolerated_failures_a_job_fails_at_once_and_drops_the_rest(world: World):
-    world.monkeypatch.setattr(Verdicts, "tolerated_failures", 1)
+    # Given a job tolerating 2 failures, whose first four chunks fail for good
+    world.monkeypatch.setattr(Verdicts, "tolerated_failures", 2)
     world.monkeypatch.setattr(Verdicts, "non_retryable", (ValueError,))
-    job_id = world.job([{"act": "fail"}, {"act": "fail"}, {"act": "ok"}])
-    for index in (0, 1):
+    job_id = world.job([{"act": "fail"}] * 4 + [{"act": "ok"}])
+
+    # When one worker takes them one after another, within the second it keeps the job's
+    # record (no time passes here)
+    for index in range(5):
         world.send(job_id, index=index)
         world.deliver()
 
+    # Then the third failure failed the job, and the worker that recorded it started
+    # nothing more of it: the other chunks were dropped unrun
+    assert [world.task(job_id, index=i).attempt for i in range(5)] == [1, 1, 1, 0, 0]
+    assert world.in_queue() == 0 and len(world.poisoned()) == 3
     job = world.job_record(job_id)
     assert job.state == "failed" and job.cancelled_on is not None
     assert job.error == (
-        "2 chunk(s) poisoned, more than the 1 tolerated; the remaining chunks were cancelled"
+        "3 chunk(s) poisoned when the job failed, more than the 2 tolerated; "
+        "the remaining chunks were cancelled"
     )
-    # the chunk still waiting is dropped unrun (once this worker's record is stale)
-    world.clock.advance(FRESH_SECONDS)
-    world.send(job_id, index=2)
-    world.deliver()
-    assert world.task(job_id, index=2).attempt == 0 and world.in_queue() == 0
+    # and status counts what happened
+    counts = job_status(world.store, job, world.clock.now())["chunks"]
+    assert (counts["poisoned"], counts["done"], counts["running"]) == (3, 0, 0)
 
 
 def test_a_tolerated_fraction_counts_against_the_jobs_chunks(world: World):
@@ -382,14 +426,14 @@ def test_a_message_kind_survives_the_park(world: World):
     manage.pause(job_id, storage=world.backend.storage, clock=world.clock)
     world.send(job_id)
     body = world.deliver().body
-    world.clock.advance(PARK_MIN_SECONDS)
+    world.clock.advance(PARK_SECONDS)
     assert messages.decode(_parked_copy(world).body) == messages.decode(body)
 
 
 def _parked_copy(world: World) -> Any:
     """The parked copy, once its delay has passed: at once on the embedded store, whose
-    clock the test moved; on Azurite, on server time (PARK_MIN_SECONDS, waited for)."""
-    deadline = time.monotonic() + PARK_MIN_SECONDS + 10
+    clock the test moved; on Azurite, on server time (PARK_SECONDS, waited for)."""
+    deadline = time.monotonic() + PARK_SECONDS + 10
     while True:
         found = world.receive_all(1)
         if found or world.backend.clock is not None or time.monotonic() > deadline:

@@ -510,37 +510,27 @@ def test_offer_snapshots_the_state_and_refuses_what_msgpack_cannot_hold(tmp_path
 @pytest.mark.parametrize(
     ("hold", "raised"), [("cancelled", "JobCancelled"), ("paused", "JobPaused")]
 )
-def test_a_hold_learnt_at_a_renewal_stops_the_chunk_at_its_next_checkpoint(world, hold, raised):
-    asked: list[str] = []
-
-    def job_hold() -> str | None:
-        asked.append("asked")
-        return hold
-
-    control = TaskControl(
-        world.store, world.claimed, world.lease, world.clock, INTERVAL, world.stopping,
-        job_hold=job_hold,
-    )
+def test_a_hold_told_by_the_watcher_stops_the_chunk_at_its_next_checkpoint(world, hold, raised):
+    control = world.control
     chunk = Chunk(job_id=JOB, index=0, payload={}, params={}, state=None, attempt=1,
                   control=control)
     chunk.checkpoint(1)  # written: the first checkpoint of an interval
     chunk.checkpoint(2)  # kept in memory: the interval has not passed
-    assert not chunk.stopping and asked == []
+    assert not chunk.stopping
 
-    world.clock.advance(LEASE_SECONDS * 0.7)
-    control.on_renewed(world.lease)
+    control.hold(hold)  # the worker's hold watcher (runner.holds), no renewal needed
 
     # Then the chunk is told (a Spark job group's watcher polls this) ...
-    assert chunk.stopping and asked == ["asked"]
+    assert chunk.stopping
     # ... and its next checkpoint saves the newest state and raises the hold's error,
     # a ChunkStopped, so code that lets ChunkStopped through needs nothing new
     with pytest.raises(ChunkStopped) as stopped:
         chunk.checkpoint(3)
     assert type(stopped.value).__name__ == raised
     assert world.stored_progress() == 3
-    # and it is asked once: the hold stands
-    control.on_renewed(world.lease)
-    assert asked == ["asked"]
+    # and the first reason stands
+    control.hold("paused" if hold == "cancelled" else "cancelled")
+    assert control.held == hold
 
 
 # --------------------------------------------------------------------------- progress=

@@ -114,6 +114,13 @@ class QueueLog:
         self.receipts: dict[str, str] = {}
         self.visibility: dict[str, list[int]] = {}
         self.deleted: list[str] = []
+        #: ``delay_seconds`` of each message the worker sent (a parked copy, say).
+        self.delays: list[int] = []
+
+    def send(self, queue: str, body: bytes, **options: Any) -> QueueMessage:
+        sent = self._queues.send(queue, body, **options)
+        self.delays.append(options.get("delay_seconds", 0))
+        return sent
 
     def receive(self, queue: str, **options: Any) -> list[QueueMessage]:
         received = self._queues.receive(queue, **options)
