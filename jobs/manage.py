@@ -124,7 +124,7 @@ def _changed(
 
 @contextmanager
 def _store(storage: Storage | str | None, clock: Clock | None) -> Iterator[CheckpointStore]:
-    opened = storage if isinstance(storage, Storage) else open_storage(storage)
+    opened = storage if isinstance(storage, Storage) else open_storage(storage, create=False)
     try:
         yield CheckpointStore(opened, clock)
     finally:

@@ -377,7 +377,7 @@ def test_the_report_command_writes_csv_and_json_lines(world: World, monkeypatch)
     world.send(job_id)
     world.deliver()
     storage = world.backend.storage
-    monkeypatch.setattr(cli, "open_storage", lambda location: _Unclosed(storage))
+    monkeypatch.setattr(cli, "open_storage", lambda location, **_: _Unclosed(storage))
 
     as_csv = CliRunner().invoke(cli.cli, ["report", job_id, "--csv"])
     as_json = CliRunner().invoke(cli.cli, ["report", job_id, "--json"])
