@@ -112,6 +112,11 @@ class JobNotFound(RunnerError, LookupError):
     """No job with that id, or no job class at that ``module:Class`` path."""
 
 
+class StoreNotFound(RunnerError, LookupError):
+    """No checkpoint store at the location: an embedded directory without a store, or an
+    Azure account without the jobs table. Only ``submit`` and ``start`` create one."""
+
+
 class JobNotEnded(RunnerError):
     """The job has not ended (done, failed or cancelled), so it cannot be deleted."""
 

@@ -8,7 +8,9 @@ One string selects the backend:
 - an account URL ``https://<account>.<service>.core.windows.net`` (any of the blob,
   queue or table URLs), reached with ``DefaultAzureCredential``, or with the account
   SAS token if the URL carries one (``...windows.net/?sv=...&sig=...``);
-- anything else is a directory for the embedded store (created if missing).
+- anything else is a directory for the embedded store (made by ``submit`` and ``start`` if
+  missing; other commands refuse a location without a store, see
+  :func:`checkpoint.backends.open_storage`).
 
 Nothing given means ``$RUNNER_STORAGE``, then ``./.runner/``. Secrets never leave this
 module unredacted: :attr:`StorageLocation.description` and ``repr`` are safe to log.

@@ -56,3 +56,8 @@ class JobPaused(ChunkStopped):
 class JobEnded(RunnerError):
     """The job has ended already (done, failed or cancelled): it cannot be cancelled,
     paused or resumed."""
+
+
+class JobIdTaken(RunnerError):
+    """A submit names an existing job's id but another class or other params: it would
+    be dropped, so it is refused. Submitting the same job again is a no-op."""

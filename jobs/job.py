@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import re
 from collections.abc import Iterable
 from typing import Any, ClassVar
@@ -150,3 +151,32 @@ def check_job_class(cls: type[ChunkedJob]) -> None:
         )
     if not isinstance(cls.backoff, Backoff):
         raise JobDefinitionError(f"{name}.backoff must be a jobs.Backoff")
+
+
+#: What a job class must define itself before a job of it can be submitted or served.
+REQUIRED_METHODS = ("split", "process")
+
+
+def check_runnable(cls: type[ChunkedJob]) -> None:
+    """Refuse a job class that could only fail at run time: one that leaves ``split`` or
+    ``process`` to ChunkedJob, whose versions raise. Checked when a job is submitted and
+    when workers start, not when the class is defined: a base class of the user's may
+    leave them to its subclasses."""
+    missing = [
+        name for name in REQUIRED_METHODS if getattr(cls, name) is getattr(ChunkedJob, name)
+    ]
+    if missing:
+        where = _defined_at(cls)
+        raise JobDefinitionError(
+            f"{cls.__qualname__}{where} defines no {' and no '.join(f'{m}()' for m in missing)}: "
+            "a job class must define split(self, params) and process(self, chunk)"
+        )
+
+
+def _defined_at(cls: type) -> str:
+    """`` (file.py line N)``, where the class is written, if Python knows."""
+    try:
+        _, first = inspect.getsourcelines(cls)
+        return f" ({inspect.getsourcefile(cls)} line {first})"
+    except (OSError, TypeError):
+        return f" (module {cls.__module__})"

@@ -34,21 +34,27 @@ def cancel(
 ) -> JobRecord:
     """Cancel the job (``clock``: whose time records when; the system's by default):
     nothing more of it runs, finalize included; it ends ``cancelled``
-    with when and why. Cancelling a cancelled job changes nothing.
+    with when and why. Cancelling a cancelled job again changes only its reason, to
+    ``reason`` if one is given.
 
     Raises:
         JobNotFound: no such job.
         JobEnded: the job is done or failed already.
     """
 
+    kept_reason = reason[:MAX_REASON_CHARS]
+
     def decide(job: JobRecord) -> dict[str, Any] | None:
         if job.state == "cancelled":
+            # A new reason is kept (the newest word on why); no reason keeps the old one.
+            if kept_reason and kept_reason != job.cancel_reason:
+                return {"cancel_reason": kept_reason}
             return None
         _refuse_ended(job, "cancelled")
         return {
             "state": "cancelled",
             "cancelled_on": store.clock.now(),
-            "cancel_reason": reason[:MAX_REASON_CHARS],
+            "cancel_reason": kept_reason,
         }
 
     with _store(storage, clock) as store:
@@ -64,7 +70,7 @@ def pause(
 ) -> JobRecord:
     """Pause the job: no new task of it starts; its running chunks save their state and
     hand their messages back without spending an attempt (with ``drain``: they finish).
-    Pausing a paused job changes nothing (not even ``drain``).
+    Pausing a paused job again changes only ``drain``, to the one given.
 
     Raises:
         JobNotFound: no such job.
@@ -74,7 +80,10 @@ def pause(
     def decide(job: JobRecord) -> dict[str, Any] | None:
         _refuse_ended(job, "paused")
         if job.paused_on is not None:
-            return None
+            # Paused already: the newest word on draining applies from the next renewal
+            # on (a chunk handed back already stays handed back); the pause keeps its
+            # start, which sets how long parked messages wait.
+            return None if job.drain == drain else {"drain": drain}
         return {"paused": True, "paused_on": store.clock.now(), "drain": drain}
 
     with _store(storage, clock) as store:
@@ -115,7 +124,7 @@ def _changed(
 
 @contextmanager
 def _store(storage: Storage | str | None, clock: Clock | None) -> Iterator[CheckpointStore]:
-    opened = storage if isinstance(storage, Storage) else open_storage(storage)
+    opened = storage if isinstance(storage, Storage) else open_storage(storage, create=False)
     try:
         yield CheckpointStore(opened, clock)
     finally:

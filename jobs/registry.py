@@ -15,7 +15,7 @@ from pathlib import Path
 
 from checkpoint.errors import JobNotFound
 from jobs.errors import JobModuleFailed
-from jobs.job import ChunkedJob
+from jobs.job import ChunkedJob, check_runnable
 
 #: Where chunkrunner's top-level packages are installed.
 _OUR_ROOT = Path(__file__).resolve().parent.parent
@@ -29,6 +29,7 @@ def load_job_class(path: str) -> type[ChunkedJob]:
         JobNotFound: no such module or class (saying what is missing, and when one of
             our packages shadows the user's module of the same name).
         JobModuleFailed: the module raised while importing (its file and line named).
+        JobDefinitionError: the class defines no ``split`` or no ``process``.
     """
     module_name, _, class_name = path.partition(":")
     if not module_name or not class_name:
@@ -53,6 +54,7 @@ def load_job_class(path: str) -> type[ChunkedJob]:
             raise JobNotFound(f"module {module_name!r} has no {class_name!r}")
     if not isinstance(found, type) or not issubclass(found, ChunkedJob):
         raise JobNotFound(f"{path!r} is not a ChunkedJob subclass")
+    check_runnable(found)
     return found
 
 
@@ -91,6 +93,11 @@ def _user_copy(top: str) -> str | None:
     return None
 
 
+def _in_our_packages(filename: str) -> bool:
+    path = Path(filename).resolve()
+    return any(path.is_relative_to(_OUR_ROOT / top) for top in ("jobs", "checkpoint", "runner"))
+
+
 def _failure(module_name: str, error: BaseException) -> str:
     """``job module 'x' failed while importing: x.py line 3: NameError: ...``."""
     where = ""
@@ -102,8 +109,12 @@ def _failure(module_name: str, error: BaseException) -> str:
             for frame in traceback.extract_tb(error.__traceback__)
             if "importlib" not in frame.filename
         ]
+        # The user's line that led there, not ours that raised: a bad class setting is
+        # refused by our checks, but the fix is in the user's class.
+        theirs = [frame for frame in frames if not _in_our_packages(frame.filename)]
         if frames:
-            where = f"{frames[-1].filename} line {frames[-1].lineno}: "
+            frame = (theirs or frames)[-1]
+            where = f"{frame.filename} line {frame.lineno}: "
     summary = error.msg if isinstance(error, SyntaxError) else str(error)
     kind = type(error).__name__
     return f"job module {module_name!r} failed while importing: {where}{kind}: {summary}"

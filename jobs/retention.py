@@ -161,7 +161,7 @@ def _cancel(job_id: str, store: CheckpointStore) -> None:
 
 @contextmanager
 def _store(storage: Storage | str | None) -> Iterator[CheckpointStore]:
-    opened = storage if isinstance(storage, Storage) else open_storage(storage)
+    opened = storage if isinstance(storage, Storage) else open_storage(storage, create=False)
     try:
         yield CheckpointStore(opened)
     finally:

@@ -6,17 +6,21 @@ import logging
 import secrets
 from typing import Any
 
-from checkpoint import checks, messages
+from checkpoint import checks, codec, messages
 from checkpoint.backends import open_storage
 from checkpoint.errors import ConfigurationError
 from checkpoint.limits import MAX_VISIBILITY_SECONDS
+from checkpoint.records import JobRecord
 from checkpoint.storage import NEVER_EXPIRES, Storage
 from checkpoint.store import CheckpointStore
-from jobs.job import ChunkedJob
+from jobs.errors import JobIdTaken
+from jobs.job import ChunkedJob, check_runnable
 from jobs.registry import load_job_class
 
 log = logging.getLogger(__name__)
 
+#: Characters of the first submission's params an error shows.
+SHOWN_PARAMS_CHARS = 120
 
 
 def new_job_id(job_class: type[ChunkedJob], now_text: str) -> str:
@@ -46,8 +50,12 @@ def submit(
 
     Returns:
         The job id.
+
+    Raises:
+        JobIdTaken: ``job_id`` is a job of another class or other params.
     """
     job_class = load_job_class(job) if isinstance(job, str) else job
+    check_runnable(job_class)
     # The delay is the planning message's visibility: at most Azure's 7 days.
     checks.whole(
         delay_seconds,
@@ -63,12 +71,8 @@ def submit(
         job_id = job_id or new_job_id(job_class, store.clock.now().strftime("%Y%m%d-%H%M%S"))
         record, created = store.create_job(job_id, job_class.job_type(), job_class.queue, params)
         if not created:
-            log.warning(
-                "job %s exists already (state %s); returning it, with the params of "
-                "its first submission",
-                job_id,
-                record.state,
-            )
+            _same_submission(store, record, job_class.job_type(), params)
+            log.info("job %s exists already (state %s), submitted alike", job_id, record.state)
         if record.state == "planning":
             # Also on a re-submit: if the first submit died before sending, this is the
             # plan message; if not, the duplicate is dropped unrun when received.
@@ -90,3 +94,32 @@ def submit(
     finally:
         if opened is not storage:
             opened.close()
+
+
+def _same_submission(
+    store: CheckpointStore, job: JobRecord, job_type: str, params: Any
+) -> None:
+    """A submit under an existing id is idempotent only when it asks for the same job:
+    anything else would be silently dropped, so it is refused."""
+    if job.job_type != job_type:
+        raise JobIdTaken(
+            f"job {job.job_id!r} exists already as {job.job_type}, not {job_type}; "
+            f"{_what_works(job.job_id)}"
+        )
+    first = store.params(job)
+    # Compared as stored: msgpack makes a tuple a list, as the job would see it.
+    if codec.decode(codec.encode(params, "params"), "params") != first:
+        shown = repr(first)
+        if len(shown) > SHOWN_PARAMS_CHARS:
+            shown = shown[: SHOWN_PARAMS_CHARS - 3] + "..."
+        raise JobIdTaken(
+            f"job {job.job_id!r} exists already with other params ({shown}); "
+            f"{_what_works(job.job_id)}"
+        )
+
+
+def _what_works(job_id: str) -> str:
+    return (
+        f"submit under another --job-id, or `runner delete {job_id}` (--force if it has "
+        "not ended) and submit again"
+    )

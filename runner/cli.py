@@ -15,7 +15,6 @@ import logging
 import os
 import sys
 import traceback
-import uuid
 from datetime import timedelta
 from pathlib import Path
 from typing import NoReturn
@@ -27,8 +26,7 @@ from checkpoint.deletion import Deleted
 from checkpoint.errors import ConfigurationError, RunnerError
 from checkpoint.limits import MAX_VISIBILITY_SECONDS
 from checkpoint.location import parse_location
-from checkpoint.records import ENDED_JOB_STATES, JobRecord
-from checkpoint.storage import Storage
+from checkpoint.records import ENDED_JOB_STATES, JOB_STATES, JobRecord
 from checkpoint.store import CheckpointStore
 from jobs import manage
 from jobs.retention import delete as delete_job
@@ -36,6 +34,7 @@ from jobs.retention import parse_age
 from jobs.retention import purge as purge_jobs
 from jobs.spark_settings import CONF_ENV, MASTER_ENV, REMOTE_ENV, check_remote
 from jobs.submit import submit as submit_job
+from runner.checking import check_location
 from runner.json_form import utc
 from runner.logs import LOG_FORMATS, LogFormat
 from runner.loop import (
@@ -57,13 +56,26 @@ STORAGE_HELP = (
     "or a directory for the embedded store. Default: $RUNNER_STORAGE, then ./.runner"
 )
 
-storage_option = click.option("--storage", metavar="LOCATION", default=None, help=STORAGE_HELP)
 
+def _storage(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """A command's ``--storage``, else the one given before the command."""
+    before = ctx.find_root().params.get("storage")
+    if value is not None and before is not None and value != before:
+        raise click.UsageError(
+            "--storage is given before and after the command, differently; give it once"
+        )
+    return value if value is not None else before
+
+
+storage_option = click.option(
+    "--storage", metavar="LOCATION", default=None, callback=_storage, help=STORAGE_HELP
+)
 
 LOG_LEVELS = click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False)
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="chunkrunner", prog_name="runner")
 @click.option(
     "--log-level",
     type=LOG_LEVELS,
@@ -71,56 +83,31 @@ LOG_LEVELS = click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=
     help="Log at this level (DEBUG also shows an error's traceback). Default: WARNING; "
     "`start` logs at INFO.",
 )
-def cli(log_level: str | None) -> None:
+@click.option(
+    "--storage",
+    metavar="LOCATION",
+    default=None,
+    help="The storage of every command (each command takes --storage too).",
+)
+def cli(log_level: str | None, storage: str | None) -> None:
     """Chunked, resumable jobs on Azure Storage queues, tables and blobs."""
     if log_level:
         configure_logging(log_level.upper())
 
 
-@cli.command()
+@cli.command(short_help="Show which storage LOCATION selects and check it answers.")
 @storage_option
 def check(storage: str | None) -> None:
     """Show which storage LOCATION selects (secrets hidden) and check it answers.
 
-    Round-trips a message, a record and a blob through scratch resources it then deletes.
+    Round-trips a message, a record and a blob through scratch resources it then
+    deletes, and says whether a store is there; it never creates one.
     """
     location = parse_location(storage)
     click.echo(f"storage: {location.description}")
-    with open_storage(location) as opened:
-        for line in _round_trip(opened):
-            click.echo(line)
+    for line in check_location(location):
+        click.echo(line)
     click.echo("ok")
-
-
-def _round_trip(storage: Storage) -> list[str]:
-    """Touch each service once through scratch resources; return what was done."""
-    tag = uuid.uuid4().hex[:10]
-    queue, table, container = f"runner-check-{tag}", f"runnercheck{tag}", f"runner-check-{tag}"
-    done = []
-    storage.queues.create_queue(queue)
-    try:
-        storage.queues.send(queue, b"ping")
-        (message,) = storage.queues.receive(queue, visibility_seconds=5)
-        assert message.pop_receipt is not None  # a receive always grants one
-        storage.queues.delete(queue, message.id, message.pop_receipt)
-        done.append("queue: send, receive, delete")
-    finally:
-        storage.queues.delete_queue(queue)
-    storage.records.create_table(table)
-    try:
-        etag = storage.records.insert(table, "check", "row", {"value": 1})
-        storage.records.replace(table, "check", "row", {"value": 2}, etag=etag)
-        done.append("records: insert, conditional replace")
-    finally:
-        storage.records.delete_table(table)
-    storage.blobs.create_container(container)
-    try:
-        storage.blobs.put(container, "check/blob", b"ping")
-        storage.blobs.get(container, "check/blob")
-        done.append("blobs: put, get")
-    finally:
-        storage.blobs.delete_container(container)
-    return done
 
 
 @cli.command()
@@ -128,11 +115,16 @@ def _round_trip(storage: Storage) -> list[str]:
 @click.option(
     "--params",
     "params_text",
-    required=True,
+    default=None,
     metavar="JSON|@FILE",
-    help="The job's parameters as JSON, or @path to a JSON file.",
+    help="The job's parameters as JSON, or @path to a JSON file. Default: null, for a "
+    "job that takes none.",
 )
-@click.option("--job-id", default=None, help="Your id for the job (re-submitting it is a no-op).")
+@click.option(
+    "--job-id",
+    default=None,
+    help="Your id for the job (submitting the same job under it again is a no-op).",
+)
 @click.option(
     "--delay",
     "delay_seconds",
@@ -143,31 +135,30 @@ def _round_trip(storage: Storage) -> list[str]:
 )
 @storage_option
 def submit(
-    job: str, params_text: str, job_id: str | None, delay_seconds: int, storage: str | None
+    job: str, params_text: str | None, job_id: str | None, delay_seconds: int, storage: str | None
 ) -> None:
     """Submit a job; print its id alone on stdout. JOB is module:Class."""
 
-    params = _json_params(params_text)
+    params = _json_params(params_text) if params_text is not None else None
     click.echo(submit_job(job, params, job_id=job_id, delay_seconds=delay_seconds, storage=storage))
 
 
 def _json_params(text: str) -> object:
+    """The ``--params`` value; what is wrong with it is one ``runner: error:`` line."""
     source = "--params"
     if text.startswith("@"):
-        source = text[1:]
+        source = f"--params file {text[1:]}"
         try:
-            text = Path(source).read_text()
+            text = Path(text[1:]).read_text()
         except OSError as error:
-            raise click.BadParameter(
-                f"cannot read {source}: {error}", param_hint="--params"
-            ) from error
+            raise ConfigurationError(f"cannot read {source}: {error.strerror}") from error
     try:
         return json.loads(text)
     except json.JSONDecodeError as error:
-        raise click.BadParameter(f"{source} is not JSON: {error}", param_hint="--params") from error
+        raise ConfigurationError(f"{source} is not JSON: {error}") from error
 
 
-@cli.command()
+@cli.command(short_help="Run workers serving the queues of these job types.")
 @click.argument("jobs", nargs=-1, required=True, metavar="JOB [JOB ...]")
 @click.option(
     "--workers", type=click.IntRange(1, 256), default=1, show_default=True, help="Worker processes."
@@ -317,7 +308,7 @@ def _set_spark_target(master: str | None, remote: str | None) -> None:
         os.environ.pop(REMOTE_ENV, None)
 
 
-@cli.command()
+@cli.command(short_help="Show jobs: state, chunk counts, running chunks, failures.")
 @click.argument("job_id", required=False)
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @click.option(
@@ -334,27 +325,46 @@ def _set_spark_target(master: str | None, remote: str | None) -> None:
     show_default=True,
     help="Seconds between refreshes of --watch.",
 )
+@click.option(
+    "--state",
+    "states",
+    multiple=True,
+    type=click.Choice(JOB_STATES),
+    help="Only jobs in this state (repeatable).",
+)
+@click.option(
+    "--limit", type=click.IntRange(1), default=None, help="At most this many jobs, newest first."
+)
 @storage_option
 def status(
-    job_id: str | None, as_json: bool, watch: bool, interval_seconds: float, storage: str | None
+    job_id: str | None,
+    as_json: bool,
+    watch: bool,
+    interval_seconds: float,
+    states: tuple[str, ...],
+    limit: int | None,
+    storage: str | None,
 ) -> None:
-    """Show jobs: state, chunk counts, running chunks (worker, lease, progress), failures."""
+    """Show jobs, newest first: state, chunk counts, running chunks (worker, lease,
+    progress), failures."""
 
     if watch and as_json:
         raise click.UsageError("--watch shows a live view; for JSON, run --json repeatedly")
-    with open_storage(storage) as opened:
+    if (states or limit) and (job_id or watch):
+        raise click.UsageError("--state and --limit select from the list: not with JOB_ID, --watch")
+    with open_storage(storage, create=False) as opened:
         store = CheckpointStore(opened)
         if watch:
             watch_status(store, job_id, interval_seconds)
             return
-        report = read_report(store, job_id)
+        report = read_report(store, job_id, states=states, limit=limit)
     if as_json:
         click.echo(json.dumps(report if not job_id else report[0], indent=2))
     else:
         click.echo(render_status(report, color=sys.stdout.isatty()))
 
 
-@cli.command()
+@cli.command(short_help="Cancel a job: nothing more of it runs.")
 @click.argument("job_id")
 @click.option("--reason", default="", help="Why, kept on the job and shown by status.")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
@@ -366,7 +376,7 @@ def cancel(job_id: str, reason: str, as_json: bool, storage: str | None) -> None
     _controlled(manage.cancel(job_id, reason, storage=storage), as_json)
 
 
-@cli.command()
+@cli.command(short_help="Pause a job: no new chunk of it starts until resumed.")
 @click.argument("job_id")
 @click.option(
     "--drain", is_flag=True, help="Let running chunks finish instead of handing them back."
@@ -380,7 +390,7 @@ def pause(job_id: str, drain: bool, as_json: bool, storage: str | None) -> None:
     _controlled(manage.pause(job_id, drain=drain, storage=storage), as_json)
 
 
-@cli.command()
+@cli.command(short_help="Resume a paused job from its checkpoints.")
 @click.argument("job_id")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @storage_option
@@ -403,7 +413,10 @@ def _controlled(job: JobRecord, as_json: bool) -> None:
         }
         click.echo(json.dumps(fields, indent=2))
     elif job.cancelled_on is not None:
-        click.echo(f"{job.job_id}: {job.state}, cancelled on {job.cancelled_on.isoformat()}")
+        reason = f": {job.cancel_reason}" if job.cancel_reason else ""
+        click.echo(
+            f"{job.job_id}: {job.state}, cancelled on {job.cancelled_on.isoformat()}{reason}"
+        )
     elif job.paused_on is not None:
         drain = ", running chunks finish" if job.drain else ""
         click.echo(f"{job.job_id}: paused since {job.paused_on.isoformat()}{drain}")
@@ -411,7 +424,7 @@ def _controlled(job: JobRecord, as_json: bool) -> None:
         click.echo(f"{job.job_id}: {job.state}")
 
 
-@cli.command()
+@cli.command(short_help="List a job's failed and poisoned chunks with their errors.")
 @click.argument("job_id")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per line.")
 @click.option("--csv", "as_csv", is_flag=True, help="CSV with a header row.")
@@ -421,7 +434,7 @@ def report(job_id: str, as_json: bool, as_csv: bool, storage: str | None) -> Non
     attempts, last error and traceback."""
     if as_json and as_csv:
         raise click.UsageError("choose one of --json and --csv")
-    with open_storage(storage) as opened:
+    with open_storage(storage, create=False) as opened:
         store = CheckpointStore(opened)
         store.get_job(job_id)
         entries = failure_report(store, job_id)
@@ -448,20 +461,20 @@ def poison() -> None:
 def poison_list(job_id: str, as_json: bool, storage: str | None) -> None:
     """List a job's poisoned chunks with their last error."""
 
-    with open_storage(storage) as opened:
+    with open_storage(storage, create=False) as opened:
         store = CheckpointStore(opened)
         store.get_job(job_id)
         found = poisoned_chunks(store, job_id)
     click.echo(json.dumps(found, indent=2) if as_json else render_poisoned(job_id, found))
 
 
-@poison.command("redrive")
+@poison.command("redrive", short_help="Re-run a job's poisoned chunks with fresh attempts.")
 @click.argument("job_id")
 @storage_option
 def poison_redrive(job_id: str, storage: str | None) -> None:
     """Re-run a job's poisoned chunks (fresh attempts); the job can then finish."""
 
-    with open_storage(storage) as opened:
+    with open_storage(storage, create=False) as opened:
         count = redrive(CheckpointStore(opened), opened.queues, job_id)
     click.echo(f"redrove {count} poisoned task(s) of {job_id}")
 
@@ -485,7 +498,7 @@ def _age(ctx: click.Context, param: click.Parameter, value: str) -> timedelta:
         raise click.BadParameter(str(error)) from error
 
 
-@cli.command()
+@cli.command(short_help="Delete the ended jobs last updated longer ago than AGE.")
 @click.option(
     "--older-than",
     required=True,

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from checkpoint import retries
 from checkpoint.clock import Clock, SystemClock
 from checkpoint.errors import ConfigurationError, StorageError
+from checkpoint.records import JobRecord
 from checkpoint.retries import Budget
 from checkpoint.storage import QueueMessage, Storage
 from checkpoint.store import CheckpointStore
@@ -302,18 +303,39 @@ class WorkerLoop:
                         self._outstanding_changed.notify()
 
     def _no_work_left(self) -> bool:
-        """Every job of these types has ended and their queues hold nothing at all."""
+        """Every job of these types has ended and their queues hold nothing at all (then
+        a job type that had no job at all is named: see :meth:`_say_what_was_found`)."""
         types = {cls.job_type() for cls in self._classes}
         try:
-            jobs = [job for job in self.context.store.list_jobs() if job.job_type in types]
+            every = self.context.store.list_jobs()
+            jobs = [job for job in every if job.job_type in types]
             if not all(job.ended for job in jobs):
                 return False
-            return all(
+            if not all(
                 self.storage.queues.approximate_length(cls.queue) == 0 for cls in self._classes
-            )
+            ):
+                return False
         except StorageError as error:
             log.warning("checking for remaining work failed: %s", error)
             return False
+        self._say_what_was_found(every)
+        return True
+
+    def _say_what_was_found(self, jobs: list[JobRecord]) -> None:
+        """Warn of a job type with no job at all in the store: a burst that ends at once
+        says nothing otherwise, and the cause is usually a job submitted as another
+        ``module:Class``, or to another store."""
+        for cls in self._classes:
+            if any(job.job_type == cls.job_type() for job in jobs):
+                continue
+            others = sorted({job.job_type for job in jobs if job.queue == cls.queue})
+            hint = f"; its queue's jobs were submitted as {', '.join(others)}" if others else ""
+            log.warning(
+                "burst: nothing to serve for %s: no job of this type in %s%s",
+                cls.job_type(),
+                self.storage.description,
+                hint,
+            )
 
     def _drain(self, slots: list[threading.Thread]) -> bool:
         for _ in slots:

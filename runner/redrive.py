@@ -30,9 +30,12 @@ def redrive(store: CheckpointStore, queues: QueueStore, job_id: str) -> int:
     job = store.get_job(job_id)
     if job.cancelled_on is not None:
         # Its waiting chunks were dropped unrun: reopening it would finish nothing.
+        # A submit under its id finds the job and does nothing: say what does run it.
         raise JobEnded(
             f"job {job_id!r} was {job.state} and its remaining chunks cancelled "
-            f"({job.cancel_reason or 'no reason given'}); submit it again to re-run it"
+            f"({job.cancel_reason or 'no reason given'}), so it cannot be redriven; to run "
+            f"it again, submit it under a new --job-id, or `runner delete {job_id}` first "
+            "and submit it under this id"
         )
     reset = _reset_poisoned(store, job_id)
     moved = move_back(queues, job.queue, job_id, job.incarnation)

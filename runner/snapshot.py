@@ -7,6 +7,7 @@ A job's report lists the workers serving its queue (``workers``); ``runner statu
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from datetime import datetime
 from typing import Any
 
@@ -15,6 +16,7 @@ from checkpoint.records import JobRecord
 from checkpoint.store import CheckpointStore
 from checkpoint.workers import WorkerBook, WorkerRecord
 from runner.json_form import utc
+from runner.selection import select_jobs
 from runner.status import job_status, unreadable_job
 
 
@@ -22,14 +24,22 @@ def read_report(
     store: CheckpointStore,
     job_id: str | None = None,
     workers: list[dict[str, Any]] | None = None,
+    *,
+    states: Collection[str] = (),
+    limit: int | None = None,
 ) -> list[dict[str, Any]]:
-    """The status of one job (``job_id``) or of every job, each with the workers serving
-    it (from ``workers`` if given, else read now).
+    """The status of one job (``job_id``) or of every job (newest first, only those in
+    ``states`` if given, at most ``limit``: :func:`runner.selection.select_jobs`), each
+    with the workers serving it (from ``workers`` if given, else read now).
 
     Raises:
         JobNotFound: there is no job ``job_id``.
     """
-    found = [(job_id, _job_or_bad(store, job_id))] if job_id else store.scan_jobs()
+    found = (
+        [(job_id, _job_or_bad(store, job_id))]
+        if job_id
+        else select_jobs(store.scan_jobs(), states, limit)
+    )
     now = store.clock.now()
     report = [
         unreadable_job(found_id, job) if isinstance(job, BadRecord) else job_status(store, job, now)

@@ -28,6 +28,8 @@ from dataclasses import dataclass
 from multiprocessing.process import BaseProcess
 from types import FrameType
 
+import setproctitle
+
 from checkpoint.backends import open_storage
 from checkpoint.errors import RunnerError
 from jobs.backoff import Backoff, compute_backoff
@@ -77,9 +79,13 @@ class StartOptions:
     log_format: LogFormat = "text"
 
 
-def run_in_this_process(options: StartOptions) -> int:
-    """Run one worker here until it stops; install the signal handlers."""
+def run_in_this_process(options: StartOptions, name: str | None = None) -> int:
+    """Run one worker here until it stops; install the signal handlers. A worker process
+    of ``--workers N`` (``name``: ``worker-1`` ...) is titled for ``ps`` and ``top``:
+    ``runner worker-1 QUEUE``."""
     classes = [load_job_class(path) for path in options.job_paths]
+    if name is not None:
+        setproctitle.setproctitle(" ".join(["runner", name, *(cls.queue for cls in classes)]))
     faults = os.environ.get(FAULTS_ENV, ""), os.environ.get(FAULTS_REPORT_ENV, "")
     with open_storage(options.storage) as opened, injected_faults(opened, *faults) as storage:
         loop = WorkerLoop(storage, classes, options.settings)
@@ -110,7 +116,7 @@ def _child(options: StartOptions, parent_pid: int) -> None:
     _die_with_parent(parent_pid)
     configure_logging(options.log_level, options.log_format)
     try:
-        code = run_in_this_process(options)
+        code = run_in_this_process(options, multiprocessing.current_process().name)
     except RunnerError as error:  # a setting, a credential, a job: restarting won't help
         log.debug("worker failed", exc_info=True)
         log.error("worker failed: %s", error)

@@ -80,3 +80,41 @@ def test_a_missing_module_the_job_imports_is_not_called_a_missing_job(tmp_path, 
         load_job_class("needs_more:Job")
     with pytest.raises(JobNotFound, match="cannot import 'not_there_either'"):
         load_job_class("not_there_either:Job")
+
+
+def test_a_job_class_without_process_is_refused_at_submit_and_start(tmp_path):
+    (tmp_path / "halfway.py").write_text(
+        "from jobs import ChunkedJob\n\n\nclass Halfway(ChunkedJob):\n"
+        "    def split(self, params):\n        return [1]\n"
+    )
+    expected = (
+        f"runner: error: Halfway ({tmp_path / 'halfway.py'} line 4) defines no process(): a "
+        "job class must define split(self, params) and process(self, chunk)"
+    )
+    assert _one_line(_runner(tmp_path, "submit", "halfway:Halfway")) == expected
+    assert _one_line(_runner(tmp_path, "start", "halfway:Halfway", "--burst")) == expected
+    assert not (tmp_path / ".runner").exists()  # refused before any store was made
+
+
+def test_a_bad_class_setting_is_reported_at_the_users_class_not_our_check(tmp_path):
+    (tmp_path / "leases.py").write_text(
+        "from jobs import ChunkedJob\n\n\nclass NoLease(ChunkedJob):\n    lease_seconds = 0\n"
+    )
+    line = _one_line(_runner(tmp_path, "submit", "leases:NoLease"))
+    assert line == (
+        f"runner: error: job module 'leases' failed while importing: {tmp_path / 'leases.py'} "
+        "line 4: JobDefinitionError: NoLease.lease_seconds must be a whole number of seconds "
+        "from 1 to 604800, not 0"
+    )
+
+
+def test_params_that_are_not_json_are_one_line(tmp_path):
+    line = _one_line(_runner(tmp_path, "submit", "any:Job", "--params", "{bad"))
+    assert line == (
+        "runner: error: --params is not JSON: Expecting property name enclosed in double "
+        "quotes: line 1 column 2 (char 1)"
+    )
+    line = _one_line(_runner(tmp_path, "submit", "any:Job", "--params", "@missing.json"))
+    assert line == (
+        "runner: error: cannot read --params file missing.json: No such file or directory"
+    )

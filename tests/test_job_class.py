@@ -20,7 +20,18 @@ from jobs.registry import load_job_class
 
 
 class MigrateOrders(ChunkedJob):
-    pass
+    def split(self, params: Any) -> Any:
+        return []
+
+    def process(self, chunk: Chunk) -> Any:
+        return None
+
+
+class Unfinished(ChunkedJob):
+    """A base class of the user's may leave process to its subclasses: defined, not run."""
+
+    def split(self, params: Any) -> Any:
+        return []
 
 
 class Tuned(ChunkedJob):
@@ -169,10 +180,10 @@ def test_definition_errors_are_type_errors_too():
 
 
 def test_split_and_process_must_be_written():
-    job = MigrateOrders()
-    with pytest.raises(NotImplementedError, match="MigrateOrders.split"):
+    job = type("Bare", (ChunkedJob,), {})()
+    with pytest.raises(NotImplementedError, match="Bare.split"):
         job.split({})
-    with pytest.raises(NotImplementedError, match="MigrateOrders.process"):
+    with pytest.raises(NotImplementedError, match="Bare.process"):
         job.process(
             Chunk(
                 job_id="j",
@@ -328,6 +339,12 @@ def test_load_job_class_from_the_working_directory(tmp_path, monkeypatch):
 
             class Local(job.ChunkedJob):
                 queue = "local-jobs"
+
+                def split(self, params):
+                    return []
+
+                def process(self, chunk):
+                    return None
             """
         )
     )
@@ -355,3 +372,9 @@ def test_load_job_class_from_the_working_directory(tmp_path, monkeypatch):
 def test_load_job_class_says_what_is_wrong(path, says):
     with pytest.raises(JobNotFound, match=says):
         load_job_class(path)
+
+
+def test_load_job_class_refuses_a_class_that_could_only_fail_at_run_time():
+    with pytest.raises(JobDefinitionError, match=r"^Unfinished \(.*test_job_class.py line \d+\) "
+                       r"defines no process\(\)"):
+        load_job_class(f"{__name__}:Unfinished")

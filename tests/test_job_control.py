@@ -19,10 +19,13 @@ from click.testing import CliRunner
 from checkpoint import messages
 from jobs import ChunkFailed, manage
 from jobs.errors import JobEnded
+from jobs.retention import delete as delete_job
+from jobs.submit import submit
 from runner import cli
 from runner.holds import CHECK_SECONDS
 from runner.jobwatch import FRESH_SECONDS
 from runner.loop import POLL_MIN_SECONDS, WorkerSettings
+from runner.redrive import redrive
 from runner.render import render_status
 from runner.status import REPORT_COLUMNS, failure_report, job_status
 from runner.tasks import PARK_SECONDS
@@ -111,11 +114,15 @@ def test_a_cancelled_job_is_not_finalized(world: World):
     assert world.in_queue() == 0
 
 
-def test_cancel_is_idempotent_and_refused_for_an_ended_job(world: World):
+def test_cancel_again_keeps_a_new_reason_and_is_refused_for_an_ended_job(world: World):
     job_id = world.job([{"act": "ok"}])
     _cancel(world, job_id, "first")
+    cancelled_on = world.job_record(job_id).cancelled_on
     _cancel(world, job_id, "second")
-    assert world.job_record(job_id).cancel_reason == "first"
+    again = world.job_record(job_id)
+    assert again.cancel_reason == "second" and again.cancelled_on == cancelled_on
+    _cancel(world, job_id, "")  # no reason given: the one there stays
+    assert world.job_record(job_id).cancel_reason == "second"
 
     done = world.job([])
     world.store.change_job(done, lambda job: {"state": "done"})
@@ -182,6 +189,20 @@ def test_a_pause_that_drains_lets_running_chunks_finish(world: World):
     assert world.task(job_id, index=1).attempt == 0
 
 
+def test_a_second_pause_asking_to_drain_is_applied_to_running_chunks(world: World):
+    job_id = world.job([{"act": "ok"}])
+    world.send(job_id)
+
+    def pause_twice_then_look() -> None:
+        manage.pause(job_id, storage=world.backend.storage, clock=world.clock)
+        manage.pause(job_id, drain=True, storage=world.backend.storage, clock=world.clock)
+        _look_now(world)
+
+    world.during(job_id, pause_twice_then_look)
+    world.deliver()
+    assert world.task(job_id).state == "done" and world.job_record(job_id).drain
+
+
 def test_nothing_is_poisoned_while_a_job_is_paused(world: World):
     # Given a chunk delivered far more often than its attempts allow
     job_id = world.job([{"act": "ok"}])
@@ -201,8 +222,13 @@ def test_nothing_is_poisoned_while_a_job_is_paused(world: World):
 def test_pause_and_resume_are_idempotent_and_refused_for_an_ended_job(world: World):
     job_id = world.job([{"act": "ok"}])
     first = manage.pause(job_id, storage=world.backend.storage, clock=world.clock)
-    again = manage.pause(job_id, drain=True, storage=world.backend.storage, clock=world.clock)
-    assert again.paused_on == first.paused_on and not again.drain
+    again = manage.pause(job_id, storage=world.backend.storage, clock=world.clock)
+    assert again.paused_on == first.paused_on and again.etag == first.etag
+    # A second pause asking to drain is applied; the pause keeps its start
+    drained = manage.pause(job_id, drain=True, storage=world.backend.storage, clock=world.clock)
+    assert drained.paused_on == first.paused_on and drained.drain
+    undrained = manage.pause(job_id, storage=world.backend.storage, clock=world.clock)
+    assert undrained.paused_on == first.paused_on and not undrained.drain
     assert manage.resume(job_id, storage=world.backend.storage, clock=world.clock).paused_on is None
     assert manage.resume(job_id, storage=world.backend.storage, clock=world.clock).paused_on is None
     _cancel(world, job_id)
@@ -395,7 +421,7 @@ def test_the_report_command_writes_csv_and_json_lines(world: World, monkeypatch)
     world.send(job_id)
     world.deliver()
     storage = world.backend.storage
-    monkeypatch.setattr(cli, "open_storage", lambda location: _Unclosed(storage))
+    monkeypatch.setattr(cli, "open_storage", lambda location, **_: _Unclosed(storage))
 
     as_csv = CliRunner().invoke(cli.cli, ["report", job_id, "--csv"])
     as_json = CliRunner().invoke(cli.cli, ["report", job_id, "--json"])
@@ -440,3 +466,19 @@ def _parked_copy(world: World) -> Any:
             (message,) = found
             return message
         time.sleep(0.25)
+
+
+def test_a_cancelled_job_is_not_redriven_and_the_advice_given_works(world: World):
+    job_id = world.job([{"act": "ok"}])
+    _cancel(world, job_id, "wrong input")
+    with pytest.raises(JobEnded) as refused:
+        redrive(world.store, world.backend.storage.queues, job_id)
+    assert str(refused.value) == (
+        f"job {job_id!r} was cancelled and its remaining chunks cancelled (wrong input), so "
+        "it cannot be redriven; to run it again, submit it under a new --job-id, or "
+        f"`runner delete {job_id}` first and submit it under this id"
+    )
+    # Then what it advises runs it: deleted, the id takes a new job
+    delete_job(job_id, storage=world.backend.storage)
+    submit(Verdicts, {"payloads": []}, job_id=job_id, storage=world.backend.storage)
+    assert world.job_record(job_id).state == "planning"

@@ -125,7 +125,7 @@ def _job_with_each_kind_of_failure(world: World) -> str:
 
 def _run(world: World, monkeypatch: pytest.MonkeyPatch, *args: str) -> str:
     storage = world.backend.storage
-    monkeypatch.setattr(cli, "open_storage", lambda location: contextlib.nullcontext(storage))
+    monkeypatch.setattr(cli, "open_storage", lambda location, **_: contextlib.nullcontext(storage))
     done = CliRunner().invoke(cli.cli, list(args))
     assert done.exit_code == 0, done.output
     return done.output

@@ -1,7 +1,9 @@
-"""Submitting: ``--delay`` holds planning back; the same ``--job-id`` makes one job."""
+"""Submitting: ``--delay`` holds planning back; the same ``--job-id`` makes one job, and
+refuses another job under it."""
 
 from __future__ import annotations
 
+import json
 import signal
 import time
 from collections import Counter
@@ -50,10 +52,16 @@ def test_delay_holds_planning_back(cluster: Cluster) -> None:
 
 
 def test_submitting_one_job_id_twice_makes_one_job(cluster: Cluster) -> None:
-    # Given a job submitted twice under one --job-id (the second with other params)
+    # Given a job submitted twice under one --job-id
     job_id = f"once-{cluster.tag}"
     assert cluster.submit("Delayed", cluster.params(chunks=3, items=2), job_id=job_id) == job_id
-    assert cluster.submit("Delayed", cluster.params(chunks=5, items=2), job_id=job_id) == job_id
+    assert cluster.submit("Delayed", cluster.params(chunks=3, items=2), job_id=job_id) == job_id
+    # and a third time asking for another job under it, which is refused
+    other = json.dumps(cluster.params(chunks=5, items=2))
+    refused = cluster.runner(
+        "submit", cluster.job("Delayed"), "--params", other, "--job-id", job_id, check=False
+    )
+    assert refused.returncode == 1 and "exists already with other params" in refused.stderr
 
     # Then there is one job, with the first submit's params
     assert [job["job_id"] for job in cluster.status()].count(job_id) == 1

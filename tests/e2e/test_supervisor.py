@@ -53,11 +53,9 @@ def _workers(supervisor: Worker, count: int) -> list[int]:
 
 def _python_children(pid: int) -> list[int]:
     # The spawn start method may keep a resource tracker beside the workers: only the
-    # processes that run a worker count.
+    # processes that run a worker count, known by their title (`runner worker-1 QUEUE`).
     return [
-        child
-        for child in descendants(pid)
-        if "multiprocessing.spawn" in _command_line(child) and "spawn_main" in _command_line(child)
+        child for child in descendants(pid) if _command_line(child).startswith("runner worker-")
     ]
 
 

@@ -20,6 +20,20 @@ DATABASE_FILE = "store.sqlite3"
 BLOB_FOLDER = "blobs"
 
 
+def store_file(directory: Path) -> Path:
+    """The file whose presence makes ``directory`` a store."""
+    return Path(directory).expanduser().resolve() / DATABASE_FILE
+
+
+def store_paths(directory: Path) -> list[Path]:
+    """Everything a store in ``directory`` consists of: the database, the files SQLite
+    and our process lock (:mod:`.db`) keep beside it, the blob folder."""
+    database = store_file(directory)
+    ends = ("-wal", "-shm", "-journal", ".lock")
+    beside = [database.with_name(database.name + end) for end in ends]
+    return [database, *beside, database.parent / BLOB_FOLDER]
+
+
 def open_embedded(directory: Path, *, clock: Clock | None = None) -> Storage:
     """Open (creating if missing) the embedded store in ``directory``.
 
