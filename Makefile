@@ -22,7 +22,8 @@ help:
 	@echo "make demo-cluster the same on a loopback Spark cluster (master, 2 workers, Spark"
 	@echo "                Connect): workers as Connect clients, a Spark worker killed too"
 	@echo "make test       install everything, then run the full test suite (both backends)"
-	@echo "make bench      storage operations, the chunk engine (both backends) and the"
+	@echo "make bench      storage operations, the chunk engine, a resume of 1,000 parked"
+	@echo "                chunks (both backends) and the"
 	@echo "                migration chunked vs one plain Spark job, locally and on a loopback"
 	@echo "                cluster through Spark Connect (and Structured Streaming) -> BENCHMARKS.md"
 	@echo "make chaos      fault-injection runs (kills, a pause, storage faults) on both"
@@ -64,6 +65,7 @@ typecheck: venv
 bench: venv azurite
 	$(BIN)/python -m tests.bench.storage --output BENCHMARKS.md
 	$(BIN)/python -m tests.bench.chunks --output BENCHMARKS.md
+	$(BIN)/python -m tests.bench.parks --output BENCHMARKS.md
 	$(BIN)/python -m tests.bench.migration --output BENCHMARKS.md
 	$(BIN)/python -m tests.bench.migration --files-per-batch 3 --output BENCHMARKS.md
 	$(BIN)/python -m tests.bench.migration --files-per-batch 3 --rows 8000000 --output BENCHMARKS.md

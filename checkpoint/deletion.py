@@ -42,7 +42,7 @@ class Deleted:
 
     Attributes:
         records: its job record and task records: planning, finalize, every chunk, the
-            16 shard counters.
+            16 shard counters, the notes of messages parked while it was paused.
         blobs: its spilled values (params, planning progress, chunk payloads, states,
             results).
         messages: its messages the sweep found visible in its queue and poison queue;
@@ -60,10 +60,11 @@ class Deleted:
 
 
 def task_partitions(job_id: str) -> list[str]:
-    """Every partition of the tasks table a job's records live in: its 16 shards, then
-    planning's and finalize's (last: a planning message handled meanwhile reads there)."""
+    """Every partition of the tasks table a job's records live in: its 16 shards, its
+    parked messages' notes, then planning's and finalize's (last: a planning message
+    handled meanwhile reads there)."""
     shards = [layout.shard_partition(job_id, shard) for shard in range(layout.SHARDS)]
-    return [*shards, layout.control_partition(job_id)]
+    return [*shards, layout.park_partition(job_id), layout.control_partition(job_id)]
 
 
 def delete_partition(records: RecordStore, partition: str, budget: Budget) -> int:

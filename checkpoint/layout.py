@@ -6,7 +6,8 @@ chunks dealt round-robin; each shard partition also holds a counter row updated 
 same atomic batch as the chunks it counts. Blocks, not single chunks, because a worker
 receives consecutive messages 32 at a time: their done marks then fall into one or two
 partitions and are written in one or two batches, not sixteen. A job's
-planning and finalize records sit in a small partition of their own.
+planning and finalize records sit in a small partition of their own, and so do the
+notes of its parked messages while it is paused.
 """
 
 from __future__ import annotations
@@ -60,6 +61,11 @@ def shard_partition(job_id: str, shard: int) -> str:
 
 def control_partition(job_id: str) -> str:
     return f"{job_id}~ctl"
+
+
+def park_partition(job_id: str) -> str:
+    """Where a paused job's parked messages are noted (:mod:`checkpoint.parks`)."""
+    return f"{job_id}~park"
 
 
 def chunk_row(index: int) -> str:

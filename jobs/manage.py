@@ -5,21 +5,26 @@ another writer got there first, so each is safe to repeat and to race. Workers l
 it within one lease renewal (docs/semantics.md §16): a cancelled job's running chunks
 stop at their next checkpoint and its waiting messages are deleted unrun; a paused job
 starts no new task, and its running chunks save their state and hand their messages
-back (or finish, with ``drain``).
+back (or finish, with ``drain``), parking their messages for minutes. A resume or a
+cancel then brings the parked messages back at once (:mod:`checkpoint.parks`).
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from checkpoint import parks
 from checkpoint.backends import open_storage
 from checkpoint.clock import Clock
 from checkpoint.records import JobRecord
 from checkpoint.storage import Storage
 from checkpoint.store import CheckpointStore
 from jobs.errors import JobEnded
+
+log = logging.getLogger(__name__)
 
 #: Longest reason kept on a cancelled job (characters).
 MAX_REASON_CHARS = 1_000
@@ -58,7 +63,14 @@ def cancel(
         }
 
     with _store(storage, clock) as store:
-        return _changed(store, job_id, decide)
+        cancelled = _changed(store, job_id, decide)
+        # Once: a message parked later by a worker that had not seen the cancel yet is
+        # deleted unrun when its park ends.
+        released = parks.release(
+            store.storage.records, store.storage.queues, job_id, store.budget()
+        )
+        log.info("%s: %d parked messages brought back to be deleted", job_id, released.visible)
+        return cancelled
 
 
 def pause(
@@ -93,7 +105,10 @@ def pause(
 def resume(
     job_id: str, *, storage: Storage | str | None = None, clock: Clock | None = None
 ) -> JobRecord:
-    """Resume a paused job from its checkpoints. Resuming a running job changes nothing.
+    """Resume a paused job from its checkpoints: then make its parked messages visible
+    at once (:func:`checkpoint.parks.release`), so its work starts within 5 s however
+    long it was paused. Resuming a running job changes nothing but that; it finishes a
+    release an earlier resume left unfinished.
 
     Raises:
         JobNotFound: no such job.
@@ -107,7 +122,12 @@ def resume(
         return {"paused": False, "drain": False}
 
     with _store(storage, clock) as store:
-        return _changed(store, job_id, decide)
+        resumed = _changed(store, job_id, decide)
+        released = parks.release_resumed(
+            store.storage.records, store.storage.queues, job_id, store.clock, store.budget()
+        )
+        log.info("%s: %d parked messages brought back", job_id, released.visible)
+        return resumed
 
 
 def _refuse_ended(job: JobRecord, verb: str) -> None:

@@ -386,7 +386,9 @@ def cancel(job_id: str, reason: str, as_json: bool, storage: str | None) -> None
 def pause(job_id: str, drain: bool, as_json: bool, storage: str | None) -> None:
     """Pause a job: no new chunk starts; running chunks save their state and hand their
     messages back within 2 s (no attempt spent), or finish with --drain. Nothing is
-    poisoned while paused. `runner resume` continues from the checkpoints."""
+    poisoned while paused; waiting messages are parked for a quarter of the pause (5 min
+    to 1 h), about 4 storage requests per waiting chunk per park. `runner resume`
+    continues from the checkpoints."""
     _controlled(manage.pause(job_id, drain=drain, storage=storage), as_json)
 
 
@@ -396,7 +398,8 @@ def pause(job_id: str, drain: bool, as_json: bool, storage: str | None) -> None:
 @storage_option
 def resume(job_id: str, as_json: bool, storage: str | None) -> None:
     """Resume a paused job from its checkpoints (its waiting chunks come back within
-    5 s, however long it was paused)."""
+    5 s, however long it was paused): its parked messages are made visible at once, one
+    storage request per parked chunk, and looked for again 2 s later."""
     _controlled(manage.resume(job_id, storage=storage), as_json)
 
 

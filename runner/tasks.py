@@ -27,10 +27,10 @@ import threading
 import traceback
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
-from checkpoint import checks, layout, messages, retries
+from checkpoint import checks, layout, messages, parks, retries
 from checkpoint.clock import Clock
 from checkpoint.errors import (
     BadMessage,
@@ -72,10 +72,11 @@ log = logging.getLogger(__name__)
 #: Job states in which work is still expected.
 _OPEN_STATES = ("planning", "running", "finalizing")
 
-#: How long a paused job's message is parked (put out of sight) at a time, whatever the
-#: pause has lasted: a resumed job's work starts within this, the age of the worker's
-#: record of the job (under a second) and its receive poll (under a second): 5 s.
-PARK_SECONDS = 3
+#: Bounds of how long a paused job's message is parked (:func:`park_seconds`). A resume
+#: does not wait for a park: it brings every noted copy back at once
+#: (:mod:`checkpoint.parks`); only a copy whose note was lost waits its park out.
+PARK_MIN_SECONDS = 300
+PARK_MAX_SECONDS = 3600
 
 #: Deliveries allowed per attempt before a message is poisoned regardless (releases by
 #: graceful stops and prefetch hand-backs are deliveries but not attempts).
@@ -212,7 +213,7 @@ def _run_task(
     # For planning and finalize ``job`` was read afresh (``_job_now``): a cancel made
     # since this worker's last read is never missed by them.
     if job.hold is not None:
-        _held_back(worker, lease, message, job, f"{kind} {index}")
+        _held_back(worker, lease, message, job, task_message)
         return False
     writer = Writer()
     claimed = _claim_planned(worker, lease, message, job_class, task_message, writer)
@@ -419,7 +420,12 @@ def _execute(
         return
     except JobPaused:
         log.info("%s %s of %s handed back: the job is paused", task.kind, task.index, job.job_id)
-        _stopped(worker, lease, control, lambda: _park(worker, lease, message))
+        _stopped(
+            worker,
+            lease,
+            control,
+            lambda: _park(worker, lease, message, job, task.kind, task.index),
+        )
         return
     except ChunkStopped as stopped:
         log.info("%s %s of %s handed back: %s", task.kind, task.index, job.job_id, stopped)
@@ -473,32 +479,51 @@ def _stopped(
 
 
 def _held_back(
-    worker: Context, lease: Lease, message: QueueMessage, job: JobRecord, what: str
+    worker: Context,
+    lease: Lease,
+    message: QueueMessage,
+    job: JobRecord,
+    task: messages.TaskMessage,
 ) -> None:
     """A message of a cancelled job is deleted unrun; one of a paused job is parked."""
+    what = f"{task.kind} {task.index}"
     if job.hold == "cancelled":
         log.info("%s of %s: the job was cancelled; message deleted unrun", what, job.job_id)
         worker.keeper.delete(lease)
     else:
         log.debug("%s of %s: the job is paused; message parked", what, job.job_id)
-        _park(worker, lease, message)
+        _park(worker, lease, message, job, task.kind, task.index)
 
 
-def _park(worker: Context, lease: Lease, message: QueueMessage) -> None:
-    """Put a paused job's message out of sight for :data:`PARK_SECONDS`, as a fresh copy
+def park_seconds(paused_on: datetime | None, now: datetime) -> int:
+    """How long a paused job's message stays out of sight before it is looked at again:
+    a quarter of the time the job has been paused, from 5 minutes to an hour. Each park
+    costs about 4 requests (a share of a receive, a send, a note, a delete): 4 per
+    parked chunk every 5 minutes at first, every hour once the job has been paused for
+    4 hours. Only a copy whose note was lost waits its park out after a resume."""
+    paused_for = (now - paused_on).total_seconds() if paused_on is not None else 0.0
+    return int(min(PARK_MAX_SECONDS, max(PARK_MIN_SECONDS, paused_for / 4)))
+
+
+def _park(
+    worker: Context,
+    lease: Lease,
+    message: QueueMessage,
+    job: JobRecord,
+    kind: TaskKind,
+    index: int,
+) -> None:
+    """Put a paused job's message out of sight for :func:`park_seconds`, as a fresh copy
     (the original deleted), so a long pause does not pile up deliveries that would look
-    like a message failing again and again (``DELIVERIES_PER_ATTEMPT``).
-
-    Short and fixed, so ``runner resume`` reaches every parked message within seconds
-    however long the pause was; the price is a send, a delete and a share of a receive
-    per parked message every PARK_SECONDS while the job stays paused (docs/semantics.md
-    §16)."""
-    delay = PARK_SECONDS
+    like a message failing again and again (``DELIVERIES_PER_ATTEMPT``), and note the
+    copy's id and pop receipt so that a resume brings it back at once
+    (:mod:`checkpoint.parks`, docs/semantics.md §16)."""
+    delay = park_seconds(job.paused_on, worker.clock.now())
     budget = lease.budget(retries.MESSAGE, worker.clock)
     try:
         # A send applied with its answer lost and sent again only duplicates the
         # message: the claim runs one of them, the other is deleted unrun.
-        budget.call(
+        copy = budget.call(
             lambda: worker.queues.send(
                 lease.queue, message.body, delay_seconds=delay, ttl_seconds=NEVER_EXPIRES
             )
@@ -507,6 +532,12 @@ def _park(worker: Context, lease: Lease, message: QueueMessage) -> None:
         log.warning("parking message %s failed, hidden instead: %s", message.id, error)
         worker.keeper.release(lease, delay)
         return
+    try:
+        records = worker.store.storage.records
+        parks.note(records, job.job_id, kind, index, lease.queue, copy, budget)
+    except StorageError as error:
+        # The copy then comes back when its park ends, resumed or not.
+        log.warning("noting parked message %s failed: %s", copy.id, error)
     worker.keeper.delete(lease)
 
 

@@ -9,14 +9,14 @@ from __future__ import annotations
 import csv
 import io
 import json
-import time
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from click.testing import CliRunner
 
-from checkpoint import messages
+from checkpoint import layout, messages
+from checkpoint.storage import Record
 from jobs import ChunkFailed, manage
 from jobs.errors import JobEnded
 from jobs.retention import delete as delete_job
@@ -24,11 +24,11 @@ from jobs.submit import submit
 from runner import cli
 from runner.holds import CHECK_SECONDS
 from runner.jobwatch import FRESH_SECONDS
-from runner.loop import POLL_MIN_SECONDS, WorkerSettings
+from runner.loop import WorkerSettings
 from runner.redrive import redrive
 from runner.render import render_status
 from runner.status import REPORT_COLUMNS, failure_report, job_status
-from runner.tasks import PARK_SECONDS
+from runner.tasks import PARK_MAX_SECONDS, PARK_MIN_SECONDS, park_seconds
 from tests.conftest import Backend
 from tests.test_task_lifecycle import FINALIZED, Verdicts, World, make_world
 
@@ -140,16 +140,19 @@ def test_a_paused_jobs_message_is_parked_as_a_fresh_copy_and_runs_after_resume(w
 
     first = world.deliver()
 
-    # Then the message was replaced by a copy delayed PARK_SECONDS: no attempt, no
-    # delivery counted against it
+    # Then the message was replaced by a copy delayed PARK_MIN_SECONDS: no attempt, no
+    # delivery counted against it; where the copy is was noted
     assert first.id in world.log.deleted
-    assert world.log.delays == [PARK_SECONDS]
+    assert world.log.delays == [PARK_MIN_SECONDS]
     assert world.task(job_id).attempt == 0 and world.visible() == []
     assert world.in_queue() == 1
-    manage.resume(job_id, storage=world.backend.storage, clock=world.clock)
-    world.clock.advance(PARK_SECONDS)  # past the park and the job record's freshness
-    again = _parked_copy(world)
+    (note,) = _notes(world, job_id)
+    assert note.properties["message_id"] == world.log.sent[0].id
+    # And a resume brings the copy back at once, its note dropped
+    _resume(world, job_id)
+    again = world.receive()
     assert again.id != first.id and again.dequeue_count == 1
+    assert _notes(world, job_id) == []
     world.deliver(again)
     assert world.task(job_id).state == "done" and world.task(job_id).attempt == 1
 
@@ -240,26 +243,27 @@ def test_pause_and_resume_are_idempotent_and_refused_for_an_ended_job(world: Wor
 def test_a_long_paused_job_resumes_within_5_s_whatever_the_pause_lasted(
     world: World, paused_seconds: int
 ):
-    # Given a job paused for a while, whose message a worker parked just now
+    # Given a job paused for a while, whose message a worker parked just now, for a
+    # minute or more
     job_id = world.job([{"act": "ok"}])
     manage.pause(job_id, storage=world.backend.storage, clock=world.clock)
     world.clock.advance(paused_seconds)
     world.send(job_id)
     world.deliver()
     (delay,) = world.log.delays
+    assert delay == max(PARK_MIN_SECONDS, min(PARK_MAX_SECONDS, paused_seconds // 4))
 
     # When the job is resumed
+    asked_at = world.clock.monotonic()
     manage.resume(job_id, storage=world.backend.storage, clock=world.clock)
-    resumed_at = world.clock.monotonic()
 
-    # Then the copy is out of sight for so short a time that, with the age of a worker's
-    # record of the job and its receive poll, the chunk starts within 5 s ...
+    # Then the copy is visible although its park has a minute or more to go, and runs at the
+    # worker's next poll: within 5 s of the command, its own wait for late parks included
+    copy = world.receive()
+    world.clock.advance(max(0.0, FRESH_SECONDS - (world.clock.monotonic() - asked_at)))
+    world.deliver(copy)
     poll = WorkerSettings().poll_max_seconds
-    assert delay + FRESH_SECONDS + poll <= RESUME_BOUND_SECONDS
-    # ... and it does: the copy is there once the delay has passed, and runs
-    world.clock.advance(delay)
-    world.deliver(_parked_copy(world))
-    assert world.clock.monotonic() - resumed_at + poll <= RESUME_BOUND_SECONDS
+    assert world.clock.monotonic() - asked_at + poll <= RESUME_BOUND_SECONDS
     assert world.task(job_id).state == "done" and world.task(job_id).attempt == 1
 
 
@@ -268,10 +272,129 @@ def test_a_paused_jobs_message_is_parked_again_for_as_long_as_the_pause_lasts(wo
     manage.pause(job_id, storage=world.backend.storage, clock=world.clock)
     world.send(job_id)
     world.deliver()
-    world.clock.advance(PARK_SECONDS + POLL_MIN_SECONDS)
-    world.deliver(_parked_copy(world))
-    assert world.log.delays == [PARK_SECONDS, PARK_SECONDS]
+    world.clock.advance(4 * PARK_MIN_SECONDS)  # parks grow with the pause
+    world.let_pass(PARK_MIN_SECONDS, world.log.sent[-1])
+    world.deliver()
+    assert world.log.delays == [PARK_MIN_SECONDS, 5 * PARK_MIN_SECONDS // 4]
     assert world.task(job_id).attempt == 0 and world.in_queue() == 1
+    # One note per task, naming its newest copy
+    (note,) = _notes(world, job_id)
+    assert note.properties["message_id"] == world.log.sent[-1].id
+
+
+def test_a_parked_message_whose_note_was_lost_runs_once_its_park_ends(world: World):
+    # Given a parked message whose note could not be written
+    job_id = world.job([{"act": "ok"}])
+    manage.pause(job_id, storage=world.backend.storage, clock=world.clock)
+    world.send(job_id)
+    world.meanwhile.busy.add("records.upsert")
+    first = world.deliver()
+    world.meanwhile.busy.clear()
+    assert first.id in world.log.deleted and _notes(world, job_id) == []
+
+    # When the job is resumed, the resume cannot reach it ...
+    _resume(world, job_id)
+    assert world.visible() == []
+
+    # ... but it comes back when its park ends, and runs
+    world.let_pass(PARK_MIN_SECONDS, world.log.sent[-1])
+    world.deliver()
+    assert world.task(job_id).state == "done"
+
+
+def test_a_park_noted_by_a_worker_that_had_not_seen_the_resume_is_brought_back_too(
+    world: World, monkeypatch: pytest.MonkeyPatch
+):
+    # Given a paused job whose first chunk's message is parked
+    job_id = world.job([{"act": "ok"}, {"act": "ok"}])
+    manage.pause(job_id, storage=world.backend.storage, clock=world.clock)
+    world.send(job_id, index=0)
+    world.deliver()
+    sleep = world.clock.sleep
+
+    def park_meanwhile(seconds: float) -> None:
+        # The worker, its record of the job still fresh, parks the second chunk's
+        # message after the resume's first look at the notes
+        monkeypatch.setattr(world.clock, "sleep", sleep)
+        world.send(job_id, index=1)
+        world.deliver()
+        assert len(_notes(world, job_id)) == 1
+        sleep(seconds)
+
+    monkeypatch.setattr(world.clock, "sleep", park_meanwhile)
+
+    # When the job is resumed, both are back at once
+    _resume(world, job_id)
+    back = world.receive_all()
+    assert sorted(messages.decode(message.body).index for message in back) == [0, 1]
+    assert world.log.delays == [PARK_MIN_SECONDS] * 2 and _notes(world, job_id) == []
+    for message in back:
+        world.deliver(message)
+    assert [world.task(job_id, index=i).state for i in (0, 1)] == ["done", "done"]
+
+
+def test_a_resume_skips_a_parked_copy_received_since(world: World):
+    # Given a parked copy whose park ended: a worker holds it now
+    job_id = world.job([{"act": "ok"}])
+    manage.pause(job_id, storage=world.backend.storage, clock=world.clock)
+    world.send(job_id)
+    world.deliver()
+    world.let_pass(PARK_MIN_SECONDS, world.log.sent[-1])
+    held = world.receive()
+
+    # When the job is resumed, the copy stays with its holder, and the note goes
+    _resume(world, job_id)
+    assert world.visible() == [] and _notes(world, job_id) == []
+    world.deliver(held)
+    assert world.task(job_id).state == "done"
+
+
+def test_a_cancel_brings_parked_messages_back_to_be_deleted_unrun(world: World):
+    job_id = world.job([{"act": "ok"}])
+    manage.pause(job_id, storage=world.backend.storage, clock=world.clock)
+    world.send(job_id)
+    world.deliver()
+
+    _cancel(world, job_id)
+
+    copy = world.receive()  # at once, not minutes later
+    assert _notes(world, job_id) == []
+    world.deliver(copy)
+    assert copy.id in world.log.deleted and world.in_queue() == 0
+    assert world.task(job_id).attempt == 0
+
+
+def test_deleting_a_job_removes_the_notes_of_its_parks(world: World):
+    # Given a job that ended with a note of a park left (its cancel came before the park)
+    job_id = world.job([{"act": "ok"}])
+    manage.pause(job_id, storage=world.backend.storage, clock=world.clock)
+    world.send(job_id)
+    world.deliver()
+    world.store.change_job(job_id, lambda job: {"state": "cancelled"})
+    assert len(_notes(world, job_id)) == 1
+
+    deleted = world.store.delete_job(job_id)
+
+    assert _notes(world, job_id) == [] and deleted.records >= 2
+
+
+def test_a_parked_message_waits_a_quarter_of_the_pause_within_bounds():
+    from datetime import UTC, datetime, timedelta
+
+    now = datetime(2026, 1, 1, tzinfo=UTC)
+    assert park_seconds(now, now) == park_seconds(None, now) == PARK_MIN_SECONDS
+    assert park_seconds(now - timedelta(minutes=40), now) == 600
+    assert park_seconds(now - timedelta(days=1), now) == PARK_MAX_SECONDS
+
+
+def _resume(world: World, job_id: str) -> None:
+    manage.resume(job_id, storage=world.backend.storage, clock=world.clock)
+
+
+def _notes(world: World, job_id: str) -> list[Record]:
+    """The notes of the job's parked messages (checkpoint.parks)."""
+    partition = layout.park_partition(job_id)
+    return list(world.backend.storage.records.query(layout.TASKS_TABLE, partition))
 
 
 # --------------------------------------------------------------------------- failure policy
@@ -452,20 +575,8 @@ def test_a_message_kind_survives_the_park(world: World):
     manage.pause(job_id, storage=world.backend.storage, clock=world.clock)
     world.send(job_id)
     body = world.deliver().body
-    world.clock.advance(PARK_SECONDS)
-    assert messages.decode(_parked_copy(world).body) == messages.decode(body)
-
-
-def _parked_copy(world: World) -> Any:
-    """The parked copy, once its delay has passed: at once on the embedded store, whose
-    clock the test moved; on Azurite, on server time (PARK_SECONDS, waited for)."""
-    deadline = time.monotonic() + PARK_SECONDS + 10
-    while True:
-        found = world.receive_all(1)
-        if found or world.backend.clock is not None or time.monotonic() > deadline:
-            (message,) = found
-            return message
-        time.sleep(0.25)
+    _resume(world, job_id)
+    assert messages.decode(world.receive().body) == messages.decode(body)
 
 
 def test_a_cancelled_job_is_not_redriven_and_the_advice_given_works(world: World):

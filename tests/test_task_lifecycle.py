@@ -116,10 +116,15 @@ class QueueLog:
         self.deleted: list[str] = []
         #: ``delay_seconds`` of each message the worker sent (a parked copy, say).
         self.delays: list[int] = []
+        #: Each message the worker sent, as the send returned it.
+        self.sent: list[QueueMessage] = []
 
     def send(self, queue: str, body: bytes, **options: Any) -> QueueMessage:
         sent = self._queues.send(queue, body, **options)
         self.delays.append(options.get("delay_seconds", 0))
+        self.sent.append(sent)
+        assert sent.pop_receipt is not None
+        self.receipts[sent.id] = sent.pop_receipt
         return sent
 
     def receive(self, queue: str, **options: Any) -> list[QueueMessage]:

@@ -79,6 +79,25 @@ def test_update_returns_new_receipt_and_old_one_stops_working(backend):
     assert queues.approximate_length(name) == 0
 
 
+def test_a_sent_messages_receipt_brings_it_back_before_its_delay_until_it_is_received(backend):
+    # What a resume relies on (checkpoint.parks): a send's receipt reaches the message
+    queues = backend.storage.queues
+    name = backend.queue()
+    sent = queues.send(name, b"parked", delay_seconds=600)
+    assert sent.pop_receipt and queues.receive(name) == []
+
+    # When it is made visible with the receipt the send returned
+    back = queues.update(name, sent.id, sent.pop_receipt, visibility_seconds=0)
+
+    # Then it is received at once, its first delivery
+    received = only(queues.receive(name))
+    assert received.id == sent.id and received.dequeue_count == 1
+    # And the send's receipt, and the update's, stopped working with the receive
+    for stale in (sent.pop_receipt, back.pop_receipt):
+        with fails_with(LeaseLost, status=400, code="PopReceiptMismatch"):
+            queues.update(name, sent.id, stale, visibility_seconds=0)
+
+
 def test_update_chain_always_uses_the_newest_receipt(backend):
     queues = backend.storage.queues
     name = backend.queue()
