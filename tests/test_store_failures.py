@@ -273,11 +273,6 @@ def test_a_busy_planning_page_is_recorded_once_when_tried_again(world: World):
     assert [p.etag for p in planned] == [world.stored(i).etag for i in range(3)]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: settle.insert_many re-raises the lost answer of a batch it has just "
-    "found applied when the budget allows no other try (its outcome is complete)",
-)
 def test_a_planning_page_applied_with_its_answer_lost_at_the_budgets_end_is_planned(
     world: World,
 ):
