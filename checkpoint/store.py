@@ -577,8 +577,8 @@ class CheckpointStore:
         counts = self._counters.get(partition) or self._read_counts(partition, budget)
         while True:
             if not group:
-                return _counts(counts.properties, first.job_id, layout.shard_of(first.index))
-            old = _counts(counts.properties, first.job_id, layout.shard_of(first.index))[name]
+                return _counts(counts, first.job_id, layout.shard_of(first.index))
+            old = _counts(counts, first.job_id, layout.shard_of(first.index))[name]
             new_counts = {**counts.properties, name: old + step * len(group)}
             new_counts[WRITER] = settle.one_off()
             ops = [
@@ -608,7 +608,7 @@ class CheckpointStore:
                 # A merge's answer holds only what it changed; a read, the whole record.
                 whole = replace(record, properties={**task.properties, **record.properties})
                 outcome[i] = TaskRecord.from_record(task.job_id, "chunk", task.index, whole)
-            return _counts(counts.properties, first.job_id, layout.shard_of(first.index))
+            return _counts(counts, first.job_id, layout.shard_of(first.index))
 
     def _batch_settled(self, partition: str, ops: list[BatchOp]) -> list[Record]:
         """Apply ``ops`` as one batch; returns each row as written. After a failure that
@@ -676,7 +676,7 @@ class CheckpointStore:
         record = self._given(budget).call(
             lambda: self._records.get(layout.TASKS_TABLE, partition, layout.COUNTS_ROW)
         )
-        return _counts(record.properties, job_id, shard)
+        return _counts(record, job_id, shard)
 
     def counts(self, job_id: str, budget: Budget | None = None) -> dict[str, int]:
         """Done and poisoned chunks of the job, summed over its shards."""
@@ -767,13 +767,17 @@ class CheckpointStore:
             yield task.index, self.value(task.properties, OUTPUTS, default={}, of=task.name)
 
 
-def _counts(properties: Mapping[str, Any], job_id: str, shard: int) -> dict[str, int]:
+def _counts(record: Record, job_id: str, shard: int) -> dict[str, int]:
     """A counter row's counts (its other properties, such as the writer, left out).
 
     Raises:
-        BadRecord: a count is not a whole number (a hand edit, another version): nobody
-            knows the right count, so nothing can be counted on top of it.
+        BadRecord: a count is not a whole number, or the row cannot be read at all (a
+            hand edit, another version): nobody knows the right count, so nothing can
+            be counted on top of it.
     """
+    if record.unreadable is not None:
+        raise BadRecord(f"shard {shard} counter of job {job_id!r}: {record.unreadable}")
+    properties: Mapping[str, Any] = record.properties  # checked whole just below
     counts = {name: properties.get(name, 0) for name in COUNTERS}
     if not all(checks.is_whole(value) for value in counts.values()):
         raise BadRecord(f"shard {shard} counter of job {job_id!r}: {counts!r} is not counts")
