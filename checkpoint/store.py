@@ -32,7 +32,14 @@ from checkpoint.errors import (
     NotFound,
     StorageError,
 )
-from checkpoint.records import OUTPUTS, SPILL_BYTES, JobRecord, TaskKind, TaskRecord
+from checkpoint.records import (
+    OUTPUTS,
+    SPILL_BYTES,
+    TASK_STATES,
+    JobRecord,
+    TaskKind,
+    TaskRecord,
+)
 from checkpoint.retries import TRANSIENT, Budget
 from checkpoint.settle import WRITER, token_of
 from checkpoint.storage import ANY_ETAG, BatchOp, Record, Storage, Where
@@ -743,17 +750,31 @@ class CheckpointStore:
         query = self._records.query(layout.TASKS_TABLE, partition, where, limit=QUERY_PAGE_ROWS)
         return list(query)
 
-    def poisoned_tasks(self, job_id: str) -> Iterator[TaskRecord]:
-        """The job's poisoned chunks in index order, then its planning or finalize if
-        poisoned."""
-        yield from self.chunks(job_id, ("poisoned",))
+    def poisoned_tasks(
+        self, job_id: str, budget: Budget | None = None
+    ) -> Iterator[tuple[TaskKind, int, TaskRecord | BadRecord]]:
+        """``(kind, index, task)`` of the job's poisoned chunks in index order, then its
+        planning or finalize if poisoned; a BadRecord saying why for a record that
+        cannot be read, unless the state it stores is readable and another."""
+        budget = self._given(budget)
+        for index, chunk in self.scan_chunks(job_id, ("poisoned",), budget):
+            yield "chunk", index, chunk
         for kind in ("plan", "final"):
+            partition, row = self._keys(job_id, kind, 0)
+            read = functools.partial(self._records.get, layout.TASKS_TABLE, partition, row)
             try:
-                task = self.get_task(job_id, kind, 0)
+                record = budget.call(read)
             except NotFound:
                 continue
+            try:
+                task = TaskRecord.from_record(job_id, kind, 0, record)
+            except BadRecord as bad:
+                state = record.properties.get("state")
+                if state not in TASK_STATES or state == "poisoned":
+                    yield kind, 0, bad
+                continue
             if task.state == "poisoned":
-                yield task
+                yield kind, 0, task
 
     def results(self, job_id: str, budget: Budget | None = None) -> Iterator[tuple[int, Any]]:
         """``(index, result)`` of every done chunk, in index order."""

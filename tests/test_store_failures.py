@@ -575,7 +575,7 @@ def test_poisoned_tasks_of_a_job_without_planning_or_finalize_records_are_its_ch
     (task,) = world.chunks(1)
     world.plain.count_chunk(task, {"state": "poisoned"}, {}, "poisoned")
 
-    assert [t.index for t in world.store.poisoned_tasks(world.job_id)] == [0]
+    assert [i for _, i, _ in world.store.poisoned_tasks(world.job_id)] == [0]
 
 
 def test_a_garbled_task_record_is_found_as_it_is_to_be_written_over(world: World):
