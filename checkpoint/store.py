@@ -113,14 +113,23 @@ class CheckpointStore:
         return {field: b"", f"{field}_blob": name}
 
     def value(
-        self, properties: Mapping[str, Any], field: str, default: Any = None, of: str = "record"
+        self,
+        properties: Mapping[str, Any],
+        field: str,
+        default: Any = None,
+        of: str = "record",
+        required: bool = False,
     ) -> Any:
         """A stored field's value, read from its blob if it was spilled.
 
         Raises BadRecord naming ``of`` (the record, as ``TaskRecord.name`` says it) and
-        the field if what is stored there is not a msgpack value or its blob is gone.
+        the field if what is stored there is not a msgpack value or its blob is gone,
+        or, if ``required``, if the record holds neither the value nor its blob (every
+        write of it stores one: None is stored as msgpack's nil).
         """
         blob, data = properties.get(f"{field}_blob"), properties.get(field)
+        if required and not blob and not data:
+            raise BadRecord(f"{of}: {field} is missing")
         try:
             if blob:
                 if not isinstance(blob, str):

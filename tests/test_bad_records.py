@@ -233,6 +233,27 @@ def test_three_garbled_chunks_are_poisoned_and_the_job_ends_failed(
     assert {c["index"] for c in report["poisoned"]} == {1, 2, 3}
 
 
+def test_a_chunk_whose_record_lost_its_payload_is_poisoned_never_run_on_none(
+    backend: Backend,
+):
+    # Given a planned job whose chunk 1 record was replaced by one without its payload
+    # (as after a row that could not be read was written over, then redriven)
+    storage = backend.storage
+    job_id = _planned(storage, chunks=2)
+    partition = layout.shard_partition(job_id, layout.shard_of(1))
+    storage.records.replace(
+        layout.TASKS_TABLE, partition, layout.chunk_row(1), {"state": "waiting", "attempt": 0},
+        etag=ANY_ETAG,
+    )
+
+    # When a burst worker runs, then the chunk is poisoned before any user code
+    assert WorkerLoop(storage, [Doubling], WorkerSettings(burst=True)).run() == 0
+    task = CheckpointStore(storage).get_task(job_id, "chunk", 1)
+    assert task.state == "poisoned" and task.error is not None
+    assert task.error["message"] == f"chunk 1 of job {job_id!r}: payload is missing"
+    assert _poison_reasons(storage, job_id) == {1: task.error["message"]}
+
+
 def test_status_shows_unreadable_records_without_a_traceback(
     backend: Backend, request: pytest.FixtureRequest, tmp_path
 ):
