@@ -162,6 +162,27 @@ def check_range(offset: int, length: int | None) -> None:
             )
 
 
+def check_put_conditions(if_match: str | None, if_none_match: bool) -> None:
+    """A blob write takes ``if_match`` or ``if_none_match``, not both: together they
+    ask for a blob that both exists with that ETag and does not exist."""
+    if if_match is not None and if_none_match:
+        raise InvalidRequest("give if_match or if_none_match, not both", code="InvalidInput")
+
+
+def check_lease(message_id: str, pop_receipt: str) -> None:
+    """A message id and pop receipt as a receive returned them: non-empty strings.
+
+    Azure refuses a request without either (400 MissingRequiredQueryParameter) and the
+    SDK raises ValueError for an empty receipt; neither means the lease was lost.
+    """
+    for name, value in (("message_id", message_id), ("pop_receipt", pop_receipt)):
+        if not isinstance(value, str) or not value:
+            raise InvalidRequest(
+                f"{name} must be the non-empty string a receive returned, not {value!r}",
+                code="MissingRequiredQueryParameter",
+            )
+
+
 def check_ttl(ttl_seconds: int | None, delay_seconds: int) -> int:
     """TTL in seconds: None for the 7-day default, -1 for never, else >= 1 and > delay."""
     if ttl_seconds is None:

@@ -265,6 +265,9 @@ class Properties:
     """
 
     def __init__(self, record: Record, name: str):
+        """Raises BadRecord if the backend could not decode the record at all."""
+        if record.unreadable is not None:
+            raise BadRecord(f"{name}: {record.unreadable}")
         self.properties = dict(record.properties)
         self._name = name
 

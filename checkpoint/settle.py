@@ -176,6 +176,8 @@ def insert_many(
             raise _Again from failed
         except TRANSIENT:
             _read_existing(records, table, partition_key, ops, outcome)
+            if len(outcome) == len(ops):
+                return  # applied after all (its answer lost): nothing is left to try
             raise
         for op, etag in zip(missing, etags, strict=True):
             outcome[op.row_key] = Record(partition_key, op.row_key, dict(op.properties), etag)

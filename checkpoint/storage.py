@@ -149,13 +149,24 @@ class QueueStore(Protocol):
 
 @dataclass(frozen=True)
 class Record:
-    """A table entity: its keys, its properties and the ETag of this version."""
+    """A table entity: its keys, its properties and the ETag of this version.
+
+    ``unreadable`` says why a backend could not decode what it stores for the record
+    (the embedded store's row is not msgpack after a hand edit, say); its properties
+    are then empty, and reading it as a job or task raises BadRecord with that reason.
+    Its keys and timestamp are real, and its ETag is one of its own: a write
+    conditional on it can write over the record (a merge keeps none of it), while a
+    merge with an ETag read before the record became unreadable is a Conflict. A query
+    returns it whatever its property conditions, so a scan names it instead of failing
+    or hiding it.
+    """
 
     partition_key: str
     row_key: str
     properties: Mapping[str, PropertyValue]
     etag: str
     timestamp: datetime | None = None
+    unreadable: str | None = None
 
 
 #: Match any version in a conditional write (``If-Match: *``).

@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import functools
 import heapq
+import logging
 import secrets
 import uuid
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -31,10 +32,19 @@ from checkpoint.errors import (
     NotFound,
     StorageError,
 )
-from checkpoint.records import OUTPUTS, SPILL_BYTES, JobRecord, TaskKind, TaskRecord
+from checkpoint.records import (
+    OUTPUTS,
+    SPILL_BYTES,
+    TASK_STATES,
+    JobRecord,
+    TaskKind,
+    TaskRecord,
+)
 from checkpoint.retries import TRANSIENT, Budget
 from checkpoint.settle import WRITER, token_of
 from checkpoint.storage import ANY_ETAG, BatchOp, Record, Storage, Where
+
+log = logging.getLogger(__name__)
 
 #: The counts a shard's counter row holds.
 COUNTERS = ("done", "poisoned")
@@ -103,14 +113,23 @@ class CheckpointStore:
         return {field: b"", f"{field}_blob": name}
 
     def value(
-        self, properties: Mapping[str, Any], field: str, default: Any = None, of: str = "record"
+        self,
+        properties: Mapping[str, Any],
+        field: str,
+        default: Any = None,
+        of: str = "record",
+        required: bool = False,
     ) -> Any:
         """A stored field's value, read from its blob if it was spilled.
 
         Raises BadRecord naming ``of`` (the record, as ``TaskRecord.name`` says it) and
-        the field if what is stored there is not a msgpack value or its blob is gone.
+        the field if what is stored there is not a msgpack value or its blob is gone,
+        or, if ``required``, if the record holds neither the value nor its blob (every
+        write of it stores one: None is stored as msgpack's nil).
         """
         blob, data = properties.get(f"{field}_blob"), properties.get(field)
+        if required and not blob and not data:
+            raise BadRecord(f"{of}: {field} is missing")
         try:
             if blob:
                 if not isinstance(blob, str):
@@ -139,6 +158,19 @@ class CheckpointStore:
 
     def _written_blobs(self, changes: Mapping[str, Any]) -> list[str]:
         return [v for k, v in changes.items() if k.endswith("_blob") and v]
+
+    def _drop_blobs(self, unwritten: Iterable[Mapping[str, Any]]) -> None:
+        """Delete the blobs spilled for writes known not applied: nothing names them.
+
+        Best effort, called while the write's own error is raised: a blob that cannot
+        be deleted now is left (deleting the job removes it) rather than the caller
+        being told of the delete's trouble instead of why its write failed."""
+        for properties in unwritten:
+            for name in self._written_blobs(properties):
+                try:
+                    self._delete_blob(name)
+                except StorageError as error:
+                    log.warning("spilled blob %s of an unwritten record left: %s", name, error)
 
     # ----------------------------------------------------------------- jobs
 
@@ -172,13 +204,17 @@ class CheckpointStore:
         }
         # Counters first: a job record never exists without them, even after a submit
         # that died half-way (its re-submit would otherwise find the job and stop there).
-        self._create_counters(job_id, budget)
-        mine = settle.insert(
-            self._records, layout.JOBS_TABLE, layout.JOBS_PARTITION, job_id, properties, budget
-        )
+        try:
+            self._create_counters(job_id, budget)
+            mine = settle.insert(
+                self._records, layout.JOBS_TABLE, layout.JOBS_PARTITION, job_id, properties, budget
+            )
+        except StorageError as error:
+            if refused(error):
+                self._drop_blobs([properties])
+            raise
         if mine is None:
-            for name in self._written_blobs(properties):
-                self._delete_blob(name)
+            self._drop_blobs([properties])
             return self.get_job(job_id, budget), False
         return JobRecord.from_record(mine), True
 
@@ -336,33 +372,39 @@ class CheckpointStore:
         planned (see :class:`PlannedChunk`)."""
         budget = self._given(budget)
         token = settle.one_off()  # tells this call's inserts from an earlier attempt's
-        by_shard: dict[int, list[tuple[int, BatchOp]]] = {}
-        for offset, payload in enumerate(payloads):
-            index = first_index + offset
-            properties = {
-                "state": "waiting",
-                "attempt": 0,
-                "incarnation": incarnation,
-                WRITER: token,
-                **self._put_value((job_id, "chunk", index), "payload", payload),
-            }
-            op = BatchOp("insert", layout.chunk_row(index), properties)
-            by_shard.setdefault(layout.shard_of(index), []).append((index, op))
+        ops: list[tuple[int, BatchOp]] = []
+        try:
+            for offset, payload in enumerate(payloads):
+                index = first_index + offset
+                properties = {
+                    "state": "waiting",
+                    "attempt": 0,
+                    "incarnation": incarnation,
+                    WRITER: token,
+                    **self._put_value((job_id, "chunk", index), "payload", payload),
+                }
+                ops.append((index, BatchOp("insert", layout.chunk_row(index), properties)))
+        except CodecError:
+            self._drop_blobs(op.properties for _, op in ops)  # nothing was recorded
+            raise
         planned = [PlannedChunk(first_index + offset) for offset in range(len(payloads))]
-        for shard, indexed in by_shard.items():
-            partition = layout.shard_partition(job_id, shard)
-            for start in range(0, len(indexed), BATCH_ROWS):
-                page = indexed[start : start + BATCH_ROWS]
+        pages = _planning_pages(job_id, ops)
+        for number, (partition, page) in enumerate(pages):
+            try:
                 records = settle.insert_many(
                     self._records, layout.TASKS_TABLE, partition, [op for _, op in page], budget
                 )
-                for (index, op), record in zip(page, records, strict=True):
-                    payload = op.properties["payload"]
-                    if record is None:
-                        for name in self._written_blobs(op.properties):
-                            self._delete_blob(name)  # the existing chunk keeps its own
-                    elif isinstance(payload, bytes) and payload:
-                        planned[index - first_index] = PlannedChunk(index, record.etag, payload)
+            except StorageError as error:
+                # Pages not sent are not recorded, nor is this one if it was refused.
+                unsent = pages[number if refused(error) else number + 1 :]
+                self._drop_blobs(op.properties for _, later in unsent for _, op in later)
+                raise
+            for (index, op), record in zip(page, records, strict=True):
+                payload = op.properties["payload"]
+                if record is None:
+                    self._drop_blobs([op.properties])  # the existing chunk keeps its own
+                elif isinstance(payload, bytes) and payload:
+                    planned[index - first_index] = PlannedChunk(index, record.etag, payload)
         return planned
 
     def planned_task(self, job_id: str, index: int, etag: str, payload: bytes) -> TaskRecord:
@@ -439,9 +481,9 @@ class CheckpointStore:
             written = settle.merge(
                 self._records, layout.TASKS_TABLE, before, merged, self._given(budget)
             )
-        except (Conflict, NotFound):
-            for name in self._written_blobs(merged):
-                self._delete_blob(name)
+        except StorageError as error:
+            if refused(error):
+                self._drop_blobs([merged])
             raise
         self._drop_replaced_blobs(task.properties, merged)
         return TaskRecord.from_record(task.job_id, task.kind, task.index, written)
@@ -509,14 +551,27 @@ class CheckpointStore:
         outcome: dict[int, TaskRecord | StorageError] = {}  # by position in ``ended``
         counts: dict[str, int] = {}
         budget = self._given(budget)
-        for group in _batches(range(len(ended)), [_size(final) for _, final in ended]):
-            counts = self._count_batch(list(ended), group, counter, outcome, budget)
+        groups = list(_batches(range(len(ended)), [_size(final) for _, final in ended]))
+        for number, group in enumerate(groups):
+            try:
+                counts = self._count_batch(list(ended), group, counter, outcome, budget)
+            except (StorageError, BadRecord) as error:
+                # Groups not sent are not written, nor is this one if it was refused,
+                # nor a chunk someone else wrote (its error is its outcome).
+                first_unsent = number if refused(error) else number + 1
+                unsent = {i for later in groups[first_unsent:] for i in later}
+                self._drop_blobs(
+                    final
+                    for i, (_, final) in enumerate(ended)
+                    if isinstance(outcome.get(i), StorageError)
+                    or (i in unsent and i not in outcome)
+                )
+                raise
         # Each batch gives every chunk of its group an outcome, or raises.
         results = [outcome[position] for position in range(len(ended))]
         for (task, final), result in zip(ended, results, strict=True):
             if isinstance(result, StorageError):
-                for name in self._written_blobs(final):
-                    self._delete_blob(name)
+                self._drop_blobs([final])
             else:
                 self._drop_replaced_blobs(task.properties, final)
         return results, counts
@@ -538,8 +593,8 @@ class CheckpointStore:
         counts = self._counters.get(partition) or self._read_counts(partition, budget)
         while True:
             if not group:
-                return _counts(counts.properties, first.job_id, layout.shard_of(first.index))
-            old = _counts(counts.properties, first.job_id, layout.shard_of(first.index))[name]
+                return _counts(counts, first.job_id, layout.shard_of(first.index))
+            old = _counts(counts, first.job_id, layout.shard_of(first.index))[name]
             new_counts = {**counts.properties, name: old + step * len(group)}
             new_counts[WRITER] = settle.one_off()
             ops = [
@@ -569,7 +624,7 @@ class CheckpointStore:
                 # A merge's answer holds only what it changed; a read, the whole record.
                 whole = replace(record, properties={**task.properties, **record.properties})
                 outcome[i] = TaskRecord.from_record(task.job_id, "chunk", task.index, whole)
-            return _counts(counts.properties, first.job_id, layout.shard_of(first.index))
+            return _counts(counts, first.job_id, layout.shard_of(first.index))
 
     def _batch_settled(self, partition: str, ops: list[BatchOp]) -> list[Record]:
         """Apply ``ops`` as one batch; returns each row as written. After a failure that
@@ -637,7 +692,7 @@ class CheckpointStore:
         record = self._given(budget).call(
             lambda: self._records.get(layout.TASKS_TABLE, partition, layout.COUNTS_ROW)
         )
-        return _counts(record.properties, job_id, shard)
+        return _counts(record, job_id, shard)
 
     def counts(self, job_id: str, budget: Budget | None = None) -> dict[str, int]:
         """Done and poisoned chunks of the job, summed over its shards."""
@@ -704,17 +759,31 @@ class CheckpointStore:
         query = self._records.query(layout.TASKS_TABLE, partition, where, limit=QUERY_PAGE_ROWS)
         return list(query)
 
-    def poisoned_tasks(self, job_id: str) -> Iterator[TaskRecord]:
-        """The job's poisoned chunks in index order, then its planning or finalize if
-        poisoned."""
-        yield from self.chunks(job_id, ("poisoned",))
+    def poisoned_tasks(
+        self, job_id: str, budget: Budget | None = None
+    ) -> Iterator[tuple[TaskKind, int, TaskRecord | BadRecord]]:
+        """``(kind, index, task)`` of the job's poisoned chunks in index order, then its
+        planning or finalize if poisoned; a BadRecord saying why for a record that
+        cannot be read, unless the state it stores is readable and another."""
+        budget = self._given(budget)
+        for index, chunk in self.scan_chunks(job_id, ("poisoned",), budget):
+            yield "chunk", index, chunk
         for kind in ("plan", "final"):
+            partition, row = self._keys(job_id, kind, 0)
+            read = functools.partial(self._records.get, layout.TASKS_TABLE, partition, row)
             try:
-                task = self.get_task(job_id, kind, 0)
+                record = budget.call(read)
             except NotFound:
                 continue
+            try:
+                task = TaskRecord.from_record(job_id, kind, 0, record)
+            except BadRecord as bad:
+                state = record.properties.get("state")
+                if state not in TASK_STATES or state == "poisoned":
+                    yield kind, 0, bad
+                continue
             if task.state == "poisoned":
-                yield task
+                yield kind, 0, task
 
     def results(self, job_id: str, budget: Budget | None = None) -> Iterator[tuple[int, Any]]:
         """``(index, result)`` of every done chunk, in index order."""
@@ -728,17 +797,42 @@ class CheckpointStore:
             yield task.index, self.value(task.properties, OUTPUTS, default={}, of=task.name)
 
 
-def _counts(properties: Mapping[str, Any], job_id: str, shard: int) -> dict[str, int]:
+def _counts(record: Record, job_id: str, shard: int) -> dict[str, int]:
     """A counter row's counts (its other properties, such as the writer, left out).
 
     Raises:
-        BadRecord: a count is not a whole number (a hand edit, another version): nobody
-            knows the right count, so nothing can be counted on top of it.
+        BadRecord: a count is not a whole number, or the row cannot be read at all (a
+            hand edit, another version): nobody knows the right count, so nothing can
+            be counted on top of it.
     """
+    if record.unreadable is not None:
+        raise BadRecord(f"shard {shard} counter of job {job_id!r}: {record.unreadable}")
+    properties: Mapping[str, Any] = record.properties  # checked whole just below
     counts = {name: properties.get(name, 0) for name in COUNTERS}
     if not all(checks.is_whole(value) for value in counts.values()):
         raise BadRecord(f"shard {shard} counter of job {job_id!r}: {counts!r} is not counts")
     return counts
+
+
+def refused(error: Exception) -> bool:
+    """Whether a write that raised ``error`` is known not to have been applied: every
+    error says so but the transient ones, after which it may have been (the answer
+    lost). Blobs spilled for a refused write can go; for the others, not."""
+    return not isinstance(error, TRANSIENT)
+
+
+def _planning_pages(
+    job_id: str, ops: list[tuple[int, BatchOp]]
+) -> list[tuple[str, list[tuple[int, BatchOp]]]]:
+    """``(partition, page)`` of the chunk inserts: by shard, at most BATCH_ROWS a page."""
+    by_shard: dict[int, list[tuple[int, BatchOp]]] = {}
+    for index, op in ops:
+        by_shard.setdefault(layout.shard_of(index), []).append((index, op))
+    return [
+        (layout.shard_partition(job_id, shard), indexed[start : start + BATCH_ROWS])
+        for shard, indexed in by_shard.items()
+        for start in range(0, len(indexed), BATCH_ROWS)
+    ]
 
 
 def _size(properties: Mapping[str, Any]) -> int:

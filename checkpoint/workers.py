@@ -164,6 +164,8 @@ class WorkerBook:
         stale = budget.call(lambda: list(self._query(where, REMOVE_PER_PASS)))
         removed = 0
         for record in stale:
+            if record.unreadable is not None and not _written_before(record, cutoff):
+                continue  # no seen_on to judge by: its last write time says it is recent
             delete = functools.partial(
                 self._records.delete,
                 layout.WORKERS_TABLE,
@@ -182,3 +184,7 @@ class WorkerBook:
         return self._records.query(
             layout.WORKERS_TABLE, layout.WORKERS_PARTITION, where, limit=limit
         )
+
+
+def _written_before(record: Record, cutoff: datetime) -> bool:
+    return record.timestamp is not None and record.timestamp < cutoff

@@ -73,6 +73,7 @@ from jobs.spark_settings import (
     check_remote,
     conf_strings,
 )
+from jobs.summary import JobSummary
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -115,7 +116,7 @@ STOP_POLL_SECONDS = 0.2
 
 
 class ChunkJobGroup:
-    """A chunk's Spark work, cut short as soon as the chunk must stop.
+    """A chunk's Spark work (or finalize's), cut short as soon as the chunk must stop.
 
     Use as a context manager on the chunk's own thread. Inside it every Spark action is
     marked as the chunk's: with a job group in a classic session, with an operation tag
@@ -130,6 +131,10 @@ class ChunkJobGroup:
     :class:`~jobs.errors.ChunkStopped` (the Spark error kept as its cause), raised by
     ``chunk.checkpoint(chunk.state)``, so the newest state is flushed exactly as at any
     checkpoint.
+
+    Given finalize's ``summary`` instead of a chunk, it does the same for finalize:
+    a finalize whose lease was lost (another worker may run it now) has its Spark work
+    cancelled and leaves the block with LeaseLost.
 
     In a Connect session, entering the first block of an attempt also records the
     session with the chunk's claim and, if the chunk was taken over, cuts short what
@@ -150,7 +155,7 @@ class ChunkJobGroup:
     def __init__(
         self,
         spark: SparkSession,
-        chunk: Chunk,
+        chunk: Chunk | JobSummary,
         description: str | None = None,
         *,
         poll_seconds: float = STOP_POLL_SECONDS,
@@ -158,11 +163,19 @@ class ChunkJobGroup:
         self._spark = spark
         self._chunk = chunk
         self._poll_seconds = poll_seconds
-        self.id = f"chunkrunner-{chunk.job_id}-{chunk.index}-{chunk.attempt}-{uuid.uuid4().hex[:8]}"
-        self.attempt_tag = claim_tag(chunk.claim)
-        self.description = description or (
-            f"chunk {chunk.index} of job {chunk.job_id} (attempt {chunk.attempt})"
-        )
+        unique = uuid.uuid4().hex[:8]
+        if isinstance(chunk, JobSummary):
+            # Finalize: no chunk record to record a Connect session with, so no
+            # attempt tag either; a lost lease cancels it all the same.
+            self.id = f"chunkrunner-{chunk.job_id}-finalize-{unique}"
+            self.attempt_tag: str | None = None
+            self.description = description or f"finalize of job {chunk.job_id}"
+        else:
+            self.id = f"chunkrunner-{chunk.job_id}-{chunk.index}-{chunk.attempt}-{unique}"
+            self.attempt_tag = claim_tag(chunk.claim)
+            self.description = description or (
+                f"chunk {chunk.index} of job {chunk.job_id} (attempt {chunk.attempt})"
+            )
         self._interrupter = interrupter_for(spark, self.id, self.description, self.attempt_tag)
         self.cancelled = False
         self._left = threading.Event()
@@ -171,7 +184,7 @@ class ChunkJobGroup:
     def __enter__(self) -> ChunkJobGroup:
         if self._chunk.stopping:
             _raise_stop(self._chunk, None)  # start no Spark work for a chunk that must stop
-        if is_connect(self._spark):
+        if isinstance(self._chunk, Chunk) and is_connect(self._spark):
             # Before any Spark work of the attempt: the previous attempt's operations
             # would otherwise hold the cluster's cores (or write) alongside ours.
             prepare_attempt(self._spark, self._chunk)
@@ -217,12 +230,7 @@ class ChunkJobGroup:
             if not self._chunk.stopping:
                 continue
             if not self.cancelled:
-                log.info(
-                    "chunk %s of %s must stop: cancelling %s",
-                    self._chunk.index,
-                    self._chunk.job_id,
-                    self.id,
-                )
+                log.info("%s must stop: cancelling %s", self.description, self.id)
             try:
                 self.cancel()
             except Exception as error:  # noqa: BLE001 - e.g. a session the server closed
@@ -230,10 +238,14 @@ class ChunkJobGroup:
                 log.debug("cancelling %s failed: %s", self.id, error)
 
 
-def _raise_stop(chunk: Chunk, cause: BaseException | None) -> None:
-    """Raise the chunk's stop exception (flushing the newest state as a checkpoint does)."""
+def _raise_stop(chunk: Chunk | JobSummary, cause: BaseException | None) -> None:
+    """Raise the chunk's stop exception (flushing the newest state as a checkpoint does;
+    finalize has none to flush)."""
     try:
-        chunk.checkpoint(chunk.state)
+        if isinstance(chunk, JobSummary):
+            chunk.raise_if_stopped()
+        else:
+            chunk.checkpoint(chunk.state)
     except (LeaseLost, ChunkStopped) as stop:
         raise stop from cause
     # Unreachable while stopping stays true (it never turns false); if a control
@@ -244,9 +256,13 @@ def _raise_stop(chunk: Chunk, cause: BaseException | None) -> None:
 
 
 def job_group(
-    chunk: Chunk, description: str | None = None, *, spark: SparkSession | None = None
+    chunk: Chunk | JobSummary,
+    description: str | None = None,
+    *,
+    spark: SparkSession | None = None,
 ) -> ChunkJobGroup:
-    """A :class:`ChunkJobGroup` for ``chunk`` on ``spark`` (this process's session if None).
+    """A :class:`ChunkJobGroup` for ``chunk`` (or finalize's ``summary``) on ``spark``
+    (this process's session if None).
 
     For jobs that do not derive from :class:`SparkChunkedJob`.
     """
@@ -306,6 +322,9 @@ class SparkChunkedJob(ChunkedJob):
         """The worker process's SparkSession (built on first use)."""
         return spark_session(SparkSettings.for_job(type(self)))
 
-    def job_group(self, chunk: Chunk, description: str | None = None) -> ChunkJobGroup:
-        """The chunk's Spark job group; use as ``with self.job_group(chunk):``."""
+    def job_group(
+        self, chunk: Chunk | JobSummary, description: str | None = None
+    ) -> ChunkJobGroup:
+        """The chunk's Spark job group; use as ``with self.job_group(chunk):`` in
+        ``process``, and as ``with self.job_group(summary):`` in ``finalize``."""
         return ChunkJobGroup(self.spark, chunk, description)

@@ -23,7 +23,7 @@ import click
 
 from checkpoint.backends import open_storage
 from checkpoint.deletion import Deleted
-from checkpoint.errors import ConfigurationError, RunnerError
+from checkpoint.errors import BadRecord, ConfigurationError, RunnerError
 from checkpoint.limits import MAX_VISIBILITY_SECONDS
 from checkpoint.location import parse_location
 from checkpoint.records import ENDED_JOB_STATES, JOB_STATES, JobRecord
@@ -478,8 +478,15 @@ def poison_redrive(job_id: str, storage: str | None) -> None:
     """Re-run a job's poisoned chunks (fresh attempts); the job can then finish."""
 
     with open_storage(storage, create=False) as opened:
-        count = redrive(CheckpointStore(opened), opened.queues, job_id)
-    click.echo(f"redrove {count} poisoned task(s) of {job_id}")
+        done = redrive(CheckpointStore(opened), opened.queues, job_id)
+    click.echo(f"redrove {done.count} poisoned task(s) of {job_id}")
+    for _, _, problem in done.unreadable:
+        click.echo(f"not redriven, unreadable: {problem}")
+    if done.unreadable:
+        raise BadRecord(
+            f"{len(done.unreadable)} record(s) of {job_id} cannot be read and were left as "
+            "they are (see above); mend or delete them by hand, then redrive again"
+        )
 
 
 @cli.command()

@@ -6,13 +6,19 @@
    unchanged; other jobs' poison messages stay where they are.
 3. A reset task whose poison message is gone (purged by hand, say) gets a new message.
 
+A record that cannot be read (garbled by hand or by another version) is gone past:
+it is reported, left as it is with its poison messages, and the rest is redriven.
+
 The job then leaves ``failed`` and can complete and finalize.
 """
 
 from __future__ import annotations
 
+from collections.abc import Set
+from dataclasses import dataclass, field
+
 from checkpoint import messages
-from checkpoint.errors import BadMessage, Conflict, LeaseLost
+from checkpoint.errors import BadMessage, BadRecord, Conflict, LeaseLost
 from checkpoint.layout import POISON_SUFFIX
 from checkpoint.records import TaskKind
 from checkpoint.storage import NEVER_EXPIRES, QueueStore
@@ -25,8 +31,22 @@ SCAN_VISIBILITY_SECONDS = 30
 _RESET = {"state": "waiting", "owner": "", "attempt": 0}
 
 
-def redrive(store: CheckpointStore, queues: QueueStore, job_id: str) -> int:
-    """Re-run a job's poisoned work; returns how many tasks or messages were redriven."""
+@dataclass(frozen=True)
+class Redriven:
+    """What a redrive did.
+
+    Attributes:
+        count: tasks reset or messages moved back (each task counted once).
+        unreadable: ``(kind, index, problem)`` of each record that cannot be read, so
+            was left as it is, its poison messages with it (nothing can reset it).
+    """
+
+    count: int
+    unreadable: list[tuple[TaskKind, int, str]] = field(default_factory=list)
+
+
+def redrive(store: CheckpointStore, queues: QueueStore, job_id: str) -> Redriven:
+    """Re-run a job's poisoned work, going past records that cannot be read."""
     job = store.get_job(job_id)
     if job.cancelled_on is not None:
         # Its waiting chunks were dropped unrun: reopening it would finish nothing.
@@ -37,8 +57,10 @@ def redrive(store: CheckpointStore, queues: QueueStore, job_id: str) -> int:
             f"it again, submit it under a new --job-id, or `runner delete {job_id}` first "
             "and submit it under this id"
         )
-    reset = _reset_poisoned(store, job_id)
-    moved = move_back(queues, job.queue, job_id, job.incarnation)
+    unreadable: list[tuple[TaskKind, int, str]] = []
+    reset = _reset_poisoned(store, job_id, unreadable)
+    left = {(kind, index) for kind, index, _ in unreadable}
+    moved = move_back(queues, job.queue, job_id, job.incarnation, left_alone=left)
     for kind, index in sorted(reset - moved):
         message = messages.TaskMessage(
             kind, job.job_type, job_id, index, incarnation=job.incarnation
@@ -46,12 +68,18 @@ def redrive(store: CheckpointStore, queues: QueueStore, job_id: str) -> int:
         queues.send(job.queue, messages.encode(message), ttl_seconds=NEVER_EXPIRES)
     if reset or moved:
         _reopen(store, job_id)
-    return len(reset | moved)
+    return Redriven(len(reset | moved), unreadable)
 
 
-def _reset_poisoned(store: CheckpointStore, job_id: str) -> set[tuple[TaskKind, int]]:
+def _reset_poisoned(
+    store: CheckpointStore, job_id: str, unreadable: list[tuple[TaskKind, int, str]]
+) -> set[tuple[TaskKind, int]]:
+    """Reset every poisoned task that can be read; note the others in ``unreadable``."""
     reset: set[tuple[TaskKind, int]] = set()
-    for task in list(store.poisoned_tasks(job_id)):
+    for kind, index, task in list(store.poisoned_tasks(job_id)):
+        if isinstance(task, BadRecord):
+            unreadable.append((kind, index, str(task)))
+            continue
         try:
             if task.kind == "chunk":
                 store.count_chunk(task, _RESET, {}, "-poisoned")
@@ -77,14 +105,20 @@ def _reopen(store: CheckpointStore, job_id: str) -> None:
 
 
 def move_back(
-    queues: QueueStore, queue: str, job_id: str, incarnation: str | None
+    queues: QueueStore,
+    queue: str,
+    job_id: str,
+    incarnation: str | None,
+    left_alone: Set[tuple[TaskKind, int]] = frozenset(),
 ) -> set[tuple[TaskKind, int]]:
     """Move ``job_id``'s messages from ``<queue>-poison`` back to ``queue``; returns the
     tasks they name. Sent before deleted: a crash in between leaves a duplicate, which
     the claim step drops, never a loss.
 
     Messages of another ``incarnation`` (an earlier job of this id, deleted since) are
-    not this job's: they stay, and its tasks get fresh messages instead."""
+    not this job's: they stay, and its tasks get fresh messages instead. So do those
+    of the tasks in ``left_alone`` (their records cannot be read: a worker would only
+    poison them again)."""
     moved: set[tuple[TaskKind, int]] = set()
     poison_queue = queue + POISON_SUFFIX
     while True:
@@ -99,6 +133,8 @@ def move_back(
                 continue
             body, task = original
             if task.job_id != job_id or task.incarnation not in (None, incarnation):
+                continue
+            if (task.kind, task.index) in left_alone:
                 continue
             queues.send(queue, body, ttl_seconds=NEVER_EXPIRES)
             try:

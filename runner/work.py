@@ -44,7 +44,9 @@ def run_user_code(
     payload, state = runner_side(
         lambda: budget.call(
             lambda: (
-                store.value(task.properties, "payload", of=task.name),
+                # Required: a record that lost it (written over when it could not
+                # be read) must not run the chunk on a payload of None.
+                store.value(task.properties, "payload", of=task.name, required=True),
                 store.value(task.properties, "progress", of=task.name),
             )
         ),

@@ -1,6 +1,7 @@
 """The decoders of what others can write never fail but in their own way: a queue
-message only with BadMessage, a record only with BadRecord, msgpack only with
-CodecError, whatever the input (hypothesis, derandomized so CI sees the same cases)."""
+message only with BadMessage, a record only with BadRecord, msgpack and the embedded
+store's rows only with CodecError, whatever the input (hypothesis, derandomized so CI
+sees the same cases)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from checkpoint import codec, messages
+from checkpoint.backends.embedded import entities
 from checkpoint.errors import BadMessage, BadRecord, CodecError
 from checkpoint.records import JobRecord, TaskRecord
 from checkpoint.storage import Record
@@ -100,6 +102,55 @@ def test_codec_decode_of_any_bytes_is_a_value_or_a_codec_error(data: bytes):
         codec.decode(data)
     except CodecError:
         pass
+
+
+def _property_values_only(found: dict[str, Any]) -> bool:
+    return all(
+        isinstance(name, str)
+        and (value is None or isinstance(value, (str, int, float, bool, bytes, datetime)))
+        for name, value in found.items()
+    )
+
+
+@FUZZ
+@given(st.binary(max_size=200))
+def test_an_embedded_row_of_any_bytes_is_properties_or_a_codec_error(data: bytes):
+    try:
+        found = entities.unpack(data)
+    except CodecError as error:
+        assert str(error).startswith("its stored row ")
+        return
+    assert isinstance(found, dict) and _property_values_only(found)
+
+
+@FUZZ
+@given(st.one_of(structures, properties))
+def test_an_embedded_row_of_any_msgpack_is_properties_or_a_codec_error(value: Any):
+    try:
+        data = _packed(value)
+    except (TypeError, ValueError, OverflowError):
+        return  # not msgpack-able: no such row can exist
+    try:
+        found = entities.unpack(data)
+    except CodecError as error:
+        assert str(error).startswith("its stored row ")
+        return
+    assert isinstance(found, dict) and _property_values_only(found)
+
+
+@FUZZ
+@given(st.binary(max_size=200))
+def test_a_task_record_of_any_stored_row_is_read_or_a_bad_record(data: bytes):
+    try:
+        found, unreadable = entities.unpack(data), None
+    except CodecError as error:
+        found, unreadable = {}, str(error)
+    record = Record("p", "c000000000007", found, "e", unreadable=unreadable)
+    try:
+        TaskRecord.from_record("job-x", "chunk", 7, record)
+    except BadRecord as bad:
+        assert str(bad).startswith("chunk 7 of job 'job-x': ")
+        assert unreadable is None or str(bad).endswith(unreadable)
 
 
 @FUZZ

@@ -311,7 +311,7 @@ def test_a_redrive_leaves_an_earlier_jobs_poison_messages_of_that_id_alone(world
     earlier = messages.TaskMessage("chunk", VERDICTS, job_id, 0, incarnation="e" * 16)
     _poisoned_copy(world, messages.encode(earlier))
 
-    assert redrive(world.store, world.backend.storage.queues, job_id) == 1
+    assert redrive(world.store, world.backend.storage.queues, job_id).count == 1
 
     # Then the chunk gets a fresh message of its own job; the earlier one stays put
     current = world.job_record(job_id).incarnation

@@ -11,6 +11,7 @@ import queue
 import time
 from dataclasses import asdict
 from decimal import Decimal
+from types import SimpleNamespace
 from typing import Any
 
 import pyspark  # noqa: F401  - a missing spark extra must fail here, never skip
@@ -37,6 +38,7 @@ from jobs.spark import (
     stop_spark,
     write_chunk_output,
 )
+from jobs.summary import JobSummary
 from jobs.testing import ChunkEnvironment
 from tests import output_races
 from tests.output_races import OutputJob, attempts_of, chunk_of
@@ -160,6 +162,40 @@ def test_a_chunk_that_must_stop_has_its_spark_job_cancelled(spark, trigger, swal
     # a stop flushes the newest state; a lost lease writes nothing more
     assert env.durable == (["started"] if trigger == "stop" else [])
     # and the session goes on serving other chunks
+    assert spark.range(3).count() == 3
+
+
+class SleepyFinalize(LocalSparkJob):
+    """A finalize whose one Spark action would run for SLEEP_SECONDS."""
+
+    def finalize(self, params: Any, summary: JobSummary) -> None:
+        with self.job_group(summary) as group:
+            RUNNING.put(group.id)
+            self.spark.range(0, 2, numPartitions=2).rdd.map(
+                lambda key: time.sleep(SLEEP_SECONDS) or key
+            ).count()
+
+
+def test_a_finalize_that_loses_its_lease_has_its_spark_job_cancelled(spark):
+    # Given finalize busy in a long Spark action on its own thread, under a lease
+    lease = ChunkEnvironment(SleepyFinalize, job_id="fenced")
+    summary = JobSummary("fenced", 0, 0, lambda: iter(()), lease)
+    thread, outcome = run_in_thread(
+        SimpleNamespace(run=lambda: SleepyFinalize().finalize(None, summary))
+    )
+    group = RUNNING.get(timeout=60)
+    assert group.startswith("chunkrunner-fenced-finalize-")
+    _wait_for_job(spark, group)
+
+    # When its lease is lost (another worker may run finalize now)
+    asked_at = time.monotonic()
+    lease.lose_lease()
+    thread.join(CANCEL_BOUND_SECONDS)
+
+    # Then its Spark job is cancelled at once and finalize ends with LeaseLost
+    assert not thread.is_alive(), "the Spark job was not cancelled"
+    assert time.monotonic() - asked_at < CANCEL_BOUND_SECONDS
+    assert len(outcome) == 1 and isinstance(outcome[0], LeaseLost), outcome
     assert spark.range(3).count() == 3
 
 

@@ -443,7 +443,7 @@ def test_poisoned_tasks_lists_chunks_in_order_then_planning_and_finalize(
     final = store.ensure_task(job_id, "final")
     store.write_task(final, {"state": "poisoned"})
 
-    found = [(task.kind, task.index) for task in store.poisoned_tasks(job_id)]
+    found = [(kind, index) for kind, index, _ in store.poisoned_tasks(job_id)]
 
     assert found == [("chunk", 1), ("chunk", 3), ("final", 0)]
 

@@ -24,11 +24,13 @@ from checkpoint.errors import (
     AlreadyExists,
     BadRecord,
     BatchFailed,
+    CodecError,
     Conflict,
     InvalidRequest,
     NotFound,
     StorageError,
     Throttled,
+    TooLarge,
     Unavailable,
 )
 from checkpoint.faults import FaultyStorage, ScriptedFaults
@@ -186,6 +188,95 @@ def test_a_write_to_a_record_deleted_meanwhile_is_not_found_and_keeps_no_blob(wo
     assert world.blobs() == []  # the spilled state it wrote first was cleaned up
 
 
+def refused(error: StorageError) -> Callable[..., Any]:
+    """The call is refused with ``error``, nothing applied."""
+
+    def how(run: Callable[[], Any], *args: Any, **kwargs: Any) -> Any:
+        raise error
+
+    return how
+
+
+def test_a_write_refused_keeps_no_spilled_blob(world: World):
+    (task,) = world.chunks(1)
+    claimed = claim(world, task)
+    world.twisted.twist("merge", refused(TooLarge("entity too large")))
+
+    with pytest.raises(TooLarge):
+        world.store.write_task(claimed, {}, {"progress": BIG}, token=Writer().next())
+
+    assert world.blobs() == []
+
+
+def test_a_refused_write_whose_blob_cannot_be_deleted_raises_its_own_error(world: World):
+    (task,) = world.chunks(1)
+    claimed = claim(world, task)
+    world.twisted.twist("merge", refused(TooLarge("entity too large")))
+    world.faults.add("blobs.delete", "busy")
+
+    with pytest.raises(TooLarge):
+        world.store.write_task(claimed, {}, {"progress": BIG}, token=Writer().next())
+
+    assert len(world.blobs()) == 1  # left for the job's deletion, not raised instead
+
+
+def test_a_write_whose_outcome_is_unknown_keeps_its_spilled_blob(world: World):
+    (task,) = world.chunks(1)
+    claimed = claim(world, task)
+    world.faults.add("records.merge", "busy")
+
+    with pytest.raises(Throttled):
+        world.store.write_task(
+            claimed, {}, {"progress": BIG}, token=Writer().next(), budget=world.budget(NO_RETRY)
+        )
+
+    assert len(world.blobs()) == 1
+
+
+def test_a_job_refused_keeps_no_spilled_params(world: World):
+    job_id = f"sf-{uuid.uuid4().hex[:10]}"
+    world.twisted.twist("insert", refused(InvalidRequest("refused")))
+
+    with pytest.raises(InvalidRequest):
+        world.store.create_job(job_id, "tests:Job", "sf-q", BIG)
+
+    assert list(world.plain.storage.blobs.list(layout.DATA_CONTAINER, f"{job_id}/")) == []
+
+
+def test_a_planning_page_refused_keeps_only_the_pages_recorded_before(world: World):
+    # Given chunks 31 and 32 of large payloads (two shards: two pages), the second
+    # page refused
+    world.twisted.twist("batch", lambda run, *args, **kwargs: run())
+    world.twisted.twist(
+        "batch", refused(BatchFailed("bad", index=0, reason=InvalidRequest("bad")))
+    )
+
+    with pytest.raises(BatchFailed):
+        world.store.add_chunks(world.job_id, 31, [BIG, BIG])
+
+    # Then only the recorded chunk's payload blob is left, the one it names
+    assert world.blobs() == [world.stored(31).properties["payload_blob"]]
+    with pytest.raises(NotFound):
+        world.stored(32)
+
+
+def test_a_planning_page_past_the_budget_keeps_its_blobs_and_drops_the_unsent(world: World):
+    world.faults.add("records.batch", "busy")
+
+    with pytest.raises(Throttled):
+        world.store.add_chunks(world.job_id, 31, [BIG, BIG], world.budget(NO_RETRY))
+
+    # The first page may have been applied; the second was never sent
+    assert len(world.blobs()) == 1
+
+
+def test_a_payload_that_cannot_be_stored_leaves_no_blob_of_the_others(world: World):
+    with pytest.raises(CodecError):
+        world.store.add_chunks(world.job_id, 0, [BIG, {"bad": object()}])
+
+    assert world.blobs() == []
+
+
 def test_a_replaced_blob_already_gone_is_no_error(world: World):
     # Given a spilled state whose blob someone removed
     (task,) = world.chunks(1)
@@ -273,11 +364,6 @@ def test_a_busy_planning_page_is_recorded_once_when_tried_again(world: World):
     assert [p.etag for p in planned] == [world.stored(i).etag for i in range(3)]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: settle.insert_many re-raises the lost answer of a batch it has just "
-    "found applied when the budget allows no other try (its outcome is complete)",
-)
 def test_a_planning_page_applied_with_its_answer_lost_at_the_budgets_end_is_planned(
     world: World,
 ):
@@ -342,6 +428,23 @@ def test_a_done_batch_refused_for_another_reason_raises_that_reason(world: World
                                 token=writer.next())
     assert world.stored().state == "running"
     assert world.plain.shard_counts(world.job_id, 0) == {"done": 0, "poisoned": 0}
+    assert world.blobs() == []  # the result it spilled first was cleaned up
+
+
+def test_a_done_batch_past_the_budget_keeps_its_spilled_blob(world: World):
+    # Given a done batch still busy when its budget ends: it may yet have been applied
+    (task,) = world.chunks(1)
+    writer = Writer()
+    claimed = claim(world, task, writer)
+    world.faults.add("records.batch", "busy")
+
+    with pytest.raises(Throttled):
+        world.store.count_chunks(
+            [(claimed, world.store.final_changes(claimed, {}, {"result": BIG}, writer.next()))],
+            "done",
+            world.budget(NO_RETRY),
+        )
+    assert len(world.blobs()) == 1  # the record may name it: never deleted unknown
 
 
 def test_a_chunk_deleted_before_its_done_batch_is_left_out_and_the_rest_counted(
@@ -472,7 +575,7 @@ def test_poisoned_tasks_of_a_job_without_planning_or_finalize_records_are_its_ch
     (task,) = world.chunks(1)
     world.plain.count_chunk(task, {"state": "poisoned"}, {}, "poisoned")
 
-    assert [t.index for t in world.store.poisoned_tasks(world.job_id)] == [0]
+    assert [i for _, i, _ in world.store.poisoned_tasks(world.job_id)] == [0]
 
 
 def test_a_garbled_task_record_is_found_as_it_is_to_be_written_over(world: World):

@@ -160,17 +160,8 @@ def test_range_read_of_a_large_blob(backend):
     assert blobs.get(container, "large", offset=offset) == LARGE[offset:]
 
 
-def _diverges_on(backend, name: str, request: pytest.FixtureRequest, reason: str) -> None:
-    """Mark the test an expected failure on one backend: a known divergence from the
-    contract, reported, to be fixed in that backend (strict: the fix makes it fail)."""
-    if backend.name == name:
-        request.applymarker(pytest.mark.xfail(strict=True, reason=reason))
-
-
 @pytest.mark.parametrize(("offset", "length"), [(1024, None), (1024, 1), (2000, 5)])
-def test_a_range_from_the_end_or_past_it_reads_nothing(backend, request, offset, length):
-    _diverges_on(backend, "embedded", request, "bug: the embedded backend raises "
-                 "InvalidRequest (416 InvalidRange) where the Azure backend reads b''")
+def test_a_range_from_the_end_or_past_it_reads_nothing(backend, offset, length):
     blobs = backend.storage.blobs
     container = backend.container()
     blobs.put(container, "pattern", PATTERN)
@@ -196,9 +187,7 @@ def test_data_that_is_not_bytes_is_refused(backend):
         backend.storage.blobs.put(container, "text", "not bytes")  # type: ignore[arg-type]
 
 
-def test_put_with_both_conditions_is_refused(backend, request):
-    _diverges_on(backend, "embedded", request, "bug: the embedded backend checks "
-                 "if_match and answers 412 where the Azure backend refuses the call (400)")
+def test_put_with_both_conditions_is_refused(backend):
     container = backend.container()
     written = backend.storage.blobs.put(container, "blob", b"one")
 

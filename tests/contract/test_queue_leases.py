@@ -308,12 +308,7 @@ def test_delete_with_expired_lease_before_anyone_received_it_succeeds(backend):
 
 
 @pytest.mark.parametrize("operation", ["delete", "update", "delete_many", "no_message_id"])
-def test_an_empty_pop_receipt_or_message_id_is_refused_as_azure_does(backend, request, operation):
-    if backend.name == "embedded":
-        request.applymarker(pytest.mark.xfail(strict=True, reason=(
-            "bug: the embedded backend answers LeaseLost (PopReceiptMismatch or "
-            "MessageNotFound) where Azure refuses the request (400 MissingRequiredQueryParameter)"
-        )))
+def test_an_empty_pop_receipt_or_message_id_is_refused_as_azure_does(backend, operation):
     queues = backend.storage.queues
     queue = backend.queue()
     message = queues.send(queue, b"x")
@@ -326,4 +321,15 @@ def test_an_empty_pop_receipt_or_message_id_is_refused_as_azure_does(backend, re
 
     with fails_with(InvalidRequest, status=400, code="MissingRequiredQueryParameter"):
         call()
+    assert queues.approximate_length(queue) == 1
+
+
+def test_a_batch_delete_with_one_empty_receipt_deletes_none_of_it(backend):
+    queues = backend.storage.queues
+    queue = backend.queue()
+    queues.send(queue, b"x")
+    held = only(queues.receive(queue, visibility_seconds=30))
+
+    with fails_with(InvalidRequest, status=400, code="MissingRequiredQueryParameter"):
+        queues.delete_many(queue, [(held.id, held.pop_receipt), (held.id, "")])
     assert queues.approximate_length(queue) == 1

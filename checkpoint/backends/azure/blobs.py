@@ -65,8 +65,7 @@ class AzureBlobs:
         """Write a blob, overwriting unless a condition says otherwise."""
         blob = self._container(container).get_blob_client(limits.check_blob_name(name))
         data = _bytes(data)
-        if if_match is not None and if_none_match:
-            raise InvalidRequest("give if_match or if_none_match, not both", code="InvalidInput")
+        limits.check_put_conditions(if_match, if_none_match)
         # overwrite=False sends If-None-Match: * (409 BlobAlreadyExists if present).
         conditions: dict[str, Any] = {"overwrite": not if_none_match}
         if if_match is not None:

@@ -24,7 +24,7 @@ from azure.storage.queue import QueueMessage as SdkMessage
 from checkpoint import limits
 from checkpoint.backends.azure.errors import being_deleted, translated
 from checkpoint.backends.azure.times import as_utc
-from checkpoint.errors import InvalidRequest, LeaseLost, StorageError, Unavailable
+from checkpoint.errors import LeaseLost, StorageError, Unavailable
 from checkpoint.storage import QueueMessage, Receipt
 
 T = TypeVar("T")
@@ -145,7 +145,7 @@ class AzureQueues:
     ) -> Receipt:
         """Hide the message for ``visibility_seconds`` more (and maybe replace its body)."""
         client = self._queue(queue)
-        _check_lease(message_id, pop_receipt)
+        limits.check_lease(message_id, pop_receipt)
         limits.check_whole(visibility_seconds, "visibility_seconds", 0)
         if body is not None:
             body = limits.check_message_body(body)
@@ -164,7 +164,7 @@ class AzureQueues:
     def delete(self, queue: str, message_id: str, pop_receipt: str) -> None:
         """Delete the message; LeaseLost if the receipt is stale or the message gone."""
         client = self._queue(queue)
-        _check_lease(message_id, pop_receipt)
+        limits.check_lease(message_id, pop_receipt)
         with translated(f"delete message {message_id!r} from queue {queue!r}"):
             client.delete_message(message_id, pop_receipt=pop_receipt)
 
@@ -172,8 +172,10 @@ class AzureQueues:
         self, queue: str, messages: Sequence[tuple[str, str]]
     ) -> list[StorageError | None]:
         """Delete several messages (see ``QueueStore.delete_many``): Azure has no batch
-        delete, so they go as concurrent single deletes."""
+        delete, so they go as concurrent single deletes, once every one is known valid."""
         self._queue(queue)
+        for message_id, pop_receipt in messages:
+            limits.check_lease(message_id, pop_receipt)
 
         def delete(message: tuple[str, str]) -> StorageError | None:
             try:
@@ -242,16 +244,6 @@ def _body(content: object) -> bytes:
         return base64.b64decode(text, validate=True)
     except (binascii.Error, ValueError):
         return text.encode("utf-8", errors="replace")
-
-
-def _check_lease(message_id: str, pop_receipt: str) -> None:
-    # The SDK raises ValueError for an empty receipt; Azure would answer 400.
-    for name, value in (("message_id", message_id), ("pop_receipt", pop_receipt)):
-        if not isinstance(value, str) or not value:
-            raise InvalidRequest(
-                f"{name} must be the non-empty string a receive returned, not {value!r}",
-                code="MissingRequiredQueryParameter",
-            )
 
 
 def _required(value: T | None, what: str) -> T:

@@ -16,6 +16,8 @@ from typing import Any
 
 import msgpack
 
+from checkpoint import codec, limits
+from checkpoint.errors import CodecError
 from checkpoint.storage import PropertyValue, Where
 
 Properties = dict[str, PropertyValue]
@@ -38,9 +40,31 @@ def pack(properties: Mapping[str, PropertyValue]) -> bytes:
 
 
 def unpack(data: bytes) -> Properties:
-    """Stored bytes back to properties with their types (``timestamp=3``: UTC datetimes)."""
-    properties: Properties = msgpack.unpackb(data, raw=False, timestamp=3)  # no hints
+    """Stored bytes back to properties with their types (UTC datetimes).
+
+    Raises CodecError saying what is wrong if they are not a msgpack map of property
+    values: what a hand edit of the file or another program leaves behind.
+    """
+    if not isinstance(data, bytes):
+        raise CodecError(f"its stored row is a {type(data).__name__}, not msgpack bytes")
+    properties = codec.decode(data, "its stored row")
+    if not isinstance(properties, dict):
+        raise CodecError(
+            f"its stored row is a msgpack {type(properties).__name__}, not a map of properties"
+        )
+    for name, value in properties.items():
+        if not isinstance(name, str) or not _is_property_value(value):
+            shown = repr(value) if len(repr(value)) <= 60 else repr(value)[:57] + "..."
+            raise CodecError(f"its stored row holds {name!r}: {shown}, not a property value")
     return properties
+
+
+def _is_property_value(value: object) -> bool:
+    """Whether a decoded value is one a record holds (msgpack also has lists, maps and
+    unsigned 64-bit ints, which no write of ours stores)."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return limits.INT64_MIN <= value <= limits.INT64_MAX
+    return value is None or isinstance(value, (str, bool, float, bytes, datetime))
 
 
 def merged(
@@ -59,6 +83,24 @@ def merged(
 def new_etag() -> str:
     """A fresh, opaque weak ETag; random, so two writes in the same instant differ."""
     return f'W/"{secrets.token_hex(8)}"'
+
+
+#: Marks the ETag of a row read as unreadable: a merge given it knows it writes over
+#: bytes it could not read (a merge given the bare ETag is refused there, see records).
+_UNREADABLE_MARK = ";unreadable"
+
+
+def unreadable_etag(stored: str) -> str:
+    """The ETag a reader of an unreadable row is given for it."""
+    return stored + _UNREADABLE_MARK
+
+
+def as_stored_etag(given: str) -> tuple[str, bool]:
+    """The stored ETag a write's ETag names, and whether its writer saw the row
+    unreadable."""
+    if given.endswith(_UNREADABLE_MARK):
+        return given[: -len(_UNREADABLE_MARK)], True
+    return given, False
 
 
 # --------------------------------------------------------------------------- conditions

@@ -245,6 +245,7 @@ class EmbeddedQueues:
         body: bytes | None = None,
     ) -> Receipt:
         limits.check_queue_name(queue)
+        limits.check_lease(message_id, pop_receipt)
         limits.check_whole(visibility_seconds, "visibility_seconds", 0)
         if body is not None:
             body = limits.check_message_body(body)
@@ -266,6 +267,7 @@ class EmbeddedQueues:
 
     def delete(self, queue: str, message_id: str, pop_receipt: str) -> None:
         limits.check_queue_name(queue)
+        limits.check_lease(message_id, pop_receipt)
         now = self._now()
         params = {"queue": queue, "id": message_id, "receipt": pop_receipt, "now": now}
         with self._db.write() as conn:
@@ -276,6 +278,8 @@ class EmbeddedQueues:
         self, queue: str, messages: Sequence[tuple[str, str]]
     ) -> list[StorageError | None]:
         limits.check_queue_name(queue)
+        for message_id, pop_receipt in messages:
+            limits.check_lease(message_id, pop_receipt)  # all before any is deleted
         now = self._now()
         errors: list[StorageError | None] = []
         with self._db.write() as conn:  # one transaction for them all

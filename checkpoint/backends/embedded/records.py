@@ -12,20 +12,24 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import replace
 
 from checkpoint import limits
 from checkpoint.backends.embedded.db import Database, epoch, utc
 from checkpoint.backends.embedded.entities import (
+    as_stored_etag,
     merged,
     new_etag,
     pack,
     satisfies,
     unpack,
+    unreadable_etag,
 )
 from checkpoint.clock import Clock
 from checkpoint.errors import (
     AlreadyExists,
     BatchFailed,
+    CodecError,
     Conflict,
     InvalidRequest,
     NotFound,
@@ -122,25 +126,35 @@ class _Writer:
     def apply(self, op: BatchOp, *, in_batch: bool) -> str:
         """Apply ``op``; return its new ETag ("" for a delete) or raise why it failed."""
         etag = new_etag()
-        params = {**self._base, "rk": op.row_key, "etag": _etag_of(op), "new": etag}
+        given, seen_unreadable = as_stored_etag(_etag_of(op))
+        params = {**self._base, "rk": op.row_key, "etag": given, "new": etag}
         if op.kind == "delete":
             self._delete(params, missing_ok=not in_batch)
             return ""
         if op.kind in ("merge", "upsert_merge"):
-            self._merge(op, params)
+            self._merge(op, params, seen_unreadable)
         else:
             params["props"] = pack(op.properties)
             self._write(op.kind, params)
         return etag
 
-    def _merge(self, op: BatchOp, params: Params) -> None:
+    def _merge(self, op: BatchOp, params: Params, seen_unreadable: bool) -> None:
         current = self._current(params)
         if op.kind == "merge":
             if current is None:
                 raise _missing(params)
             if params["etag"] not in (ANY_ETAG, current[1]):
                 raise _stale(params)
-        base = {} if current is None else unpack(current[0])
+        base: dict[str, PropertyValue] = {}
+        if current is not None:
+            try:
+                base = unpack(current[0])
+            except CodecError:
+                # Garbled in place (its ETag kept): a writer that read it readable, or
+                # planned it, must not merge onto what it never saw. One that read it
+                # unreadable (or asks for any version) writes a readable record over it.
+                if params["etag"] != ANY_ETAG and not seen_unreadable:
+                    raise _stale(params) from None
         params["props"] = pack(merged(base, op.properties))
         self._conn.execute(_UPSERT, params)
 
@@ -213,7 +227,7 @@ class EmbeddedRecords:
             if row is None:
                 self._require_table(conn, table)
                 raise _missing(params)
-        return Record(partition_key, row_key, unpack(row[0]), row[1], utc(row[2]))
+        return _record(key, partition_key, row_key, row[0], row[1], row[2])
 
     def query(
         self,
@@ -252,8 +266,8 @@ class EmbeddedRecords:
             for row_key, props, etag, ts in rows:
                 if _past_last_row_key(row_key, conditions):
                     return
-                record = Record(partition_key, row_key, unpack(props), etag, utc(ts))
-                if all(satisfies(_value(record, c.property), c) for c in conditions):
+                record = _record(table, partition_key, row_key, props, etag, ts)
+                if _matches(record, conditions):
                     yield _selected(record, select)
                     produced += 1
                     if produced == limit:
@@ -344,10 +358,36 @@ class EmbeddedRecords:
 # --------------------------------------------------------------------------- helpers
 
 
+def _record(
+    table: str, partition_key: str, row_key: str, props: bytes, etag: str, ts: float
+) -> Record:
+    """The record a stored row holds; one marked unreadable, with no properties, if its
+    bytes are not a msgpack map of properties (keys, ETag and time are its columns)."""
+    try:
+        properties = unpack(props)
+    except CodecError as error:
+        where = f"row {table}/{partition_key}/{row_key}"
+        return Record(
+            partition_key, row_key, {}, unreadable_etag(etag), utc(ts), f"{where}: {error}"
+        )
+    return Record(partition_key, row_key, properties, etag, utc(ts))
+
+
 def _required_etag(etag: str) -> str:
     if not isinstance(etag, str) or not etag:
         raise InvalidRequest(f"an ETag (or '*') is required, not {etag!r}", code="InvalidInput")
     return etag
+
+
+def _matches(record: Record, conditions: list[Where]) -> bool:
+    """Whether ``record`` meets every condition. An unreadable record is judged by its
+    RowKey only (a query names no other key): nothing can say what its properties are,
+    and a scan must name it rather than skip it."""
+    return all(
+        satisfies(_value(record, c.property), c)
+        for c in conditions
+        if record.unreadable is None or c.property == "RowKey"
+    )
 
 
 def _value(record: Record, name: str) -> PropertyValue:
@@ -364,7 +404,7 @@ def _selected(record: Record, select: Sequence[str] | None) -> Record:
     if select is None:
         return record
     kept = {name: record.properties[name] for name in select if name in record.properties}
-    return Record(record.partition_key, record.row_key, kept, record.etag, record.timestamp)
+    return replace(record, properties=kept)
 
 
 def _row_key_bounds(conditions: list[Where]) -> list[tuple[str, str]]:
