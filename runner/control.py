@@ -23,7 +23,7 @@ from checkpoint.retries import Budget
 from checkpoint.settle import Writer
 from checkpoint.store import CheckpointStore
 from jobs.chunk import Takeover
-from jobs.errors import ChunkStopped, JobCancelled, JobPaused
+from jobs.errors import ChunkStopped, JobCancelled, JobDeleted, JobPaused
 from runner.lease import Lease
 
 _NOTHING = object()
@@ -42,8 +42,9 @@ class TaskControl:
         worker_stopping: set when the worker is shutting down.
         writer: the claim's writer tokens (its own applied writes are recognised by
             them, so it never mistakes one for another worker's).
-        job_hold: asked at each lease renewal why the task's job wants it stopped
-            ("cancelled", "paused") or None (:meth:`runner.jobwatch.JobWatch.hold`).
+        job_hold: asked after each lease renewal why the task's job wants it stopped
+            ("deleted", "cancelled", "paused") or None
+            (:meth:`runner.jobwatch.JobWatch.hold`).
         taken_over: the attempt the claim took the task over from, if known.
     """
 
@@ -141,6 +142,9 @@ class TaskControl:
             # Not flushed: the chunk may be someone else's now, and a paused worker must
             # stop without waiting for the store to tell it so.
             raise LeaseLost(self.lease.why_lost(now))
+        if self.held == "deleted":
+            # Not flushed: the task's record is deleted, or about to be.
+            raise JobDeleted(f"job {self.task.job_id} was deleted")
         if self.held == "cancelled":
             self._flush_before_stop()
             raise JobCancelled("the job was cancelled; progress saved, chunk dropped")
@@ -239,12 +243,13 @@ class TaskControl:
     def on_renewed(self, lease: Lease) -> None:
         """Keep the record's ``lease_until`` fresh for status and duplicate detection.
 
-        Skipped when a checkpoint already recorded this renewal's deadline, and once the
-        task is ending (:meth:`end`). First, asks whether the job still wants the task
-        (a cancel or a pause reaches it here, within one renewal)."""
+        Skipped when a checkpoint already recorded this renewal's deadline, once the
+        task is ending (:meth:`end`), and for a deleted job (no record to write). First,
+        asks whether the job still wants the task (a cancel, a pause or a deletion
+        reaches it here, within one renewal). Runs on the lease keeper's refresh pool."""
         if self._job_hold is not None and self.held is None:
             self.held = self._job_hold()
-        if self._recorded_visible_at >= lease.visible_at:
+        if self.held == "deleted" or self._recorded_visible_at >= lease.visible_at:
             return
         try:
             with self._lock:
@@ -256,8 +261,8 @@ class TaskControl:
         except LeaseLost:
             pass  # the lease is marked lost; the chunk learns at its next checkpoint
         except StorageError as error:
-            # Runs on the lease keeper's thread: raising would cost the other leases
-            # their renewals. The next due checkpoint writes the newest state.
+            # Not raised into the keeper's pool: it has nobody to tell. The next due
+            # checkpoint writes the newest state.
             log.warning("refreshing %s %s after a renewal failed: %s", *self._name(), error)
 
     def _write_locked(self) -> None:

@@ -56,19 +56,26 @@ class JobWatch:
         return job
 
     def hold(self, job_id: str, drain_running: bool = True) -> str | None:
-        """Why a running task of the job must stop now ("cancelled", "paused"), or None.
+        """Why a running task of the job must stop now ("deleted", "cancelled",
+        "paused"), or None.
 
-        For the lease keeper's thread: one try, never raises; when the store does not
-        answer, the last record known decides (a running task goes on, as it would
-        with its lease). A paused job whose pause drains lets running chunks finish."""
+        For a refresh after a lease renewal: one try, never raises; when the store does
+        not answer, the last record known decides (a running task goes on, as it would
+        with its lease). A job gone, or being deleted, is "deleted": its records are
+        going, so its tasks stop without writing them. A paused job whose pause drains
+        lets running chunks finish."""
         try:
             job = self.job(job_id, retries.once(self._clock))
+        except JobNotFound:
+            return "deleted"
         except (StorageError, BadRecord) as error:
             log.debug("reading job %s for its hold failed: %s", job_id, error)
             known = self._known.get(job_id)
             if known is None:
                 return None
             job = known[1]
+        if job.deleting_on is not None:
+            return "deleted"
         hold = job.hold
         if hold == "paused" and job.drain and drain_running:
             return None
