@@ -97,8 +97,9 @@ def report_outage(plan: ChaosPlan, run: RunResult, command: str) -> list[str]:
     where = ("in each worker's `RUNNER_FAULTS` wrapper (announced in a file the driver "
              "writes)" if plan.backend == "embedded" else
              "at the fault proxies on loopback in front of every Azurite service")
-    what = ("refused at once (connections reset)" if plan.outage_mode == "refused" else
-            "left unanswered until the store's return, then its connection reset")
+    reset = "" if plan.backend == "embedded" else " (connections reset)"
+    what = (f"refused at once{reset}" if plan.outage_mode == "refused" else
+            f"left unanswered until the store's return, then failed{reset}")
     lines = [
         machine_line(),
         "",
