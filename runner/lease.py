@@ -24,7 +24,7 @@ import contextvars
 import logging
 import threading
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import TypeVar
 
@@ -34,6 +34,7 @@ from checkpoint.errors import LeaseLost, StorageError
 from checkpoint.retries import Budget
 from checkpoint.storage import QueueMessage, QueueStore
 from runner.logs import in_context
+from runner.pool import DaemonPool
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -134,9 +135,9 @@ class LeaseKeeper:
         self._stopped = threading.Event()
         self._thread: threading.Thread | None = None
         self._next_pass_at = float("inf")  # until the first pass: wake on every hold
-        # Threads start on first use and end with the keeper (stop, or garbage).
-        self._renewals = ThreadPoolExecutor(renewal_threads, thread_name_prefix="lease-renewal")
-        self._refreshes = ThreadPoolExecutor(refresh_threads, thread_name_prefix="lease-refresh")
+        # Threads start on first use (daemons: a call hanging at exit is dropped).
+        self._renewals = DaemonPool(renewal_threads, "lease-renewal")
+        self._refreshes = DaemonPool(refresh_threads, "lease-refresh")
         #: Leases handed to the renewal pool and not back yet (under ``_guard``).
         self._renewing: set[Lease] = set()
         #: Leases with a refresh queued or running (under ``_guard``), and those of them
@@ -429,11 +430,11 @@ class LeaseKeeper:
         self._wake.set()
         if self._thread is not None:
             self._thread.join(timeout=10)
-        self._renewals.shutdown(wait=False, cancel_futures=True)
-        self._refreshes.shutdown(wait=False, cancel_futures=True)
+        self._renewals.shutdown()
+        self._refreshes.shutdown()
 
 
-def _submit(pool: ThreadPoolExecutor, call: Callable[[Lease], T], lease: Lease) -> Future[T]:
+def _submit(pool: DaemonPool, call: Callable[[Lease], T], lease: Lease) -> Future[T]:
     """``call(lease)`` on ``pool``, with the ids of the log context of this thread (each
     call gets its own copy: a context cannot be entered by two threads at once)."""
     context = contextvars.copy_context()
