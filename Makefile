@@ -27,7 +27,8 @@ help:
 	@echo "                migration chunked vs one plain Spark job, locally and on a loopback"
 	@echo "                cluster through Spark Connect (and Structured Streaming) -> BENCHMARKS.md"
 	@echo "make chaos      fault-injection runs (kills, a pause, storage faults) on both"
-	@echo "                backends at two fault levels -> RELIABILITY.md"
+	@echo "                backends at three fault levels, and a 60 s storage outage"
+	@echo "                (requests refused, then hanging) -> RELIABILITY.md"
 	@echo "make lint       ruff; make typecheck: mypy"
 	@echo "make clean      remove .venv, .tools and the default embedded store"
 
@@ -74,15 +75,22 @@ bench: venv azurite
 		--no-crash --output BENCHMARKS.md
 
 # The chaos job with SIGKILLs, a SIGSTOP past the lease and storage faults, each run
-# after its fault-free twin (tests/chaos/run.py). All four run; fails if any missed a
-# correctness target.
+# after its fault-free twin (tests/chaos/run.py); then the same job through a 60 s
+# storage outage mid-run, every request refused, then every request hanging. All run;
+# fails if any missed a correctness target.
 CHAOS := $(BIN)/python -m tests.chaos.run --items 6000 --chunks 60 --workers 3 --kills 2 \
 	--stops 1 --seed 1 --output RELIABILITY.md
+OUTAGE := $(BIN)/python -m tests.chaos.run --items 6000 --chunks 60 --workers 3 --kills 0 \
+	--stops 0 --busy 0 --ambiguous 0 --delayed 0 --seed 1 --output RELIABILITY.md --outage 60
 chaos: venv azurite
 	@failed=; \
 	for backend in embedded azurite; do \
 		$(CHAOS) --backend $$backend --busy 0.05 --ambiguous 0.03 --delayed 0.05 || failed=1; \
 		$(CHAOS) --backend $$backend --busy 0.10 --ambiguous 0.05 --delayed 0.10 || failed=1; \
+		$(CHAOS) --backend $$backend --busy 0.20 --ambiguous 0.10 --delayed 0.20 \
+			--deadline 300 || failed=1; \
+		$(OUTAGE) --backend $$backend --outage-mode refused || failed=1; \
+		$(OUTAGE) --backend $$backend --outage-mode hanging || failed=1; \
 	done; \
 	test -z "$$failed"
 

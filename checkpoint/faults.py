@@ -6,7 +6,15 @@
 - ``busy``: raise :class:`~checkpoint.errors.Throttled` (503 ServerBusy) *without* applying;
 - ``ambiguous``: apply the call, then raise :class:`~checkpoint.errors.Unavailable` as a lost
   connection does: the write happened, the caller was told it did not;
-- ``delay``: wait, then apply.
+- ``delay``: wait, then apply;
+
+and, while an :class:`Outage` is on (the store down: every call for a stretch of
+time), one of two things a store that is down does:
+
+- ``refused``: raise :class:`~checkpoint.errors.Unavailable` at once, not applied (the
+  connection refused);
+- ``hanging``: wait until the outage ends, then raise it, not applied (no answer, the
+  connection dropped when the store comes back).
 
 An ambiguous fault on a call the Azure SDK retries by itself (GET, PUT, DELETE, HEAD:
 azure-core retries a lost connection only for those) is shown as Azure shows it: the
@@ -22,18 +30,22 @@ Use it in tests (:class:`ScriptedFaults` fails exactly the calls named) and in c
 
 from __future__ import annotations
 
+import json
 import random
 import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Literal, Protocol
 
 from checkpoint.errors import ConfigurationError, Throttled, Unavailable
 from checkpoint.storage import Storage
 
-FaultKind = Literal["busy", "ambiguous", "delay"]
+FaultKind = Literal["busy", "ambiguous", "delay", "refused", "hanging"]
+OutageMode = Literal["refused", "hanging"]
+OUTAGE_MODES: tuple[OutageMode, ...] = ("refused", "hanging")
 
 #: The HTTP verb each protocol method is sent with on Azure (what decides whether the
 #: SDK retries a lost connection itself). Batches, inserts, sends and table creation
@@ -65,6 +77,8 @@ SDK_RETRIED: frozenset[tuple[str, str]] = frozenset(
 )
 #: Calls that return an iterator: a fault is raised when iteration starts.
 _ITERATORS = frozenset({("records", "query"), ("blobs", "list")})
+#: How often (seconds) a process looks at its outage file (a stat; read when changed).
+OUTAGE_LOOKUP_SECONDS = 0.2
 _PUBLIC = {
     "queues": (
         "create_queue delete_queue list_queues send send_many receive update delete "
@@ -91,6 +105,84 @@ class FaultPlan(Protocol):
     def decide(self, service: str, method: str) -> Fault | None: ...
 
 
+@dataclass(frozen=True)
+class Outage:
+    """The store down from ``start`` (Unix time, shared by every process) for
+    ``seconds``, each call ``refused`` or ``hanging`` meanwhile; over by itself."""
+
+    start: float
+    seconds: float
+    mode: OutageMode = "refused"
+
+    def __post_init__(self) -> None:
+        if self.seconds < 0 or self.mode not in OUTAGE_MODES:
+            raise ConfigurationError(
+                f"an outage needs seconds >= 0 and a mode of {', '.join(OUTAGE_MODES)}; "
+                f"got {self.seconds!r} s, {self.mode!r}"
+            )
+
+    @property
+    def end(self) -> float:
+        return self.start + self.seconds
+
+    def fault(self, now: float) -> Fault | None:
+        """This call's fault at Unix time ``now``: None outside the outage."""
+        if not self.start <= now < self.end:
+            return None
+        return Fault(self.mode, self.end - now if self.mode == "hanging" else 0.0)
+
+    def write(self, path: Path) -> None:
+        """Announce the outage in ``path`` (written aside and renamed: read whole)."""
+        scratch = path.with_name(f".{path.name}.tmp")
+        scratch.write_text(
+            json.dumps({"start": self.start, "seconds": self.seconds, "mode": self.mode})
+        )
+        scratch.replace(path)
+
+    @classmethod
+    def read(cls, path: Path) -> Outage | None:
+        """The outage announced in ``path``, None while there is none (or none readable:
+        a chaos run goes on without it rather than stop every call)."""
+        try:
+            found = json.loads(path.read_text())
+            return cls(float(found["start"]), float(found["seconds"]), found["mode"])
+        except (OSError, ValueError, KeyError, TypeError, ConfigurationError):
+            return None
+
+
+class OutageFile:
+    """The outage announced in a file another process writes when the outage starts
+    (``outage_file=`` of ``RUNNER_FAULTS``), looked up at most every
+    :data:`OUTAGE_LOOKUP_SECONDS` (the file is read only when it changed)."""
+
+    def __init__(self, path: Path, now: Callable[[], float] = time.time):
+        self.path = path
+        self._now = now
+        self._lock = threading.Lock()
+        self._looked_at = float("-inf")
+        self._seen: tuple[int, int] | None = None
+        self._outage: Outage | None = None
+
+    def fault(self) -> Fault | None:
+        now = self._now()
+        with self._lock:
+            if now - self._looked_at >= OUTAGE_LOOKUP_SECONDS:
+                self._looked_at = now
+                self._look()
+            outage = self._outage
+        return outage.fault(now) if outage is not None else None
+
+    def _look(self) -> None:
+        try:
+            stat = self.path.stat()
+        except OSError:
+            self._seen, self._outage = None, None
+            return
+        seen = (stat.st_mtime_ns, stat.st_size)
+        if seen != self._seen:
+            self._seen, self._outage = seen, Outage.read(self.path)
+
+
 @dataclass
 class RandomFaults:
     """Each call independently: busy, ambiguous or delayed with the given chances.
@@ -99,6 +191,7 @@ class RandomFaults:
         seed: makes a run repeatable (per process; threads interleave as they do).
         busy, ambiguous, delayed: chances in [0, 1] per call; their sum at most 1.
         delay_seconds: a delay's length is drawn uniformly from this range.
+        outage: where an outage is announced (every call fails while it is on).
     """
 
     seed: int = 0
@@ -106,6 +199,7 @@ class RandomFaults:
     ambiguous: float = 0.0
     delayed: float = 0.0
     delay_seconds: tuple[float, float] = (0.3, 1.5)
+    outage: OutageFile | None = None
     _rng: random.Random = field(init=False, repr=False)
     _lock: threading.Lock = field(init=False, repr=False, default_factory=threading.Lock)
 
@@ -122,6 +216,10 @@ class RandomFaults:
         self._rng = random.Random(self.seed)
 
     def decide(self, service: str, method: str) -> Fault | None:
+        if self.outage is not None:
+            down = self.outage.fault()
+            if down is not None:
+                return down
         with self._lock:
             roll = self._rng.random()
             if roll < self.busy:
@@ -224,6 +322,12 @@ class _Faulty:
         if fault.kind == "delay":
             self._sleep(fault.seconds)
             return run()
+        if fault.kind in OUTAGE_MODES:
+            self._sleep(fault.seconds)  # 0 for refused; until the end for hanging
+            raise Unavailable(
+                f"{what}: storage unreachable, connection {fault.kind} (outage) [injected]",
+                code="ServiceRequestError",
+            )
         first_error: BaseException | None = None
         try:
             run()
@@ -273,7 +377,8 @@ class FaultyStorage:
 
 def parse_fault_spec(spec: str) -> RandomFaults:
     """``RUNNER_FAULTS`` text to a plan: ``busy=0.05,ambiguous=0.03,delayed=0.05,seed=7``
-    (``delay=0.3-1.5`` sets the delay range in seconds). Raises ConfigurationError."""
+    (``delay=0.3-1.5`` sets the delay range in seconds; ``outage_file=PATH`` where an
+    outage is announced, :meth:`Outage.write`). Raises ConfigurationError."""
     values: dict[str, Any] = {}
     for part in filter(None, (p.strip() for p in spec.split(","))):
         name, sep, text = part.partition("=")
@@ -287,11 +392,14 @@ def parse_fault_spec(spec: str) -> RandomFaults:
                 values["delay_seconds"] = (float(low), float(high or low))
             elif name in ("busy", "ambiguous", "delayed"):
                 values[name] = float(text)
+            elif name == "outage_file" and text:
+                values["outage"] = OutageFile(Path(text))
             else:
                 raise ValueError
         except ValueError:
             raise ConfigurationError(
                 f"RUNNER_FAULTS: cannot read {part!r}; expected busy=, ambiguous=, delayed= "
-                "(chances 0-1), delay=LOW-HIGH (seconds) and seed=N, comma-separated"
+                "(chances 0-1), delay=LOW-HIGH (seconds), seed=N and outage_file=PATH, "
+                "comma-separated"
             ) from None
     return RandomFaults(**values)

@@ -48,6 +48,12 @@ class JobCancelled(ChunkStopped):
     tolerated failures): progress saved, the chunk dropped without a retry."""
 
 
+class JobDeleted(ChunkStopped):
+    """Raised by :meth:`Chunk.checkpoint` when the job was deleted (``runner delete
+    --force``) while the chunk ran: nothing is written (its records are gone), and the
+    chunk's message is deleted."""
+
+
 class JobPaused(ChunkStopped):
     """Raised by :meth:`Chunk.checkpoint` when the job was paused: progress saved, the
     chunk handed back (no attempt spent) to resume from there once the job resumes."""

@@ -23,7 +23,7 @@ from checkpoint.retries import Budget
 from checkpoint.settle import Writer
 from checkpoint.store import CheckpointStore
 from jobs.chunk import Takeover
-from jobs.errors import ChunkStopped, JobCancelled, JobPaused
+from jobs.errors import ChunkStopped, JobCancelled, JobDeleted, JobPaused
 from runner.lease import Lease
 
 _NOTHING = object()
@@ -138,6 +138,9 @@ class TaskControl:
             # Not flushed: the chunk may be someone else's now, and a paused worker must
             # stop without waiting for the store to tell it so.
             raise LeaseLost(self.lease.why_lost(now))
+        if self.held == "deleted":
+            # Not flushed: the task's record is deleted, or about to be.
+            raise JobDeleted(f"job {self.task.job_id} was deleted")
         if self.held == "cancelled":
             self._flush_before_stop()
             raise JobCancelled("the job was cancelled; progress saved, chunk dropped")
@@ -165,9 +168,10 @@ class TaskControl:
     def hold(self, reason: str) -> bool:
         """The task's job wants it stopped (``reason``: "cancelled" or "paused"):
         ``stopping`` is true from now on, and the next checkpoint writes the newest state
-        and raises. The first reason stands: a paused chunk handed back and then
-        cancelled is dropped at its next delivery. True if the task was not held yet."""
-        if self.held is not None:
+        and raises. The first reason stands (a paused chunk handed back and then
+        cancelled is dropped at its next delivery), except a deletion: the job's records
+        are going, so the task must stop without writing them. True if this is news."""
+        if self.held == reason or (self.held is not None and reason != "deleted"):
             return False
         self.held = reason
         return True
@@ -246,9 +250,10 @@ class TaskControl:
     def on_renewed(self, lease: Lease) -> None:
         """Keep the record's ``lease_until`` fresh for status and duplicate detection.
 
-        Skipped when a checkpoint already recorded this renewal's deadline, and once the
-        task is ending (:meth:`end`)."""
-        if self._recorded_visible_at >= lease.visible_at:
+        Skipped when a checkpoint already recorded this renewal's deadline, once the
+        task is ending (:meth:`end`), and for a deleted job (no record to write). Runs
+        on the lease keeper's refresh pool."""
+        if self.held == "deleted" or self._recorded_visible_at >= lease.visible_at:
             return
         try:
             with self._lock:
@@ -260,8 +265,8 @@ class TaskControl:
         except LeaseLost:
             pass  # the lease is marked lost; the chunk learns at its next checkpoint
         except StorageError as error:
-            # Runs on the lease keeper's thread: raising would cost the other leases
-            # their renewals. The next due checkpoint writes the newest state.
+            # Not raised into the keeper's pool: it has nobody to tell. The next due
+            # checkpoint writes the newest state.
             log.warning("refreshing %s %s after a renewal failed: %s", *self._name(), error)
 
     def _write_locked(self) -> None:

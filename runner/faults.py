@@ -59,6 +59,8 @@ def injected_faults(storage: Storage, spec: str, report_prefix: str) -> Iterator
         high,
         plan.seed,
     )
+    if plan.outage is not None:
+        log.warning("storage outages announced in %s are injected too", plan.outage.path)
     writer = _CountsWriter(faulty, report_path(report_prefix)) if report_prefix else None
     if writer is not None:
         writer.start()

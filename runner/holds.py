@@ -6,11 +6,12 @@ cancelled job. For each job with tasks running here, the thread asks the worker'
 :class:`~runner.jobwatch.JobWatch` about the job every :data:`CHECK_SECONDS`, by a
 record at most :data:`MAX_AGE_SECONDS` old: one job-record read per worker and job
 about once a second, however many of the job's chunks run, and shared with the
-worker's deliveries of that job. A job found cancelled (or being deleted), or paused
-without ``drain``, has each of its running tasks told at once: ``chunk.stopping`` turns
-true, a Spark chunk's job group is cancelled by its watcher within 0.2 s (as on a lost
-lease), and the chunk's next checkpoint saves the newest state and raises
-``JobCancelled`` or ``JobPaused``.
+worker's deliveries of that job. A job found cancelled, deleted (or being deleted), or
+paused without ``drain``, has each of its running tasks told at once: ``chunk.stopping``
+turns true, a Spark chunk's job group is cancelled by its watcher within 0.2 s (as on a
+lost lease), and the chunk's next checkpoint saves the newest state and raises
+``JobCancelled`` or ``JobPaused`` (a deleted job's: raises ``JobDeleted``, writing
+nothing; its message is deleted).
 """
 
 from __future__ import annotations
@@ -40,8 +41,8 @@ class Holdable(Protocol):
     """A running task, as the watcher tells it to stop (:class:`runner.control.TaskControl`)."""
 
     def hold(self, reason: str) -> bool:
-        """The task's job wants it stopped ("cancelled" or "paused"); True if this is
-        news to the task."""
+        """The task's job wants it stopped ("deleted", "cancelled" or "paused"); True if
+        this is news to the task."""
 
 
 class HoldWatcher:

@@ -67,23 +67,26 @@ class JobWatch:
         self._known.put(job.job_id, (self._clock.monotonic(), job))
 
     def hold(self, job_id: str, max_age_seconds: float = FRESH_SECONDS) -> str | None:
-        """Why a running task of the job must stop now ("cancelled", "paused"), or None,
-        by a record at most ``max_age_seconds`` old.
+        """Why a running task of the job must stop now ("deleted", "cancelled",
+        "paused"), or None, by a record at most ``max_age_seconds`` old.
 
         For the hold watcher's thread: one try, never raises; when the store does not
         answer, the last record known decides (a running task goes on, as it would
-        with its lease). A paused job whose pause drains lets running chunks finish; a
-        job deleted altogether stops them as a cancel does."""
+        with its lease). A job gone, or being deleted, is "deleted": its records are
+        going, so its tasks stop without writing them. A paused job whose pause drains
+        lets running chunks finish."""
         try:
             job = self.job(job_id, retries.once(self._clock), max_age_seconds=max_age_seconds)
         except JobNotFound:
-            return "cancelled"
+            return "deleted"
         except (StorageError, BadRecord) as error:
             log.debug("reading job %s for its hold failed: %s", job_id, error)
             known = self._known.get(job_id)
             if known is None:
                 return None
             job = known[1]
+        if job.deleting_on is not None:
+            return "deleted"
         hold = job.hold
         if hold == "paused" and job.drain:
             return None

@@ -2,9 +2,15 @@
 
 A lease is renewed through UpdateMessage at :data:`RENEW_FRACTION` of its length; each
 renewal returns a new pop receipt and the lease always keeps the newest (the older one
-stops working at once). Renewal runs on the keeper's own thread, so a chunk busy in
-pure Python still has its lease renewed: the GIL is handed over every few
-milliseconds, far inside any lease.
+stops working at once). Renewal runs off the chunks' threads, so a chunk busy in pure
+Python still has its lease renewed: the GIL is handed over every few milliseconds, far
+inside any lease.
+
+The keeper's own thread only decides what is due. Each renewal is made on a small pool
+(:data:`RENEWAL_THREADS`), and what follows one (the ``on_renewed`` hook: the task
+record's refresh, the job's hold) on a second pool (:data:`REFRESH_THREADS`): a renewal
+or a refresh that is slow (a delayed reply, a store that hangs) holds up only its own
+lease, never the others' renewals. A lease is handed to the pool once at a time.
 
 A lease is *lost* when a renewal is refused (someone else received the message, or it
 is gone), when renewals keep failing until the lease runs out, or when it is simply
@@ -14,10 +20,13 @@ Past ``max_seconds`` a lease is no longer renewed, so a hung chunk frees its mes
 
 from __future__ import annotations
 
+import contextvars
 import logging
 import threading
 from collections.abc import Callable
+from concurrent.futures import Future
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 from checkpoint import retries
 from checkpoint.clock import Clock
@@ -25,8 +34,10 @@ from checkpoint.errors import LeaseLost, StorageError
 from checkpoint.retries import Budget
 from checkpoint.storage import QueueMessage, QueueStore
 from runner.logs import in_context
+from runner.pool import DaemonPool
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 #: Renew when this fraction of the lease has passed (the seeds' 70%).
 RENEW_FRACTION = 0.7
@@ -35,6 +46,13 @@ RETRY_FRACTION = 0.1
 #: A lease whose pop receipt was lost to its own applied renewal is handed back this
 #: fraction of a lease before it runs out (time to write the newest state).
 HAND_BACK_FRACTION = 0.3
+#: Renewals made at once. A renewal is one UpdateMessage call, milliseconds when the
+#: store is well: four threads keep a slow or hanging call from holding up the rest.
+RENEWAL_THREADS = 4
+#: Refreshes after renewals (``Lease.on_renewed``) made at once, off the renewals' pool.
+REFRESH_THREADS = 2
+#: Longest wait between two passes of the keeper's thread (seconds, real time).
+MAX_PASS_SECONDS = 1.0
 
 
 @dataclass(eq=False)
@@ -92,9 +110,23 @@ class Lease:
 
 
 class LeaseKeeper:
-    """Renews every held lease of one worker process from one thread."""
+    """Renews every held lease of one worker process: its thread decides what is due,
+    a small pool renews, a second one refreshes (see the module's docstring).
 
-    def __init__(self, queues: QueueStore, clock: Clock):
+    Args:
+        queues: the queues the held messages are in.
+        clock: monotonic time for the leases (waits between passes are real time).
+        renewal_threads: renewals made at once.
+        refresh_threads: ``on_renewed`` hooks run at once.
+    """
+
+    def __init__(
+        self,
+        queues: QueueStore,
+        clock: Clock,
+        renewal_threads: int = RENEWAL_THREADS,
+        refresh_threads: int = REFRESH_THREADS,
+    ):
         self._queues = queues
         self._clock = clock
         self._leases: set[Lease] = set()
@@ -103,6 +135,15 @@ class LeaseKeeper:
         self._stopped = threading.Event()
         self._thread: threading.Thread | None = None
         self._next_pass_at = float("inf")  # until the first pass: wake on every hold
+        # Threads start on first use (daemons: a call hanging at exit is dropped).
+        self._renewals = DaemonPool(renewal_threads, "lease-renewal")
+        self._refreshes = DaemonPool(refresh_threads, "lease-refresh")
+        #: Leases handed to the renewal pool and not back yet (under ``_guard``).
+        self._renewing: set[Lease] = set()
+        #: Leases with a refresh queued or running (under ``_guard``), and those of them
+        #: renewed again meanwhile, to be refreshed once more.
+        self._refreshing: set[Lease] = set()
+        self._refresh_again: set[Lease] = set()
 
     # ----------------------------------------------------------------- holding
 
@@ -229,28 +270,100 @@ class LeaseKeeper:
     # ----------------------------------------------------------------- renewing
 
     def renew_due(self) -> float:
-        """Renew every lease that is due; return seconds until the next one is due."""
+        """Renew every lease that is due and wait for those renewals and the refreshes
+        they queued; return seconds until the next one is due. What the keeper's thread
+        does, made in the caller's time: for a test on a fake clock, and
+        :mod:`jobs.testing`."""
+        for renewal in self.start_due():
+            refresh = renewal.result()
+            if refresh is not None:
+                refresh.result()
+        return self.until_next_due()
+
+    def start_due(self) -> list[Future[Future[None] | None]]:
+        """Hand every due lease that is not being renewed already to the renewal pool.
+
+        Returns the renewals started; each one's result is the refresh it queued, if any.
+        """
         now = self._clock.monotonic()
-        for lease in self.held():
-            if now >= lease.next_renewal_at:
-                try:
-                    self._renew(lease)
-                except Exception:  # one lease's trouble must not cost the others theirs
-                    log.exception("renewing message %s failed", lease.message_id)
-        upcoming = [lease.next_renewal_at for lease in self.held() if not lease.lost]
+        with self._guard:
+            due = [
+                lease
+                for lease in self._leases
+                if not lease.lost and lease not in self._renewing and now >= lease.next_renewal_at
+            ]
+            self._renewing.update(due)
+        return [_submit(self._renewals, self._renew_in_pool, lease) for lease in due]
+
+    def until_next_due(self) -> float:
+        """Seconds until the next renewal is due, of the leases not being renewed now (a
+        renewal that ends wakes the keeper if its lease is due sooner than its pass)."""
+        with self._guard:
+            upcoming = [
+                lease.next_renewal_at
+                for lease in self._leases
+                if not lease.lost and lease not in self._renewing
+            ]
         return max(0.0, min(upcoming) - self._clock.monotonic()) if upcoming else 3600.0
 
-    def _renew(self, lease: Lease) -> None:
+    def _renew_in_pool(self, lease: Lease) -> Future[None] | None:
+        refresh = None
+        try:
+            if self._renew(lease):
+                refresh = self._queue_refresh(lease)
+        except Exception:  # a bug: logged, tried again later, the other leases unharmed
+            log.exception("renewing message %s failed", lease.message_id)
+            lease.next_renewal_at = self._clock.monotonic() + lease.lease_seconds * RETRY_FRACTION
+        finally:
+            with self._guard:
+                self._renewing.discard(lease)
+                wake = not lease.lost and lease.next_renewal_at < self._next_pass_at
+            if wake:
+                self._wake.set()
+        return refresh
+
+    def _queue_refresh(self, lease: Lease) -> Future[None] | None:
+        """Run the lease's ``on_renewed`` on the refresh pool. A lease whose refresh is
+        queued or running already gets no second one meanwhile: its refresh runs once
+        more when done (it reads the lease as renewed by then), so a refresh that hangs
+        holds one thread of the pool, never more."""
+        if lease.on_renewed is None or self._stopped.is_set():
+            return None  # stopped: the pool takes no more work, and nobody waits for it
+        with self._guard:
+            if lease in self._refreshing:
+                self._refresh_again.add(lease)
+                return None
+            self._refreshing.add(lease)
+        return _submit(self._refreshes, self._refresh, lease)
+
+    def _refresh(self, lease: Lease) -> None:
+        while True:
+            hook = lease.on_renewed
+            if hook is not None and lease.active:  # not for a lease let go meanwhile
+                try:
+                    hook(lease)
+                except Exception:  # a bug in a hook; the lease itself was renewed
+                    log.exception(
+                        "after renewing message %s, its on_renewed hook failed", lease.message_id
+                    )
+            with self._guard:
+                if lease not in self._refresh_again:
+                    self._refreshing.discard(lease)
+                    return
+                self._refresh_again.discard(lease)
+
+    def _renew(self, lease: Lease) -> bool:
+        """Renew the lease now if it is still held; True if it was renewed."""
         with lease.lock:
             if not lease.active or lease.lost:
-                return
+                return False
             started = self._clock.monotonic()
             if lease.max_seconds is not None and started - lease.acquired_at >= lease.max_seconds:
                 lease.next_renewal_at = lease.visible_at  # no more renewals: let it lapse
                 lease.lose(
                     f"ran past max_chunk_seconds ({lease.max_seconds:g} s); lease not renewed"
                 )
-                return
+                return False
             try:
                 receipt = self._queues.update(
                     lease.queue,
@@ -261,18 +374,17 @@ class LeaseKeeper:
             except LeaseLost as lost:
                 if lost.code == "PopReceiptMismatch" and started < lease.visible_at:
                     _receipt_lost(lease, started)
-                    return
+                    return False
                 lease.lose(f"renewal refused: {lost}")
-                return
+                return False
             except StorageError as error:
                 self._renewal_failed(lease, started, error)
-                return
+                return False
             lease.pop_receipt = receipt.pop_receipt
             # Counted from before the call: the service's clock started no earlier.
             lease.visible_at = started + lease.lease_seconds
             lease.next_renewal_at = started + lease.lease_seconds * RENEW_FRACTION
-        if lease.on_renewed is not None:
-            lease.on_renewed(lease)
+        return True
 
     def _renewal_failed(self, lease: Lease, started: float, error: StorageError) -> None:
         if lease.receipt_lost:
@@ -295,15 +407,16 @@ class LeaseKeeper:
 
     def _run(self) -> None:
         while not self._stopped.is_set():
-            # Cleared before the pass: a hold() during the pass sets it again, and since
-            # _next_pass_at is infinite meanwhile, every such hold() does.
+            # Cleared before the pass: a hold() or an ended renewal during the pass sets
+            # it again, and since _next_pass_at is infinite meanwhile, every one does.
             self._wake.clear()
             try:
-                wait = self.renew_due()
-            except Exception:  # the keeper must outlive any one bad renewal
+                self.start_due()
+                wait = self.until_next_due()
+            except Exception:  # the keeper must outlive any one bad pass
                 log.exception("lease keeper pass failed")
                 wait = 0.5
-            wait = min(wait, 1.0)
+            wait = min(wait, MAX_PASS_SECONDS)
             with self._guard:
                 self._next_pass_at = self._clock.monotonic() + wait
             self._wake.wait(wait)
@@ -311,11 +424,21 @@ class LeaseKeeper:
                 self._next_pass_at = float("inf")
 
     def stop(self) -> None:
-        """Stop the thread (idempotent). Held leases are left to lapse."""
+        """Stop the thread and the pools (idempotent). Held leases are left to lapse; a
+        renewal or refresh under way ends on its own."""
         self._stopped.set()
         self._wake.set()
         if self._thread is not None:
             self._thread.join(timeout=10)
+        self._renewals.shutdown()
+        self._refreshes.shutdown()
+
+
+def _submit(pool: DaemonPool, call: Callable[[Lease], T], lease: Lease) -> Future[T]:
+    """``call(lease)`` on ``pool``, with the ids of the log context of this thread (each
+    call gets its own copy: a context cannot be entered by two threads at once)."""
+    context = contextvars.copy_context()
+    return pool.submit(lambda: context.run(call, lease))
 
 
 def _receipt_lost(lease: Lease, started: float) -> None:

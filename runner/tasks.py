@@ -51,7 +51,7 @@ from checkpoint.storage import NEVER_EXPIRES, QueueMessage, QueueStore
 from checkpoint.store import CheckpointStore
 from checkpoint.workers import WorkerBook
 from jobs.backoff import compute_backoff
-from jobs.errors import ChunkFailed, ChunkStopped, JobCancelled, JobPaused
+from jobs.errors import ChunkFailed, ChunkStopped, JobCancelled, JobDeleted, JobPaused
 from jobs.job import ChunkedJob
 from jobs.spark_session import connect_session_text
 from runner.completion import Completion, set_job
@@ -413,6 +413,12 @@ def _execute(
     except LeaseLost as lost:
         log.warning("%s %s of %s stopped: lease lost (%s)", task.kind, task.index, job.job_id, lost)
         worker.keeper.drop(lease)
+        return
+    except JobDeleted as deleted:
+        # One line, no traceback: nothing of the task is left to write, so the message
+        # goes too (it would come back only to be deleted unrun).
+        log.info("%s %s stopped: %s; message deleted", task.kind, task.index, deleted)
+        worker.keeper.delete(lease)
         return
     except JobCancelled:
         log.info("%s %s of %s stopped: the job was cancelled", task.kind, task.index, job.job_id)

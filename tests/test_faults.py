@@ -12,7 +12,16 @@ import pytest
 from checkpoint.backends import open_storage
 from checkpoint.clock import FakeClock
 from checkpoint.errors import AlreadyExists, ConfigurationError, Throttled, Unavailable
-from checkpoint.faults import Fault, FaultyStorage, RandomFaults, ScriptedFaults, parse_fault_spec
+from checkpoint.faults import (
+    OUTAGE_LOOKUP_SECONDS,
+    Fault,
+    FaultyStorage,
+    Outage,
+    OutageFile,
+    RandomFaults,
+    ScriptedFaults,
+    parse_fault_spec,
+)
 from checkpoint.storage import Storage
 
 
@@ -121,3 +130,88 @@ def test_an_ambiguous_call_that_failed_is_reported_lost_with_its_own_answer_as_c
 
     assert isinstance(caught.value.__cause__, AlreadyExists)
     assert storage.records.get("tab", "p", "r").properties["n"] == 1
+
+
+# --------------------------------------------------------------------------- outages
+
+
+def test_an_outage_refuses_every_call_unapplied_while_it_is_on(
+    storage: Storage, tmp_path: Path
+):
+    # Given an outage of 60 s from t=1000 (Unix time), as a file announces it
+    now = [999.0]
+    outage = Outage(1000.0, 60.0, "refused")
+    plan = RandomFaults(outage=_announced(outage, now, tmp_path))
+    faulty = FaultyStorage(storage, plan)
+
+    # Before it, calls go through; during it, each is refused at once, not applied
+    faulty.storage.queues.create_queue("before")
+    now[0] = 1000.0
+    with pytest.raises(Unavailable, match="connection refused") as refused:
+        faulty.storage.queues.create_queue("during")
+    now[0] = 1059.9
+    with pytest.raises(Unavailable):
+        faulty.storage.records.query("table", "partition")
+    # And it ends by itself
+    now[0] = 1060.0
+    faulty.storage.queues.create_queue("after")
+
+    assert refused.value.code == "ServiceRequestError"
+    assert storage.queues.list_queues() == ["after", "before"]
+    assert faulty.counts.snapshot()["faults"] == {"refused": 2}
+
+
+def test_a_hanging_outage_answers_when_the_store_is_back_with_a_lost_connection(
+    storage: Storage, tmp_path: Path
+):
+    # Given a hanging outage of 60 s, 15 s of it passed
+    now = [1015.0]
+    clock = FakeClock()
+    plan = RandomFaults(outage=_announced(Outage(1000.0, 60.0, "hanging"), now, tmp_path))
+    faulty = FaultyStorage(storage, plan, sleep=clock.sleep)
+
+    # When a call is made, it waits out the rest of the outage, then fails unapplied
+    with pytest.raises(Unavailable, match="connection hanging"):
+        faulty.storage.queues.create_queue("hung")
+
+    assert clock.sleeps == [45.0]
+    assert storage.queues.list_queues() == []
+
+
+def test_an_outage_file_is_read_when_it_changes_and_a_bad_one_is_ignored(tmp_path: Path):
+    now = [1000.0]
+    path = tmp_path / "outage"
+    announced = OutageFile(path, now=lambda: now[0])
+    assert announced.fault() is None  # no file: no outage
+
+    Outage(1000.0, 5.0, "refused").write(path)
+    now[0] += OUTAGE_LOOKUP_SECONDS
+    assert announced.fault() == Fault("refused")
+
+    path.write_text("not json")
+    now[0] += OUTAGE_LOOKUP_SECONDS
+    assert announced.fault() is None
+    path.unlink()
+    now[0] += OUTAGE_LOOKUP_SECONDS
+    assert announced.fault() is None
+
+
+def test_an_outage_must_have_a_known_mode_and_a_length():
+    with pytest.raises(ConfigurationError, match="refused, hanging"):
+        Outage(0.0, 5.0, "flaky")  # type: ignore[arg-type]
+    with pytest.raises(ConfigurationError, match="seconds >= 0"):
+        Outage(0.0, -1.0)
+
+
+def test_a_spec_names_the_outage_file(tmp_path: Path):
+    plan = parse_fault_spec(f"busy=0.1,outage_file={tmp_path / 'outage'}")
+
+    assert plan.outage is not None and plan.outage.path == tmp_path / "outage"
+    with pytest.raises(ConfigurationError, match="outage_file=PATH"):
+        parse_fault_spec("outage_file=")
+
+
+def _announced(outage: Outage, now: list[float], directory: Path) -> OutageFile:
+    """An outage file announcing ``outage``, read on a clock the test moves."""
+    outage.write(directory / "outage")
+    return OutageFile(directory / "outage", now=lambda: now[0])

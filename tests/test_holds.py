@@ -150,7 +150,7 @@ def test_a_look_the_store_does_not_answer_goes_by_the_record_known(world: World)
     assert told_known.told == ["paused"] and told_unknown.told == []
 
 
-def test_a_job_deleted_altogether_stops_its_running_tasks_as_a_cancel(world: World):
+def test_a_job_deleted_altogether_stops_its_running_tasks_as_deleted(world: World):
     job_id = world.job([{"act": "ok"}])
     task = FakeTask()
     with world.worker.holds.watching(job_id, task):
@@ -158,7 +158,7 @@ def test_a_job_deleted_altogether_stops_its_running_tasks_as_a_cancel(world: Wor
         records.delete(layout.JOBS_TABLE, layout.JOBS_PARTITION, job_id, etag=ANY_ETAG)
         world.clock.advance(CHECK_SECONDS)
         world.worker.holds.check_due()
-    assert task.told == ["cancelled"]
+    assert task.told == ["deleted"]
 
 
 def test_a_job_this_worker_failed_stops_its_tasks_and_deliveries_here_at_once(world: World):

@@ -8,9 +8,10 @@ a CPU-bound chunk must not starve the keeper's thread.
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -38,11 +39,23 @@ class RecordingQueues:
         self.update_failures: list[Exception] = []
         self.update_entered = threading.Event()
         self.update_gate: threading.Event | None = None
+        #: Updates of these messages hang until their event is set (a slow store), and
+        #: the messages whose update is hanging now.
+        self.hanging: dict[str, threading.Event] = {}
+        self.hung: set[str] = set()
+
+    def hang(self, message_id: str) -> threading.Event:
+        """Make every update of ``message_id`` hang until the event returned is set."""
+        return self.hanging.setdefault(message_id, threading.Event())
 
     def update(self, queue: str, message_id: str, pop_receipt: str, **kwargs: Any) -> Receipt:
         self.update_entered.set()
         if self.update_gate is not None:
             assert self.update_gate.wait(10), "test never opened the update gate"
+        if message_id in self.hanging:
+            self.hung.add(message_id)
+            assert self.hanging[message_id].wait(10), "test never let the update go on"
+            self.hung.discard(message_id)
         if self.update_failures:
             raise self.update_failures.pop(0)
         receipt = self._queues.update(queue, message_id, pop_receipt, **kwargs)
@@ -479,6 +492,142 @@ def test_a_cpu_bound_chunk_does_not_starve_renewals(tmp_path: Path):
         keeper.stop()
         other.close()
         storage.close()
+
+
+# --------------------------------------------------------------------------- the pools
+
+
+def _eventually(condition: Callable[[], bool], seconds: float = 5.0) -> bool:
+    """Whether ``condition`` comes true within ``seconds`` of real time: the keeper's
+    thread makes a pass at least once a real second, whatever the fake clock says."""
+    end = time.monotonic() + seconds
+    while not condition():
+        if time.monotonic() >= end:
+            return False
+        time.sleep(0.01)
+    return True
+
+
+def test_one_hanging_renewal_does_not_hold_up_the_others(harness: Harness):
+    # Given two leases due together, and a store whose answer to one's renewal hangs
+    start = harness.clock.monotonic()
+    _, hanging = harness.receive(10)
+    _, other = harness.receive(10)
+    answer = harness.queues.hang(hanging.message_id)
+    harness.keeper.start()
+    try:
+        # When their renewals fall due, and again a renewal later
+        for renewals in (1, 2):
+            harness.clock.advance(7)
+            # Then the other lease is renewed each time, the first call still hanging
+            assert _eventually(
+                lambda n=renewals: (
+                    len(harness.update_times(start, other.message_id)) == n
+                    and hanging.message_id in harness.queues.hung
+                )
+            ), f"renewal {renewals} of the other lease was held up by the hanging one"
+        assert harness.update_times(start, other.message_id) == pytest.approx([7, 14])
+        assert harness.update_times(start, hanging.message_id) == []
+    finally:
+        answer.set()
+        # And the hanging renewal, once answered, renews its own lease (from when it
+        # began: to 17 s, and on from there as it falls due again)
+        assert _eventually(lambda: harness.update_times(start, hanging.message_id) != [])
+        harness.keeper.stop()
+    assert hanging.visible_at - start >= 17 and not hanging.lost
+
+
+def test_a_hanging_refresh_does_not_hold_up_renewals_nor_other_refreshes(harness: Harness):
+    # Given two leases due together, the refresh after one's renewal (its task record's
+    # write) hanging on the store
+    start = harness.clock.monotonic()
+    store_answers = threading.Event()
+    hanging_calls: list[float] = []
+    refreshed: list[float] = []
+
+    def hanging_refresh(lease: Lease) -> None:
+        hanging_calls.append(lease.visible_at - start)
+        assert store_answers.wait(10), "test never let the refresh go on"
+
+    _, hanging = harness.receive(10, on_renewed=hanging_refresh)
+    _, other = harness.receive(10, on_renewed=lambda lease: refreshed.append(lease.visible_at))
+    harness.keeper.start()
+    try:
+        # When their renewals fall due, and again a renewal later
+        for renewals in (1, 2):
+            harness.clock.advance(7)
+            # Then both are renewed each time, and the other one refreshed each time
+            assert _eventually(
+                lambda n=renewals: (
+                    [len(harness.update_times(start, held.message_id)) for held in (hanging, other)]
+                    == [n, n]
+                    and len(refreshed) == n
+                )
+            ), f"renewal {renewals} was held up by a hanging refresh"
+        assert [when - start for when in refreshed] == pytest.approx([17, 24])
+        # while the hanging refresh took one thread, and was not started a second time
+        assert hanging_calls == pytest.approx([17])
+    finally:
+        store_answers.set()
+        # And once it is answered, it runs once more for the renewal made meanwhile
+        assert _eventually(lambda: len(hanging_calls) == 2)
+        harness.keeper.stop()
+    assert hanging_calls == pytest.approx([17, 24])
+
+
+def test_a_refresh_waiting_for_a_thread_is_skipped_once_its_lease_is_let_go(
+    harness: Harness,
+):
+    # Given a keeper with one refresh thread, taken by a lease's hanging refresh
+    harness.keeper = LeaseKeeper(harness.queues, harness.clock, refresh_threads=1)  # type: ignore[arg-type]
+    entered, go_on = threading.Event(), threading.Event()
+    called: list[Lease] = []
+
+    def hanging_refresh(lease: Lease) -> None:
+        entered.set()
+        assert go_on.wait(10)
+
+    _, first = harness.receive(10, on_renewed=hanging_refresh)
+    _, second = harness.receive(10, on_renewed=called.append)
+    second_answer = harness.queues.hang(second.message_id)
+    harness.clock.advance(7)
+    renewals = harness.keeper.start_due()
+    assert entered.wait(10)
+
+    # When the second lease's renewal ends, its refresh waits for the thread; the lease
+    # is let go meanwhile (its chunk ended)
+    second_answer.set()
+    refreshes = [renewal.result(10) for renewal in renewals]
+    harness.keeper.drop(second)
+    go_on.set()
+    for refresh in refreshes:
+        assert refresh is not None
+        refresh.result(10)
+
+    # Then its refresh did nothing; both leases were renewed
+    assert called == []
+    assert len(harness.queues.updates) == 2
+
+
+def test_a_renewal_that_raises_unexpectedly_is_logged_and_tried_again_later(
+    harness: Harness, caplog: pytest.LogCaptureFixture
+):
+    # Given a lease whose renewal raises what no store should (a bug)
+    start = harness.clock.monotonic()
+    _, lease = harness.receive(10)
+    harness.queues.update_failures.append(RuntimeError("a bug"))
+    harness.clock.advance(7)
+
+    # When the keeper makes its pass
+    with caplog.at_level(logging.ERROR, logger="runner.lease"):
+        wait = harness.keeper.renew_due()
+
+    # Then the failure is logged, the lease kept, and the renewal tried again a tenth of
+    # a lease later, when it succeeds
+    assert f"renewing message {lease.message_id} failed" in caplog.text
+    assert not lease.lost and wait == pytest.approx(10 * RETRY_FRACTION)
+    harness.run_keeper(1)
+    assert harness.update_times(start) == pytest.approx([8])
 
 
 def test_drop_is_safe_for_a_lease_never_held(harness: Harness):

@@ -57,3 +57,12 @@ def test_a_malformed_spec_is_refused(tmp_path):
         with pytest.raises(ConfigurationError, match="RUNNER_FAULTS"):
             with injected_faults(storage, "busy=lots", ""):
                 pass
+
+
+def test_a_spec_with_an_outage_file_says_so_at_start(tmp_path, caplog):
+    spec = f"seed=1,outage_file={tmp_path / 'outage'}"
+    with open_storage(str(tmp_path / "store")) as storage, caplog.at_level(logging.WARNING):
+        with injected_faults(storage, spec, "") as used:
+            used.queues.create_queue("chaos-q")
+
+    assert f"storage outages announced in {tmp_path / 'outage'} are injected too" in caplog.text

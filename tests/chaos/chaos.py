@@ -3,6 +3,10 @@ past the lease, and storage faults, then what happened, counted.
 
 Storage faults come from the workers' ``RUNNER_FAULTS`` wrapper on the embedded backend
 and from :class:`~tests.chaos.proxy.FaultProxy` (one per service) in front of Azurite.
+An outage (every storage request of the workers refused, or hanging, for a stretch of
+time mid-run) is started by the driver: on Azurite every proxy goes down; on the
+embedded store the driver announces it in a file each worker's wrapper looks at
+(:class:`~checkpoint.faults.OutageFile`). Either ends by itself.
 The harness itself (submit, watching the job) talks to storage directly, unfaulted.
 Kills and the stop come at seeded times after the first chunk starts, the same for a
 run with and without faults. Every wait is bounded: a run that does not end is reported
@@ -24,6 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from checkpoint.errors import StorageError
+from checkpoint.faults import Outage
 from runner.supervisor import FAULTS_ENV, FAULTS_REPORT_ENV
 from tests import azurite as azurite_process
 from tests.chaos import analysis
@@ -37,6 +42,11 @@ JOBS_MODULE = "tests.chaos.chaos_job"
 STOP_LEASES = 1.5
 #: Workers (``--burst``) should be gone this soon after the job ended.
 EXIT_GRACE_SECONDS = 60.0
+#: After the store's return, the job must go on (a new item applied) within this many
+#: leases.
+RESUME_LEASES = 2
+#: Where the driver announces an outage to embedded workers (in the run's directory).
+OUTAGE_FILE = "outage"
 
 
 @dataclass(frozen=True)
@@ -56,6 +66,11 @@ class ChaosPlan:
     seed: int = 1
     item_seconds: float = 0.012
     deadline_seconds: float | None = None
+    #: An outage this long (0: none), ``refused`` or ``hanging``, starting this many
+    #: seconds after the first chunk starts (None: at 30 % of the work's estimate).
+    outage_seconds: float = 0.0
+    outage_mode: str = "refused"
+    outage_after_seconds: float | None = None
 
     @property
     def items_per_chunk(self) -> int:
@@ -68,23 +83,37 @@ class ChaosPlan:
 
     @property
     def deadline(self) -> float:
-        return self.deadline_seconds or max(180.0, 15 * self.estimate_seconds)
+        return self.deadline_seconds or max(180.0, 15 * self.estimate_seconds) + self.outage_seconds
 
     @property
     def faulty(self) -> bool:
-        return self.busy + self.ambiguous + self.delayed > 0
+        return self.busy + self.ambiguous + self.delayed > 0 or self.outage_seconds > 0
+
+    @property
+    def outage_after(self) -> float:
+        if self.outage_after_seconds is not None:
+            return self.outage_after_seconds
+        return 0.3 * self.estimate_seconds
+
+    @property
+    def resume_bound_seconds(self) -> float:
+        return RESUME_LEASES * Chaos.lease_seconds
 
     def without_faults(self) -> ChaosPlan:
-        return dataclasses.replace(self, busy=0.0, ambiguous=0.0, delayed=0.0)
+        return dataclasses.replace(self, busy=0.0, ambiguous=0.0, delayed=0.0,
+                                   outage_seconds=0.0)
 
     def duplicate_bound(self, interruptions: int) -> int:
         """Re-applications allowed: one checkpoint interval of items per interruption."""
         return interruptions * math.ceil(Chaos.checkpoint_interval_seconds / self.item_seconds)
 
-    def fault_spec(self) -> str:
+    def fault_spec(self, workdir: Path) -> str:
         low, high = self.delay_seconds
-        return (f"busy={self.busy},ambiguous={self.ambiguous},delayed={self.delayed},"
+        spec = (f"busy={self.busy},ambiguous={self.ambiguous},delayed={self.delayed},"
                 f"delay={low}-{high},seed={self.seed}")
+        if self.outage_seconds:
+            spec += f",outage_file={workdir / OUTAGE_FILE}"
+        return spec
 
 
 @dataclass
@@ -103,6 +132,12 @@ class RunResult:
     requests: Counter[str] = field(default_factory=Counter)
     faults: Counter[str] = field(default_factory=Counter)
     notes: list[str] = field(default_factory=list)
+    #: The outage made, as Unix times (None: none was made).
+    outage: Outage | None = None
+    #: Workers (not killed) that were not running when the outage ended.
+    down_after_outage: list[str] = field(default_factory=list)
+    #: Seconds from the store's return to the first new item applied (None: none was).
+    resumed_after: float | None = None
 
     @property
     def completed(self) -> bool:
@@ -114,17 +149,38 @@ class RunResult:
         bound = self.plan.duplicate_bound(self.kills + self.stops)
         finished = "yes" if self.completed else (
             f"no: did not complete in {self.plan.deadline:.0f} s (job {self.job_state})")
-        return [
+        targets = [
             ("job completed", "yes", finished, self.completed),
             ("items lost", "0", str(items.lost), items.lost == 0),
             ("finalize runs", "1", str(self.finalize_runs), self.finalize_runs == 1),
             ("worker exits (other than the kills)", "0", str(len(self.unexpected_exits)),
              not self.unexpected_exits),
-            ("chunks fenced by their own write", "0", str(len(self.fences.own)),
-             not self.fences.own),
-            ("re-applied items (extra applications)", f"<= {bound}",
-             f"{items.applied_more_than_once} ({items.extra_applications})",
-             items.extra_applications <= bound),
+        ]
+        reapplied = f"{items.applied_more_than_once} ({items.extra_applications})"
+        if not self.plan.outage_seconds:
+            return targets + [
+                ("chunks fenced by their own write", "0", str(len(self.fences.own)),
+                 not self.fences.own),
+                ("re-applied items (extra applications)", f"<= {bound}", reapplied,
+                 items.extra_applications <= bound),
+            ]
+        # Every lease runs out in an outage longer than a lease: chunks stop fenced by
+        # their own lapse and redo the items applied since their last durable state.
+        # Reported, not judged: what an outage must not cost is what is judged.
+        made = self.outage is not None
+        resumed = self.resumed_after
+        bound_seconds = self.plan.resume_bound_seconds
+        return targets + [
+            ("outage made", "yes", "yes" if made else "no", made),
+            ("workers running when the store came back", "all",
+             "all" if not self.down_after_outage else ", ".join(self.down_after_outage),
+             made and not self.down_after_outage),
+            ("job going on after the store's return (first new item)",
+             f"<= {bound_seconds:g} s ({RESUME_LEASES} leases)",
+             f"{resumed:.1f} s" if resumed is not None else "never",
+             resumed is not None and resumed <= bound_seconds),
+            ("chunks fenced by their own write", "(reported)", str(len(self.fences.own)), True),
+            ("re-applied items (extra applications)", "(reported)", reapplied, True),
         ]
 
 
@@ -148,10 +204,11 @@ def run_once(plan: ChaosPlan, workdir: Path, server: azurite_process.Azurite | N
             worker_storage = azurite_process.connection_string(*(p.port for p in proxies))
         else:
             direct = worker_storage = str(workdir / "store")
-            env = {FAULTS_ENV: plan.fault_spec(), FAULTS_REPORT_ENV: str(workdir / "faults")}
+            env = {FAULTS_ENV: plan.fault_spec(workdir),
+                   FAULTS_REPORT_ENV: str(workdir / "faults")}
         cluster = Cluster(plan.backend, direct, workdir, uuid.uuid4().hex[:8], JOBS_MODULE)
         stack.callback(cluster.close)
-        driver = _Run(plan, cluster, worker_storage, env, result, log)
+        driver = _Run(plan, cluster, worker_storage, env, result, log, proxies)
         driver.drive()
         _count(driver, proxies)
     return result
@@ -161,9 +218,9 @@ class _Run:
     """Drives the workers of one run: start, kill and replace, stop and continue."""
 
     def __init__(self, plan: ChaosPlan, cluster: Cluster, storage: str, env: dict[str, str],
-                 result: RunResult, log):
+                 result: RunResult, log, proxies: list[FaultProxy]):
         self.plan, self.cluster, self.storage, self.env = plan, cluster, storage, env
-        self.result, self.log = result, log
+        self.result, self.log, self.proxies = result, log, proxies
         self.rng = random.Random(plan.seed + 1)
         self.killed: set[int] = set()
         self.paused: dict[int, float] = {}  # pid -> wall time stopped
@@ -178,6 +235,9 @@ class _Run:
         rng, span = random.Random(self.plan.seed), self.plan.estimate_seconds
         events = [(rng.uniform(0.1, 0.6) * span, "kill") for _ in range(self.plan.kills)]
         events += [(rng.uniform(0.1, 0.5) * span, "stop") for _ in range(self.plan.stops)]
+        if self.plan.outage_seconds:
+            events.append((self.plan.outage_after, "outage"))
+            events.append((self.plan.outage_after + self.plan.outage_seconds, "outage over"))
         return sorted(events)
 
     def drive(self) -> None:
@@ -216,7 +276,8 @@ class _Run:
                 self.result.job_state = state
                 if state in ("done", "failed"):
                     self.result.seconds = time.monotonic() - submitted
-                    skipped = [what for _, what in events if what != "continue"]
+                    skipped = [what for _, what in events
+                               if what not in ("continue", "outage over")]
                     if skipped:
                         self.result.notes.append(f"job ended before: {', '.join(skipped)}")
                     return
@@ -227,6 +288,13 @@ class _Run:
                 if w.alive() and w.pid not in self.paused and w.pid not in self.killed]
         if what == "continue":
             self._continue(min(self.paused, key=self.paused.__getitem__))
+            return
+        if what == "outage":
+            self._outage()
+            return
+        if what == "outage over":
+            self.result.down_after_outage = [
+                w.name for w in self.cluster.workers if w.pid not in self.killed and not w.alive()]
             return
         if not live:
             self.result.notes.append(f"{what} skipped: no running worker")
@@ -245,6 +313,16 @@ class _Run:
             self.log(f"  SIGSTOP {worker.name} (pid {worker.pid}) for {seconds:g} s")
             events.append((now + seconds, "continue"))
             events.sort()
+
+    def _outage(self) -> None:
+        plan = self.plan
+        outage = Outage(time.time(), plan.outage_seconds, plan.outage_mode)  # type: ignore[arg-type]
+        for proxy in self.proxies:
+            proxy.outage(plan.outage_seconds, plan.outage_mode)
+        if not self.proxies:
+            outage.write(self.cluster.workdir / OUTAGE_FILE)
+        self.result.outage = outage
+        self.log(f"  storage down ({plan.outage_mode}) for {plan.outage_seconds:g} s")
 
     def _continue(self, pid: int) -> None:
         worker = self.cluster.worker_of(pid)
@@ -278,6 +356,9 @@ def _count(driver: _Run, proxies: list[FaultProxy]) -> None:
     result.items = analysis.count_items(cluster.workdir, plan.chunks, plan.items_per_chunk,
                                         of["apply"])
     result.finalize_runs = len(of["finalize"])
+    if result.outage is not None:
+        after = [e["at"] for e in of["apply"] if e["new"] and e["at"] >= result.outage.end]
+        result.resumed_after = min(after) - result.outage.end if after else None
     fences = [fence for worker in cluster.workers
               for fence in analysis.parse_fences(worker.log(), driver.job_id, worker.pid)]
     result.fences = analysis.judge(fences, of["start"], driver.pauses)

@@ -7,7 +7,11 @@ Per request, by seeded chance, :class:`FaultProxy`:
   forwarding: nothing is applied;
 - ``ambiguous``: forwards the request, reads the whole answer (so the request is
   applied) and closes the client's connection without writing a byte of it;
-- ``delayed``: waits 0.3-1.5 s, then forwards.
+- ``delayed``: waits 0.3-1.5 s, then forwards;
+
+and, during an outage (:meth:`FaultProxy.outage`, over by itself), forwards nothing:
+``refused`` resets every connection as it is accepted and every request on one kept
+alive; ``hanging`` answers no request until the outage ends, then resets its connection.
 
 Everything else is forwarded as is: the request line, headers (Host included, so
 SharedKey signatures still match) and body, chunked or not (``$batch`` multipart bodies
@@ -18,7 +22,8 @@ Standard library only. Use it from code (:class:`FaultProxy`, ``start`` / ``stop
 ``serve_for``) or from a shell, one proxy per target port::
 
     python -m tests.chaos.proxy --target-port 10001 --target-port 10002 \\
-        --busy 0.05 --ambiguous 0.03 --delayed 0.05 --seed 1 --seconds 600
+        --busy 0.05 --ambiguous 0.03 --delayed 0.05 --seed 1 --seconds 600 \\
+        --outage-after 120 --outage-seconds 60 --outage-mode hanging
 """
 
 from __future__ import annotations
@@ -95,9 +100,22 @@ class ProxyCounts:
             }
 
 
+#: Kinds of outage: every connection reset at once, or every request left unanswered.
+OUTAGE_MODES = ("refused", "hanging")
+
+
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
     proxy: FaultProxy
+
+    def verify_request(self, request: Any, client_address: Any) -> bool:
+        # A refusing proxy takes no new connection: reset as soon as it is accepted.
+        down = self.proxy.down()
+        if down is not None and down[0] == "refused":
+            self.proxy.counts.count("(connection)", "refused")
+            _linger_zero(request)
+            return False
+        return True
 
     def handle_error(self, request: Any, client_address: Any) -> None:
         # A client that resets its connection (a SIGKILLed worker) is expected here;
@@ -122,6 +140,7 @@ class FaultProxy:
         self.counts = ProxyCounts()
         self._rng = random.Random(seed)
         self._lock = threading.Lock()
+        self._outage: tuple[str, float] | None = None  # mode, monotonic end
         self._server = _Server(("127.0.0.1", port), _Handler)
         self._server.proxy = self
         self._thread: threading.Thread | None = None
@@ -142,6 +161,22 @@ class FaultProxy:
             if roll < chances.busy + chances.ambiguous + chances.delayed:
                 return "delayed", self._rng.uniform(*chances.delay_seconds)
         return None, 0.0
+
+    def outage(self, seconds: float, mode: str = "refused") -> None:
+        """Be down from now for ``seconds`` (``refused`` or ``hanging``); back by itself."""
+        if mode not in OUTAGE_MODES or seconds < 0:
+            raise ValueError(f"an outage is {' or '.join(OUTAGE_MODES)} for >= 0 s")
+        with self._lock:
+            self._outage = (mode, time.monotonic() + seconds)
+
+    def down(self) -> tuple[str, float] | None:
+        """The outage's mode and seconds left, or None when the proxy is up."""
+        with self._lock:
+            if self._outage is None:
+                return None
+            mode, end = self._outage
+        left = end - time.monotonic()
+        return (mode, left) if left > 0 else None
 
     def start(self) -> FaultProxy:
         """Serve on a thread of its own until :meth:`stop`."""
@@ -202,6 +237,16 @@ class _Handler(BaseHTTPRequestHandler):
     def _proxy(self) -> None:
         proxy = self.server.proxy
         body = self._read_body()
+        down = proxy.down()
+        if down is not None:
+            # Nothing forwarded, nothing answered: the store is out of reach.
+            mode, left = down
+            proxy.counts.count(self.command, mode)
+            if mode == "hanging":
+                time.sleep(left)
+            self.close_connection = True
+            self._reset()
+            return
         fault, delay = proxy.decide()
         proxy.counts.count(self.command, fault)
         if fault == "busy":
@@ -313,12 +358,16 @@ class _Handler(BaseHTTPRequestHandler):
         self._write_answer(503, "Server Busy", headers, content)
 
     def _reset(self) -> None:
-        # SO_LINGER 0: the close sends RST, the client's read fails at once.
-        try:
-            self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER,
-                                       b"\x01\x00\x00\x00\x00\x00\x00\x00")
-        except OSError:
-            pass
+        _linger_zero(self.connection)
+
+
+def _linger_zero(connection: socket.socket) -> None:
+    """SO_LINGER 0: the close sends RST, the client's read fails at once."""
+    try:
+        connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER,
+                              b"\x01\x00\x00\x00\x00\x00\x00\x00")
+    except OSError:
+        pass
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -337,6 +386,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--delay", default="0.3-1.5", help="delay range in seconds, LOW-HIGH")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--seconds", type=float, default=3600.0, help="stop after this long")
+    parser.add_argument("--outage-after", type=float, default=None,
+                        help="seconds after start when every proxy goes down")
+    parser.add_argument("--outage-seconds", type=float, default=60.0,
+                        help="how long the outage lasts (it ends by itself)")
+    parser.add_argument("--outage-mode", choices=OUTAGE_MODES, default="refused")
     return parser.parse_args(argv)
 
 
@@ -352,6 +406,13 @@ def main(argv: list[str] | None = None) -> None:
     ]
     for proxy in proxies:
         print(f"127.0.0.1:{proxy.port} -> 127.0.0.1:{proxy.target_port}", flush=True)
+    if args.outage_after is not None:
+        def go_down() -> None:
+            for proxy in proxies:
+                proxy.outage(args.outage_seconds, args.outage_mode)
+        timer = threading.Timer(args.outage_after, go_down)
+        timer.daemon = True
+        timer.start()
     try:
         time.sleep(args.seconds)
     except KeyboardInterrupt:

@@ -36,6 +36,9 @@ HEADING = (
 
 
 def title(plan: ChaosPlan) -> str:
+    if plan.outage_seconds:
+        return (f"Outage, {plan.backend}: every storage request {plan.outage_mode} for "
+                f"{plan.outage_seconds:g} s")
     return (f"Chaos, {plan.backend}: {plan.busy:.0%} busy + {plan.ambiguous:.0%} ambiguous"
             f" + {plan.delayed:.0%} delayed")
 
@@ -88,6 +91,42 @@ def report(plan: ChaosPlan, plain: RunResult, faulty: RunResult, command: str) -
     return lines
 
 
+def report_outage(plan: ChaosPlan, run: RunResult, command: str) -> list[str]:
+    """The Markdown lines of an outage run's section (no fault-free twin: the outage is
+    the run's one fault, and what it must not cost is judged on its own)."""
+    where = ("in each worker's `RUNNER_FAULTS` wrapper (announced in a file the driver "
+             "writes)" if plan.backend == "embedded" else
+             "at the fault proxies on loopback in front of every Azurite service")
+    reset = "" if plan.backend == "embedded" else " (connections reset)"
+    what = (f"refused at once{reset}" if plan.outage_mode == "refused" else
+            f"left unanswered until the store's return, then failed{reset}")
+    lines = [
+        machine_line(),
+        "",
+        f"Command: `{command}`",
+        "",
+        f"{plan.items:,} items in {plan.chunks} chunks, {plan.workers} workers (`runner start "
+        f"--burst`), lease {Chaos.lease_seconds} s, checkpoint every "
+        f"{Chaos.checkpoint_interval_seconds} s, {plan.item_seconds * 1000:g} ms per item; "
+        f"{plan.kills} SIGKILL(s), {plan.stops} SIGSTOP(s). {plan.outage_after:.1f} s after "
+        f"the first chunk started, every storage request of the workers was {what} for "
+        f"{plan.outage_seconds:g} s, {where}; nothing was applied meanwhile. Going on: the "
+        "first item applied for the first time after the store's return.",
+        "",
+        "| | target | with the outage |",
+        "| --- | --- | --- |",
+    ]
+    lines += [f"| {what} | {target} | {_mark(value, ok)} |"
+              for what, target, value, ok in run.targets()]
+    lines += [
+        f"| time to completion | (reported) | {_seconds(run)} |",
+        f"| storage requests | | {_requests(run)} |",
+        f"| faults injected | | {_faults(run)} |",
+        "",
+    ]
+    return lines + details("With the outage", run)
+
+
 def _mark(value: str, ok: bool) -> str:
     return value if ok else f"**{value}** (missed)"
 
@@ -135,6 +174,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--item-seconds", type=float, default=0.012)
     parser.add_argument("--deadline", type=float, default=None,
                         help="seconds before a run counts as not completing")
+    parser.add_argument("--outage", type=float, default=0.0, metavar="SECONDS",
+                        help="an outage run: every storage request of the workers fails "
+                             "this long mid-run (no fault-free twin)")
+    parser.add_argument("--outage-mode", choices=["refused", "hanging"], default="refused")
+    parser.add_argument("--outage-after", type=float, default=None, metavar="SECONDS",
+                        help="when the outage starts, after the first chunk starts "
+                             "(default: 30 %% of the work's estimate)")
     parser.add_argument("--workdir", type=Path, default=None, help="keep the runs' files here")
     parser.add_argument("--output", type=Path, default=None, help="e.g. RELIABILITY.md")
     return parser.parse_args(argv)
@@ -144,10 +190,14 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     plan = ChaosPlan(args.backend, args.items, args.chunks, args.workers, args.kills,
                      args.stops, args.busy, args.ambiguous, args.delayed, seed=args.seed,
-                     item_seconds=args.item_seconds, deadline_seconds=args.deadline)
+                     item_seconds=args.item_seconds, deadline_seconds=args.deadline,
+                     outage_seconds=args.outage, outage_mode=args.outage_mode,
+                     outage_after_seconds=args.outage_after)
     command = "python -m tests.chaos.run " + shlex.join(argv if argv is not None else sys.argv[1:])
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="chaos-"))
     print(f"{title(plan)} (files in {workdir})", flush=True)
+    if plan.outage_seconds:
+        return _outage_main(plan, workdir, command, args.output)
     print("without faults ...", flush=True)
     plain = run_once(plan.without_faults(), workdir / "without-faults")
     print("with faults ...", flush=True)
@@ -157,6 +207,17 @@ def main(argv: list[str] | None = None) -> int:
     if args.output:
         write_section(args.output, title(plan), lines, heading=HEADING)
     met = all(ok for run in (plain, faulty) for *_, ok in run.targets())
+    print("all correctness targets met" if met else "CORRECTNESS TARGETS MISSED", flush=True)
+    return 0 if met else 1
+
+
+def _outage_main(plan: ChaosPlan, workdir: Path, command: str, output: Path | None) -> int:
+    run = run_once(plan, workdir / "with-outage")
+    lines = report_outage(plan, run, command)
+    print("\n".join(lines))
+    if output:
+        write_section(output, title(plan), lines, heading=HEADING)
+    met = all(ok for *_, ok in run.targets())
     print("all correctness targets met" if met else "CORRECTNESS TARGETS MISSED", flush=True)
     return 0 if met else 1
 

@@ -134,3 +134,56 @@ def test_serve_for_stops_by_itself(azurite):
     began = time.monotonic()
     proxy.serve_for(0.3)
     assert 0.3 <= time.monotonic() - began < 5
+
+
+def test_an_outage_refuses_everything_unapplied_and_ends_by_itself(direct, proxied):
+    # Given proxies that go down, refusing, for a second
+    table, queue = _names(direct)
+    storage, proxies = proxied()
+    storage.queues.send(queue, b"before")  # a connection kept alive from before
+    for proxy in proxies:
+        proxy.outage(1.0, "refused")
+
+    # When requests are made meanwhile, on kept-alive and new connections
+    with pytest.raises(Unavailable):
+        storage.queues.send(queue, b"during")
+    with pytest.raises(Unavailable):
+        storage.records.insert(table, "p", "r", {"a": 1})
+
+    # Then none was applied, and once the second is over requests go through again
+    assert [m.body for m in direct.queues.peek(queue)] == [b"before"]
+    with pytest.raises(NotFound):
+        direct.records.get(table, "p", "r")
+    assert _wait_up(proxies)
+    storage.records.insert(table, "p", "r", {"a": 2})
+    assert direct.records.get(table, "p", "r").properties == {"a": 2}
+    assert sum(p.counts.faults["refused"] for p in proxies) >= 2
+
+
+def test_a_hanging_outage_answers_nothing_until_it_ends(direct, proxied):
+    # Given proxies that hang every request for a second
+    table, _ = _names(direct)
+    storage, proxies = proxied()
+    for proxy in proxies:
+        proxy.outage(1.0, "hanging")
+
+    # When a request is made meanwhile, it waits out the outage, then fails unapplied
+    began = time.monotonic()
+    with pytest.raises(Unavailable):
+        storage.records.insert(table, "p", "r", {"a": 1})
+
+    assert time.monotonic() - began >= 0.9
+    with pytest.raises(NotFound):
+        direct.records.get(table, "p", "r")
+    assert proxies[2].counts.faults == {"hanging": 1}
+    with pytest.raises(ValueError, match="refused or hanging"):
+        proxies[0].outage(1.0, "flaky")
+
+
+def _wait_up(proxies: list[FaultProxy], seconds: float = 5.0) -> bool:
+    end = time.monotonic() + seconds
+    while any(p.down() is not None for p in proxies):
+        if time.monotonic() >= end:
+            return False
+        time.sleep(0.05)
+    return True
