@@ -153,12 +153,16 @@ class Finisher:
 
     def _mark_done(self, job_id: str, shard: int, chunks: list[Ended]) -> list[Lease]:
         """Write one shard's done marks; return the leases whose messages may go."""
-        # Retried in place while every lease of the group lasts: past the first to run
-        # out, that chunk may be someone else's (its mark then fails, fenced).
+        # Retried in place up to one lease past the first of the group to run out. A
+        # lease lapses while its chunk waits here when a renewal's answer was lost (its
+        # receipt with it); the marks are conditional on each record's ETag, so a chunk
+        # someone took over meanwhile fails its mark, fenced, and one nobody took is
+        # marked done rather than redone (the worker that receives its message again
+        # finds it done). Past that, the store's trouble has outlasted two leases.
         budget = Budget(
             retries.DONE_MARK,
             self._clock,
-            deadline=lambda: min(c.lease.visible_at for c in chunks),
+            deadline=lambda: min(c.lease.visible_at + c.lease.lease_seconds for c in chunks),
         )
         try:
             written, counts = self._store.count_chunks(

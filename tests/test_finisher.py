@@ -29,12 +29,15 @@ class FailingBatches:
         self.entered = threading.Event()
         self.release = threading.Event()
         self.block = False
+        #: Batches still to refuse before answering again (besides ``failing``).
+        self.refusals = 0
 
     def batch(self, *args: Any, **kwargs: Any) -> list[str]:
         if self.block:
             self.entered.set()
             self.release.wait(30)
-        if self.failing:
+        if self.failing or self.refusals > 0:
+            self.refusals -= 1
             raise Unavailable("the store is down")
         return self._records.batch(*args, **kwargs)
 
@@ -125,6 +128,22 @@ def test_a_store_failure_keeps_the_messages_for_a_later_delivery(backend):
     assert job.store.counts(job.job_id) == {"done": 0, "poisoned": 0}
     assert job.left_in_queue() == 2
     assert job.keeper.held() == []
+
+
+def test_a_done_mark_outlives_a_lapsed_lease_and_is_not_redone(backend):
+    # Given a finished chunk whose lease ran out while it waited (a renewal's answer was
+    # lost, and its receipt with it), nobody having taken the chunk over
+    job = Job(backend, chunks=1)
+    job.leases[0].visible_at = job.clock.monotonic() - 1
+    # and a store that refuses the first try of the batch marking it done
+    job.records.refusals = 1
+
+    job.finisher.finish([job.ended(0)])
+
+    # Then the mark is retried past the lapsed lease (it is fenced by the record's ETag,
+    # not by the lease) and lands: the chunk is done, its work not thrown away
+    assert job.store.counts(job.job_id) == {"done": 1, "poisoned": 0}
+    assert list(job.store.results(job.job_id)) == [(0, 0)]
 
 
 def test_the_thread_writes_what_is_handed_over_and_stop_flushes_it(backend):
