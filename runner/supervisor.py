@@ -83,22 +83,29 @@ def run_in_this_process(options: StartOptions, name: str | None = None) -> int:
     """Run one worker here until it stops; install the signal handlers. A worker process
     of ``--workers N`` (``name``: ``worker-1`` ...) is titled for ``ps`` and ``top``:
     ``runner worker-1 QUEUE``."""
+    # The handlers go in first: a SIGTERM while the worker starts (its store opening,
+    # say) stops it cleanly once its loop exists, instead of killing it outright.
+    signals = {"count": 0}
+    loops: list[WorkerLoop] = []
+
+    def on_signal(number: int, frame: FrameType | None) -> None:
+        signals["count"] += 1
+        if signals["count"] > 1:
+            os._exit(EXIT_FORCED)
+        for started in loops:
+            started.request_stop()
+
+    for number in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(number, on_signal)
     classes = [load_job_class(path) for path in options.job_paths]
     if name is not None:
         setproctitle.setproctitle(" ".join(["runner", name, *(cls.queue for cls in classes)]))
     faults = os.environ.get(FAULTS_ENV, ""), os.environ.get(FAULTS_REPORT_ENV, "")
     with open_storage(options.storage) as opened, injected_faults(opened, *faults) as storage:
         loop = WorkerLoop(storage, classes, options.settings)
-        signals = {"count": 0}
-
-        def on_signal(number: int, frame: FrameType | None) -> None:
-            signals["count"] += 1
-            if signals["count"] > 1:
-                os._exit(EXIT_FORCED)
+        loops.append(loop)
+        if signals["count"]:
             loop.request_stop()
-
-        for number in (signal.SIGTERM, signal.SIGINT):
-            signal.signal(number, on_signal)
         with logs.worker_ids(loop.worker_id):
             log.info(
                 "worker %s serving %s on %s",
@@ -229,6 +236,10 @@ def _look_after(
     if place.exit_code is not None or process is None or process.exitcode is None:
         return
     code = _exit_code(process.exitcode)
+    if stopping and process.exitcode == -signal.SIGTERM:
+        # The SIGTERM this parent passed on reached it before its handler was in place
+        # (still starting: nothing of a chunk was running); a stop as asked.
+        code = EXIT_OK
     if code in (EXIT_OK, _EXIT_UNUSABLE) or stopping:
         place.exit_code = code  # finished (burst), stopped as asked, or cannot run
         return

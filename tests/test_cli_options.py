@@ -9,6 +9,7 @@ from __future__ import annotations
 import importlib.metadata
 import json
 import os
+import random
 import signal
 import subprocess
 import time
@@ -20,7 +21,9 @@ from click.testing import CliRunner
 from checkpoint.backends import open_storage
 from checkpoint.clock import FakeClock
 from checkpoint.store import CheckpointStore
+from runner import supervisor
 from runner.cli import cli
+from runner.loop import EXIT_OK, WorkerSettings
 from tests.e2e.processes import ROOT, runner_command, wait_until
 from tests.test_cli_errors import _runner
 
@@ -148,3 +151,47 @@ def test_worker_processes_are_titled_with_their_name_and_queue(tmp_path):
         if start.poll() is None:
             start.kill()
     assert start.wait() == 0
+
+
+def test_a_sigterm_while_a_worker_starts_stops_it_cleanly(tmp_path, monkeypatch):
+    # Given a worker that is sent SIGTERM while it starts, before its loop exists
+    (tmp_path / "sums.py").write_text(SUMS)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    real_load = supervisor.load_job_class
+
+    def signalled_while_loading(path: str) -> type:
+        os.kill(os.getpid(), signal.SIGTERM)
+        return real_load(path)
+
+    monkeypatch.setattr(supervisor, "load_job_class", signalled_while_loading)
+    options = supervisor.StartOptions(("sums:Sums",), str(tmp_path / "store"), WorkerSettings())
+    previous = {number: signal.getsignal(number) for number in (signal.SIGTERM, signal.SIGINT)}
+
+    def too_early(number: int, frame: object) -> None:
+        raise AssertionError("SIGTERM arrived before the worker's own handler was in place")
+
+    signal.signal(signal.SIGTERM, too_early)  # in place of the default: killing pytest
+    try:
+        code = supervisor.run_in_this_process(options)
+    finally:
+        for number, handler in previous.items():
+            signal.signal(number, handler)
+    # Then it stops as asked once started (it was not killed outright): exit 0
+    assert code == EXIT_OK
+
+
+class _Ended:
+    def __init__(self, exitcode: int):
+        self.exitcode, self.pid = exitcode, 4242
+
+
+@pytest.mark.parametrize(("stopping", "expected"), [(True, EXIT_OK), (False, 128 + signal.SIGTERM)])
+def test_a_worker_killed_by_the_sigterm_passed_on_while_stopping_stopped_as_asked(
+    stopping, expected
+):
+    # Given a worker process ended by SIGTERM before its handler was in place
+    place = supervisor._Worker("worker-1", process=_Ended(-signal.SIGTERM))  # type: ignore[arg-type]
+    supervisor._look_after(place, stopping, False, random.Random(1), lambda _: None)
+    # Then while this parent stops the workers, that is a stop as asked (exit 0); at
+    # another time it is a death (no restart here: its exit code, 128 + 15)
+    assert place.exit_code == expected
