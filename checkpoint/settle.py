@@ -164,9 +164,9 @@ def insert_many(
     outcome: dict[str, Record | None] = {}
 
     def attempt() -> None:
+        # Never empty: the loop below stops once every row is settled, and an attempt
+        # that settles them all returns instead of raising for another try.
         missing = [op for op in ops if op.row_key not in outcome]
-        if not missing:
-            return
         try:
             etags = records.batch(table, partition_key, missing)
         except BatchFailed as failed:
