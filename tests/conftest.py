@@ -26,15 +26,20 @@ BACKENDS = ["embedded", "azurite"]
 REAL_TIME_MARGIN_SECONDS = 0.25
 
 
-@pytest.fixture(scope="session")
-def azurite() -> Iterator[azurite_process.Azurite]:
-    """One Azurite for the whole session; tests keep apart by unique names."""
+def started_azurite() -> Iterator[azurite_process.Azurite]:
+    """A private Azurite until the generator is closed; a missing one fails, never skips."""
     try:
         instance = azurite_process.start()
     except azurite_process.AzuriteMissing as missing:
         pytest.fail(str(missing), pytrace=False)
     yield instance
     instance.stop()
+
+
+@pytest.fixture(scope="session")
+def azurite() -> Iterator[azurite_process.Azurite]:
+    """One Azurite for the whole session; tests keep apart by unique names."""
+    yield from started_azurite()
 
 
 @dataclass

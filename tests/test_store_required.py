@@ -20,6 +20,7 @@ from jobs.submit import submit
 from runner import checking
 from runner.cli import cli
 from tests import azurite as azurite_process
+from tests.conftest import started_azurite
 from tests.test_cli_errors import _one_line, _runner
 from tests.test_task_lifecycle import Verdicts
 
@@ -113,12 +114,7 @@ def test_check_of_a_store_says_it_is_found(tmp_path):
 @pytest.fixture(scope="module")
 def fresh_azurite() -> Iterator[azurite_process.Azurite]:
     """An Azurite of its own: an account with no tables yet (the session's has some)."""
-    try:
-        instance = azurite_process.start()
-    except azurite_process.AzuriteMissing as missing:
-        pytest.fail(str(missing), pytrace=False)
-    yield instance
-    instance.stop()
+    yield from started_azurite()
 
 
 @pytest.mark.azurite
