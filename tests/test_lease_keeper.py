@@ -432,6 +432,21 @@ def test_no_renewal_runs_once_finish_has_begun(harness: Harness):
     assert len(harness.others_see()) == 1
 
 
+def test_a_lease_let_go_while_its_renewal_waits_is_not_renewed(harness: Harness):
+    # Given a renewal picked for a due lease, waiting for the lease's lock (the chunk's
+    # thread holds it, as finish does while it deletes the message)
+    _, lease = harness.receive(10)
+    harness.clock.advance(8)
+    with lease.lock:
+        (renewal,) = harness.keeper.start_due()
+        # When the chunk's thread lets the lease go meanwhile
+        lease.active = False
+
+    # Then the renewal finds it let go: no UpdateMessage, nothing to refresh
+    assert renewal.result(timeout=10) is None
+    assert harness.queues.updates == []
+
+
 # --------------------------------------------------------------------------- thread
 
 
