@@ -6,6 +6,7 @@ import logging
 
 from checkpoint import messages, retries
 from checkpoint.clock import Clock
+from checkpoint.errors import StorageError
 from checkpoint.layout import POISON_SUFFIX
 from checkpoint.storage import NEVER_EXPIRES, QueueStore
 from runner.lease import Lease, LeaseKeeper
@@ -29,16 +30,27 @@ class PoisonRouter:
     def move(self, lease: Lease, body: bytes, reason: str) -> None:
         poison_queue = lease.queue + POISON_SUFFIX
         budget = lease.budget(retries.MESSAGE, self._clock)
-        if poison_queue not in self._created:
-            budget.call(lambda: self._queues.create_queue(poison_queue))
-            self._created.add(poison_queue)
         record = messages.poisoned(body, lease.queue, reason, self._clock.now().isoformat())
-        # A send applied with its answer lost and sent again leaves two copies in the
-        # poison queue: harmless, both say the same.
-        budget.call(lambda: self._queues.send(poison_queue, record, ttl_seconds=NEVER_EXPIRES))
+        try:
+            if poison_queue not in self._created:
+                budget.call(lambda: self._queues.create_queue(poison_queue))
+                self._created.add(poison_queue)
+            # A send applied with its answer lost and sent again leaves two copies in the
+            # poison queue: harmless, both say the same.
+            budget.call(lambda: self._queues.send(poison_queue, record, ttl_seconds=NEVER_EXPIRES))
+        except StorageError as error:
+            # Left where it is: it comes back when the lease runs out, and is moved then.
+            log.warning(
+                "moving message %s to %s failed: %s; it comes back when its lease runs out",
+                lease.message_id,
+                poison_queue,
+                error,
+            )
+            self._keeper.drop(lease)
+            return
         if not self._keeper.delete(lease):
             log.warning(
-                "message %s copied to %s but could not be deleted (lease lost)",
+                "message %s copied to %s but not deleted; it comes back to be deleted unrun",
                 lease.message_id,
                 poison_queue,
             )

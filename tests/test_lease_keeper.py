@@ -21,7 +21,13 @@ from checkpoint.backends import open_storage
 from checkpoint.clock import FakeClock, SystemClock
 from checkpoint.errors import LeaseLost, NotFound, Throttled, Unavailable
 from checkpoint.storage import QueueMessage, QueueStore, Receipt, Storage
-from runner.lease import RENEW_FRACTION, RETRY_FRACTION, Lease, LeaseKeeper
+from runner.lease import (
+    RENEW_FRACTION,
+    RETRY_FRACTION,
+    Lease,
+    LeaseKeeper,
+    renew_after_seconds,
+)
 
 QUEUE = "work"
 
@@ -152,6 +158,22 @@ def test_renews_at_seventy_percent_of_the_lease(harness: Harness):
     assert not lease.lost
 
 
+@pytest.mark.parametrize(
+    ("lease_seconds", "renew_after"),
+    [(30, 21.0), (10, 7.0), (8, 5.0), (5, 2.5), (2, 1.0), (1, 0.5)],
+)
+def test_a_short_lease_is_renewed_early_enough_for_a_slow_renewal(
+    harness: Harness, lease_seconds: int, renew_after: float
+):
+    # 70 % of a long lease; a short one keeps 3 s for the renewal, renewing no earlier
+    # than half way (a 5 s lease at 2.5 s, not at 3.5 s)
+    assert renew_after_seconds(lease_seconds) == pytest.approx(renew_after)
+    start = harness.clock.monotonic()
+    _, lease = harness.receive(lease_seconds)
+    harness.run_keeper(lease_seconds * 1.6)
+    assert harness.update_times(start)[:2] == pytest.approx([renew_after, 2 * renew_after])
+
+
 def test_a_renewed_message_stays_hidden_from_other_workers(harness: Harness):
     # Given a message held under a 4 s lease, renewed for 20 s
     _, lease = harness.receive(4)
@@ -193,17 +215,15 @@ def test_always_keeps_the_newest_pop_receipt(harness: Harness):
 
 def test_renews_several_leases_each_on_its_own_schedule(harness: Harness):
     start = harness.clock.monotonic()
-    _, short = harness.receive(2)
+    _, short = harness.receive(10)
     harness.clock.advance(1)
-    _, long = harness.receive(10)
+    _, long = harness.receive(20)
 
-    harness.run_keeper(8)
+    harness.run_keeper(22)
 
-    # Then the 2 s lease was renewed every 1.4 s and the 10 s one at 7 s after it began
-    assert harness.update_times(start, short.message_id) == pytest.approx(
-        [1.4, 2.8, 4.2, 5.6, 7.0, 8.4]
-    )
-    assert harness.update_times(start, long.message_id) == pytest.approx([8.0])
+    # Then the 10 s lease was renewed every 7 s and the 20 s one at 14 s after it began
+    assert harness.update_times(start, short.message_id) == pytest.approx([7, 14, 21])
+    assert harness.update_times(start, long.message_id) == pytest.approx([15])
     assert not short.lost and not long.lost
 
 
@@ -215,21 +235,21 @@ def test_nothing_held_means_a_long_wait(harness: Harness):
 
 
 def test_stops_renewing_past_max_seconds_and_marks_lost(harness: Harness):
-    # Given a 2 s lease on a chunk allowed 5 s in all
+    # Given a 10 s lease on a chunk allowed 25 s in all
     start = harness.clock.monotonic()
-    _, lease = harness.receive(2, max_seconds=5)
+    _, lease = harness.receive(10, max_seconds=25)
 
-    # When the keeper runs for 6 s
-    harness.run_keeper(6)
+    # When the keeper runs for 30 s
+    harness.run_keeper(30)
 
-    # Then it renewed at 1.4, 2.8 and 4.2 s, and at 5.6 s gave up: lost, not renewed
-    assert harness.update_times(start) == pytest.approx([1.4, 2.8, 4.2])
+    # Then it renewed at 7, 14 and 21 s, and at 28 s gave up: lost, not renewed
+    assert harness.update_times(start) == pytest.approx([7, 14, 21])
     assert lease.lost
     assert "max_chunk_seconds" in (lease.lost_reason or "")
     assert lease.expired(harness.clock.monotonic())
-    # and the message comes back to other workers when the last renewal runs out (6.2 s)
+    # and the message comes back to other workers when the last renewal runs out (31 s)
     assert harness.others_see() == []
-    harness.clock.advance(start + 6.2 + 0.001 - harness.clock.monotonic())
+    harness.clock.advance(start + 31 + 0.001 - harness.clock.monotonic())
     assert len(harness.others_see()) == 1
     # Further passes leave the lost lease alone
     harness.run_keeper(10)
@@ -324,8 +344,8 @@ def test_a_lease_past_its_end_is_expired_even_before_the_keeper_notices(harness:
 
 
 def test_delete_uses_the_newest_receipt_and_ends_renewals(harness: Harness):
-    _, lease = harness.receive(4)
-    harness.run_keeper(9)  # renewed at 2.8, 5.6, 8.4
+    _, lease = harness.receive(10)
+    harness.run_keeper(22)  # renewed at 7, 14, 21
     assert len(harness.queues.updates) == 3
 
     assert harness.keeper.delete(lease) is True
@@ -338,8 +358,8 @@ def test_delete_uses_the_newest_receipt_and_ends_renewals(harness: Harness):
 
 
 def test_release_makes_the_message_visible_at_once_with_the_newest_receipt(harness: Harness):
-    message, lease = harness.receive(4)
-    harness.run_keeper(6)
+    message, lease = harness.receive(10)
+    harness.run_keeper(15)  # renewed at 7 and 14
 
     assert harness.keeper.release(lease) is True
 
@@ -362,7 +382,7 @@ def test_finish_does_nothing_for_a_lost_lease(harness: Harness):
     _, lease = harness.receive(4)
     lease.lose("someone else has it")
     called: list[str] = []
-    assert harness.keeper.finish(lease, called.append) is False
+    assert harness.keeper.finish(lease, called.append, "acting on") is False
     assert called == []
     assert harness.keeper.held() == []
 

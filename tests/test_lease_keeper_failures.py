@@ -133,8 +133,9 @@ def test_renewals_failing_until_the_lease_runs_out_lose_it(world: World):
         world.keeper.renew_due()
 
     # Then it tried at 70 %, then every 10 %, and gave up at the lease's end
-    assert tried_at == pytest.approx([0.7 * LEASE_SECONDS, 0.8 * LEASE_SECONDS,
-                                      0.9 * LEASE_SECONDS, LEASE_SECONDS])
+    assert tried_at == pytest.approx(
+        [0.7 * LEASE_SECONDS, 0.8 * LEASE_SECONDS, 0.9 * LEASE_SECONDS, LEASE_SECONDS]
+    )
     assert lease.lost and lease.expired(world.clock.monotonic())
     assert "renewals failed until the lease ran out" in lease.why_lost(world.clock.monotonic())
     assert "ServerBusy" in (lease.lost_reason or "")
@@ -240,22 +241,40 @@ def test_a_busy_delete_is_retried_while_the_lease_lasts(world: World):
     assert world.keeper.held() == []
 
 
-def test_a_delete_still_busy_when_the_lease_runs_out_raises_and_keeps_the_message(
-    world: World,
+def test_a_delete_still_busy_when_the_lease_runs_out_says_so_and_keeps_the_message(
+    world: World, caplog: pytest.LogCaptureFixture
 ):
     # Given a lease about to run out, and a busy store
     lease = world.held()
     world.advance_to(lease.visible_at - 0.1)
     world.faults.add("queues.delete", "busy")
 
-    # When the message is deleted, the budget allows no second try
-    with pytest.raises(Throttled):
-        world.keeper.delete(lease)
+    # When the message is deleted, the budget allows no second try: no exception, one
+    # warning line (storage trouble is not a bug in the task that asked)
+    with caplog.at_level(logging.WARNING, logger="runner.lease"):
+        assert world.keeper.delete(lease) is False
 
     # Then the message is still there (it reappears), and the keeper no longer holds it
     assert world.messages() == 1
-    assert world.keeper.held() == [] and not lease.active
+    assert world.keeper.held() == [] and not lease.active and not lease.lost
     assert world.calls("queues.delete") == 1
+    (line,) = [r for r in caplog.records if r.levelno >= logging.WARNING]
+    assert line.exc_info is None
+    assert "deleting message" in line.getMessage()
+    assert "comes back when its lease runs out" in line.getMessage()
+
+
+def test_a_release_still_busy_when_the_lease_runs_out_leaves_the_message_to_lapse(
+    world: World,
+):
+    lease = world.held()
+    world.advance_to(lease.visible_at - 0.1)
+    world.faults.add("queues.update", "busy")
+
+    assert world.keeper.release(lease) is False
+
+    assert world.keeper.held() == [] and not lease.active
+    assert world.calls("queues.update") == 1
 
 
 def test_deleting_a_message_someone_else_deleted_loses_the_lease(world: World):

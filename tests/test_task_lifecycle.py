@@ -19,6 +19,7 @@ visibility 0, as a release does) instead of being waited for.
 
 from __future__ import annotations
 
+import logging
 import threading
 import uuid
 from collections import Counter
@@ -581,6 +582,48 @@ def test_a_poisoned_chunk_delivered_again_is_deleted_unrun(world: World):
     assert world.task(job_id).etag == before.etag
     assert world.poisoned() == []
     assert world.job_record(job_id).state == "running"  # chunk 1 has not ended
+
+
+def test_a_delete_the_store_refuses_all_lease_long_leaves_the_message_to_come_back(
+    world: World, caplog: pytest.LogCaptureFixture
+):
+    # Given a done chunk delivered again, and a store that refuses every delete
+    job_id = world.job([{"act": "ok"}, {"act": "ok"}])
+    world.end_chunk(job_id, "done")
+    world.send(job_id)
+    world.meanwhile.busy.add("queues.delete")
+
+    # When it is handled: one warning, no exception for the worker loop to catch
+    with caplog.at_level(logging.WARNING):
+        message = world.deliver()
+    assert not [r for r in caplog.records if r.exc_info is not None]
+    assert "comes back when its lease runs out" in caplog.text
+    assert message.id not in world.log.deleted and world.worker.keeper.held() == []
+
+    # Then once the store answers again and the lease has run out, it is deleted unrun
+    world.meanwhile.busy.clear()
+    world.let_pass(LEASE_SECONDS, message)
+    world.deliver()
+    assert message.id in world.log.deleted and world.in_queue() == 0
+
+
+def test_a_poison_move_the_store_refuses_all_lease_long_is_made_when_it_comes_back(
+    world: World, caplog: pytest.LogCaptureFixture
+):
+    job_id = f"v-{uuid.uuid4().hex[:10]}"  # never recorded
+    world.send(job_id)
+    world.meanwhile.busy.add("queues.send")
+
+    with caplog.at_level(logging.WARNING):
+        message = world.deliver()
+    assert world.poisoned() == [] and world.untouched(message)
+    assert not [r for r in caplog.records if r.exc_info is not None]
+
+    world.meanwhile.busy.clear()
+    world.let_pass(LEASE_SECONDS, message)
+    world.deliver()
+    assert world.poisoned() == [(message.body, f"no job {job_id!r} in the checkpoint store")]
+    assert world.in_queue() == 0
 
 
 def test_a_duplicate_delivery_of_a_chunk_running_elsewhere_is_deleted_unrun(world: World):
