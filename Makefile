@@ -29,7 +29,7 @@ help:
 	@echo "make chaos      fault-injection runs (kills, a pause, storage faults) on both"
 	@echo "                backends at three fault levels, and a 60 s storage outage"
 	@echo "                (requests refused, then hanging) -> RELIABILITY.md"
-	@echo "make lint       ruff; make typecheck: mypy"
+	@echo "make lint       ruff check and ruff format --check; make typecheck: mypy"
 	@echo "make clean      remove .venv, .tools and the default embedded store"
 
 venv: $(VENV)/.installed
@@ -59,6 +59,7 @@ test: venv azurite lint typecheck
 
 lint: venv
 	$(BIN)/ruff check jobs checkpoint runner tests samples
+	$(BIN)/ruff format --check jobs checkpoint runner tests samples
 
 typecheck: venv
 	$(BIN)/mypy jobs checkpoint runner

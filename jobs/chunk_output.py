@@ -344,8 +344,9 @@ def sweep_attempts(outputs: Mapping[str, Any]) -> int:
 
 def _attempt_names(files: OutputFiles, path: str) -> list[str]:
     parent, _, name = path.rstrip("/").rpartition("/")
-    return [entry for entry in files.names(f"{parent}/{ATTEMPTS_DIR}")
-            if entry.startswith(f"{name}.")]
+    return [
+        entry for entry in files.names(f"{parent}/{ATTEMPTS_DIR}") if entry.startswith(f"{name}.")
+    ]
 
 
 def _settle(files: OutputFiles, path: str, commit: ChunkCommit) -> None:

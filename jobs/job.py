@@ -162,9 +162,7 @@ def check_runnable(cls: type[ChunkedJob]) -> None:
     ``process`` to ChunkedJob, whose versions raise. Checked when a job is submitted and
     when workers start, not when the class is defined: a base class of the user's may
     leave them to its subclasses."""
-    missing = [
-        name for name in REQUIRED_METHODS if getattr(cls, name) is getattr(ChunkedJob, name)
-    ]
+    missing = [name for name in REQUIRED_METHODS if getattr(cls, name) is getattr(ChunkedJob, name)]
     if missing:
         where = _defined_at(cls)
         raise JobDefinitionError(

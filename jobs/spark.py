@@ -209,8 +209,10 @@ class ChunkJobGroup:
         # swallowed Spark's error: never let the chunk carry on as if it completed.
         if self.cancelled or (exc is not None and self._chunk.stopping):
             _raise_stop(self._chunk, exc)
-        if isinstance(exc, Exception) and is_connect(self._spark) and session_released(
-            self._spark, exc
+        if (
+            isinstance(exc, Exception)
+            and is_connect(self._spark)
+            and session_released(self._spark, exc)
         ):
             # Not the chunk's failure, and no attempt spent: this worker's session was
             # released on the server (it looked gone to a chunk's new owner).
@@ -322,9 +324,7 @@ class SparkChunkedJob(ChunkedJob):
         """The worker process's SparkSession (built on first use)."""
         return spark_session(SparkSettings.for_job(type(self)))
 
-    def job_group(
-        self, chunk: Chunk | JobSummary, description: str | None = None
-    ) -> ChunkJobGroup:
+    def job_group(self, chunk: Chunk | JobSummary, description: str | None = None) -> ChunkJobGroup:
         """The chunk's Spark job group; use as ``with self.job_group(chunk):`` in
         ``process``, and as ``with self.job_group(summary):`` in ``finalize``."""
         return ChunkJobGroup(self.spark, chunk, description)

@@ -154,7 +154,8 @@ class ConnectSession:
         session and user, with the rest of ``remote``'s parameters (a token, TLS) kept."""
         _, _, tail = remote.removeprefix("sc://").partition("/")
         kept = [
-            part for part in tail.lstrip(";").split(";")
+            part
+            for part in tail.lstrip(";").split(";")
             if part and part.split("=", 1)[0] not in ("session_id", "user_id")
         ]
         params = [*kept, f"session_id={self.session_id}", f"user_id={self.user_id}"]
@@ -266,8 +267,12 @@ def reap(
             joined.release()
     except Exception as error:  # noqa: BLE001 - the server's or the network's: go on
         if is_session_closed(error):
-            log.info("%s: the previous attempt's Spark Connect session %s is closed already: "
-                     "nothing to reap", what, session.session_id)
+            log.info(
+                "%s: the previous attempt's Spark Connect session %s is closed already: "
+                "nothing to reap",
+                what,
+                session.session_id,
+            )
             return Reaped(session.session_id, (), False, (), clock.monotonic() - started, True)
         _unreachable(what, session, error)
         return None
@@ -365,11 +370,13 @@ def prepare_attempt(spark: SparkSession, chunk: Chunk) -> Reaped | None:
     what = f"chunk {chunk.index} of {chunk.job_id}"
     remote = connect_remote()
     if remote is None:
-        log.warning("%s: not reaping the previous attempt: this process has no Spark "
-                    "Connect session of its own to take the server's address from", what)
+        log.warning(
+            "%s: not reaping the previous attempt: this process has no Spark "
+            "Connect session of its own to take the server's address from",
+            what,
+        )
         return None
-    return reap(takeover, remote, own_session_id=own_id, what=what,
-                stop=lambda: chunk.stopping)
+    return reap(takeover, remote, own_session_id=own_id, what=what, stop=lambda: chunk.stopping)
 
 
 # --------------------------------------------------------------------------- pyspark's client
@@ -387,8 +394,9 @@ def join_session(url: str) -> JoinedSession:
     client = SparkConnectClient(
         url,
         retry_policy={"max_retries": 2, "initial_backoff": 200, "max_backoff": 1000},
-        rpc_deadlines=RpcDeadlines(interrupt=deadline, release_session=deadline,
-                                   get_status=deadline),
+        rpc_deadlines=RpcDeadlines(
+            interrupt=deadline, release_session=deadline, get_status=deadline
+        ),
     )
     return _ClientSession(client)
 

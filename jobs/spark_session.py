@@ -227,8 +227,9 @@ def _build_connect_session(settings: SparkSettings) -> SparkSession:
         # The Connect client's own dependencies, checked before connecting.
         importlib.import_module("pyspark.sql.connect.session")
     except ImportError as missing:
-        raise ImportError(_MISSING_PYSPARK + " (the Connect client: grpcio, pandas, "
-                          f"pyarrow): {missing}") from missing
+        raise ImportError(
+            _MISSING_PYSPARK + f" (the Connect client: grpcio, pandas, pyarrow): {missing}"
+        ) from missing
     assert settings.remote is not None
     _connect_mode_was_set = _CONNECT_MODE_ENV in os.environ
     log.info("connecting to Spark Connect server %s", settings.remote)

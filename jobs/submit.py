@@ -96,9 +96,7 @@ def submit(
             opened.close()
 
 
-def _same_submission(
-    store: CheckpointStore, job: JobRecord, job_type: str, params: Any
-) -> None:
+def _same_submission(store: CheckpointStore, job: JobRecord, job_type: str, params: Any) -> None:
     """A submit under an existing id is idempotent only when it asks for the same job:
     anything else would be silently dropped, so it is refused."""
     if job.job_type != job_type:

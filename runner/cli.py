@@ -276,7 +276,7 @@ def start(
             ) from error
         os.environ[CONF_ENV] = spark_conf
 
-    level = (log_level or click.get_current_context().find_root().params["log_level"] or "INFO")
+    level = log_level or click.get_current_context().find_root().params["log_level"] or "INFO"
     configure_logging(level.upper(), log_format)
     settings = WorkerSettings(
         concurrency=concurrency,

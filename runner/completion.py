@@ -129,9 +129,16 @@ class Completion:
         now = self._store.clock.now()
         written = self._store.change_job(
             job.job_id,
-            lambda fresh: None
-            if fresh.ended
-            else {"state": "failed", "error": reason, "cancelled_on": now, "cancel_reason": reason},
+            lambda fresh: (
+                None
+                if fresh.ended
+                else {
+                    "state": "failed",
+                    "error": reason,
+                    "cancelled_on": now,
+                    "cancel_reason": reason,
+                }
+            ),
             budget,
         )
         self._failed(written or self._store.get_job(job.job_id, budget))

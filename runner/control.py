@@ -134,6 +134,9 @@ class TaskControl:
 
     def raise_if_stopped(self) -> None:
         now = self._clock.monotonic()
+        if self.lease.expired(now) and self.lease.renewal_pending(now):
+            self.lease.wait_for_renewal(now)
+            now = self._clock.monotonic()
         if self.lease.expired(now):
             # Not flushed: the chunk may be someone else's now, and a paused worker must
             # stop without waiting for the store to tell it so.
@@ -182,7 +185,7 @@ class TaskControl:
         return (
             self._worker_stopping.is_set()
             or self.held is not None
-            or self.lease.expired(now)
+            or (self.lease.expired(now) and not self.lease.renewal_pending(now))
             or self.lease.must_hand_back(now)
         )
 

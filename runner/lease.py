@@ -49,9 +49,6 @@ RENEW_MARGIN_SECONDS = 3.0
 RENEW_EARLIEST_FRACTION = 0.5
 #: After a failed renewal (service busy, unreachable), retry after this fraction.
 RETRY_FRACTION = 0.1
-#: A lease whose pop receipt was lost to its own applied renewal is handed back this
-#: fraction of a lease before it runs out (time to write the newest state).
-HAND_BACK_FRACTION = 0.3
 #: Renewals made at once. A renewal is one UpdateMessage call, milliseconds when the
 #: store is well: four threads keep a slow or hanging call from holding up the rest.
 RENEWAL_THREADS = 4
@@ -68,6 +65,14 @@ def renew_after_seconds(lease_seconds: float) -> float:
     with_margin = lease_seconds - RENEW_MARGIN_SECONDS
     usual = lease_seconds * RENEW_FRACTION
     return max(lease_seconds * RENEW_EARLIEST_FRACTION, min(usual, with_margin))
+
+
+def end_margin_seconds(lease_seconds: float) -> float:
+    """What a lease keeps for one last call before it runs out: its renewal, or the hand
+    back of a lease whose pop receipt was lost (the state's write, which may be slowed
+    and retried just as much): 30 % of a lease of 10 s or more, 3 s or half of a
+    shorter one."""
+    return lease_seconds - renew_after_seconds(lease_seconds)
 
 
 @dataclass(eq=False)
@@ -98,6 +103,8 @@ class Lease:
     #: A renewal was applied but its answer lost, so the newest pop receipt is unknown:
     #: the message can be neither renewed nor deleted, only left to reappear.
     receipt_lost: bool = False
+    #: When the renewal now in flight was sent (monotonic), or None.
+    renewing_since: float | None = None
 
     def lose(self, reason: str) -> None:
         if self.lost_reason is None:
@@ -108,10 +115,32 @@ class Lease:
         """True once the lease is lost or has run out (judged locally, no round trip)."""
         return self.lost or now >= self.visible_at
 
+    def renewal_pending(self, now: float) -> bool:
+        """True while the lease has run out locally but a renewal sent before its end is
+        still waiting for its answer, for at most the lease's end margin: that answer
+        says whether the message stayed ours (a renewal the service applies in time
+        keeps it, however late the answer), so the task waits for it, not guesses."""
+        since = self.renewing_since
+        return (
+            not self.lost
+            and since is not None
+            and since < self.visible_at
+            and now < self.visible_at + end_margin_seconds(self.lease_seconds)
+        )
+
+    def wait_for_renewal(self, now: float) -> None:
+        """Wait (real time, bounded as :meth:`renewal_pending` says) for the renewal in
+        flight to be answered; the renewal holds the lease's lock while it waits."""
+        if not self.renewal_pending(now):
+            return
+        bound = self.visible_at + end_margin_seconds(self.lease_seconds) - now
+        if self.lock.acquire(timeout=bound):
+            self.lock.release()
+
     def must_hand_back(self, now: float) -> bool:
         """True once a lease that cannot be renewed is close to running out: the task
         should save its state and stop while the record is still its own."""
-        margin = self.lease_seconds * HAND_BACK_FRACTION
+        margin = end_margin_seconds(self.lease_seconds)
         return self.receipt_lost and now >= self.visible_at - margin
 
     def budget(self, policy: retries.RetryPolicy, clock: Clock) -> Budget:
@@ -391,6 +420,7 @@ class LeaseKeeper:
                     f"ran past max_chunk_seconds ({lease.max_seconds:g} s); lease not renewed"
                 )
                 return False
+            lease.renewing_since = started
             try:
                 receipt = self._queues.update(
                     lease.queue,
@@ -407,6 +437,8 @@ class LeaseKeeper:
             except StorageError as error:
                 self._renewal_failed(lease, started, error)
                 return False
+            finally:
+                lease.renewing_since = None
             lease.pop_receipt = receipt.pop_receipt
             # Counted from before the call: the service's clock started no earlier.
             lease.visible_at = started + lease.lease_seconds

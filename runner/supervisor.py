@@ -181,9 +181,7 @@ def run_workers(options: StartOptions, workers: int, restart: bool = True) -> in
     signals = {"count": 0}
 
     def launch(place: _Worker) -> None:
-        place.process = context.Process(
-            target=_child, args=(options, os.getpid()), name=place.name
-        )
+        place.process = context.Process(target=_child, args=(options, os.getpid()), name=place.name)
         place.process.start()
         place.started_at, place.restart_at = time.monotonic(), None
 

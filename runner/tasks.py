@@ -221,9 +221,7 @@ def _run_task(
         _start(worker, lease, message, job_class, job, claimed, writer)
         return kind == "chunk"
     try:
-        task = _task(
-            worker.store, job, kind, index, lease.budget(retries.READ, worker.clock)
-        )
+        task = _task(worker.store, job, kind, index, lease.budget(retries.READ, worker.clock))
     except NotFound:
         if _leftover(worker, task_message, lease, fresh=True):
             return False  # the job's records were deleted since its record was read

@@ -128,13 +128,24 @@ def start(workspace: Path | None = None, ready_timeout_seconds: float = 30.0) ->
     workspace = Path(tempfile.mkdtemp(prefix="azurite-")) if workspace is None else workspace
     workspace.mkdir(parents=True, exist_ok=True)
     ports = {name: free_port() for name in ("blob", "queue", "table")}
-    command = [str(binary), "--silent", "--skipApiVersionCheck", "--disableTelemetry",
-               "--location", str(workspace)]
+    command = [
+        str(binary),
+        "--silent",
+        "--skipApiVersionCheck",
+        "--disableTelemetry",
+        "--location",
+        str(workspace),
+    ]
     for name, port in ports.items():
         command += [f"--{name}Host", "127.0.0.1", f"--{name}Port", str(port)]
     log = open(workspace / "azurite.log", "wb")  # noqa: SIM115 - closed with the process
-    process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT,
-                               stdin=subprocess.DEVNULL, start_new_session=True)
+    process = subprocess.Popen(
+        command,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     log.close()
     azurite = Azurite(process, workspace, ports["blob"], ports["queue"], ports["table"], owns)
     deadline = time.monotonic() + ready_timeout_seconds

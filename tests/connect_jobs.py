@@ -65,8 +65,7 @@ class ReapedChunk(SparkChunkedJob):
         with self.job_group(chunk):
             frame = self.spark.range(0, 2, numPartitions=2)
             if chunk.attempt == 1:  # each of its two tasks sleeps: an endless write
-                slow = F.udf(lambda key: time.sleep(SLEEP_SECONDS) or key, "long",
-                             useArrow=False)
+                slow = F.udf(lambda key: time.sleep(SLEEP_SECONDS) or key, "long", useArrow=False)
                 frame = frame.select(slow("id").alias("id"))
             commit = write_chunk_output(frame, chunk.params["output"], chunk=chunk)
         return {"rows": commit.rows, "attempt": commit.attempt}
@@ -80,14 +79,18 @@ def tagged_active_tasks(ui_url: str, fragment: str) -> int | None:
     A stage is read until its last task has ended, killed ones too: a cancelled job is
     over at once, its tasks are not.
     """
+
     def get(path: str) -> Any:
         with urllib.request.urlopen(f"{ui_url}/api/v1/applications{path}", timeout=30) as got:
             return json.load(got)
 
     try:
         app = get("")[0]["id"]
-        jobs = [job for job in get(f"/{app}/jobs")
-                if any(fragment in tag for tag in job.get("jobTags", []))]
+        jobs = [
+            job
+            for job in get(f"/{app}/jobs")
+            if any(fragment in tag for tag in job.get("jobTags", []))
+        ]
         if not jobs:
             return None
         active = 0

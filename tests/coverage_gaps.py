@@ -205,15 +205,19 @@ def check(groups: list[Group], found: Measured, name: str = "tests/coverage_gaps
     silent = [g for g in groups if not g.reason and g.lines]
     print("coverage by package:", *per_package(found), sep="\n")
     if covered:
-        print(f"\ncoverage gaps: {sum(covered.values())} listed line(s) are covered now; "
-              f"remove them from {name} "
-              "(python -m tests.coverage_gaps --write):")
+        print(
+            f"\ncoverage gaps: {sum(covered.values())} listed line(s) are covered now; "
+            f"remove them from {name} "
+            "(python -m tests.coverage_gaps --write):"
+        )
         for gap in sorted(covered):
             print(f"  {gap.path} {gap.function}: {gap.text}")
     if new:
-        print(f"\ncoverage gaps: {len(new)} uncovered line(s) not in "
-              f"{name}; test them, or list them with a reason "
-              "(python -m tests.coverage_gaps --write, then say why):")
+        print(
+            f"\ncoverage gaps: {len(new)} uncovered line(s) not in "
+            f"{name}; test them, or list them with a reason "
+            "(python -m tests.coverage_gaps --write, then say why):"
+        )
         for gap, number in new:
             print(f"  {gap.path}:{number} {gap.function}: {gap.text}")
     for group in silent:

@@ -86,12 +86,17 @@ def test_values_read_back_in_the_types_written():
     # integral double without a type (Azure/azure-sdk-for-js#19899)
     entity = _convert_to_entity(
         {
-            "PartitionKey": "p", "RowKey": "r",
-            "n@odata.type": "Edm.Int64", "n": "7",
+            "PartitionKey": "p",
+            "RowKey": "r",
+            "n@odata.type": "Edm.Int64",
+            "n": "7",
             "f": 3,
-            "t@odata.type": "Edm.DateTime", "t": "2030-01-02T03:04:05.1234567Z",
-            "raw@odata.type": "Edm.Binary", "raw": "AAE=",
-            "flag": True, "s": "x",
+            "t@odata.type": "Edm.DateTime",
+            "t": "2030-01-02T03:04:05.1234567Z",
+            "raw@odata.type": "Edm.Binary",
+            "raw": "AAE=",
+            "flag": True,
+            "s": "x",
         }
     )
     assert isinstance(entity, TableEntity)

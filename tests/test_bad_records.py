@@ -104,10 +104,14 @@ def test_a_whole_number_read_back_as_a_double_is_a_count():
         ({"job_type": "m:C", "queue": "q", "state": "stuck"}, "state 'stuck' is not one of"),
         ({"job_type": "m:C", "queue": "q", "state": "running", "total": "9"}, "total '9'"),
         ({"job_type": "m:C", "queue": "q", "state": "failed", "error": 1}, "error 1 is not"),
-        ({"job_type": "m:C", "queue": "q", "state": "running", "paused": "yes"},
-         "paused 'yes' is not true or false"),
-        ({"job_type": "m:C", "queue": "q", "state": "running", "drain": 1},
-         "drain 1 is not true or false"),
+        (
+            {"job_type": "m:C", "queue": "q", "state": "running", "paused": "yes"},
+            "paused 'yes' is not true or false",
+        ),
+        (
+            {"job_type": "m:C", "queue": "q", "state": "running", "drain": 1},
+            "drain 1 is not true or false",
+        ),
     ],
 )
 def test_a_garbled_job_record_is_a_bad_record_naming_it(properties, problem):
@@ -242,7 +246,10 @@ def test_a_chunk_whose_record_lost_its_payload_is_poisoned_never_run_on_none(
     job_id = _planned(storage, chunks=2)
     partition = layout.shard_partition(job_id, layout.shard_of(1))
     storage.records.replace(
-        layout.TASKS_TABLE, partition, layout.chunk_row(1), {"state": "waiting", "attempt": 0},
+        layout.TASKS_TABLE,
+        partition,
+        layout.chunk_row(1),
+        {"state": "waiting", "attempt": 0},
         etag=ANY_ETAG,
     )
 
@@ -329,11 +336,16 @@ def test_poisoned_tasks_go_past_garbled_records_naming_them(backend: Backend):
     store = CheckpointStore(backend.storage)
     job_id = f"pt-{uuid.uuid4().hex[:8]}"
     store.create_job(job_id, "tests:Job", "pt-q", {})
-    for kind, row, state in (("plan", layout.PLAN_ROW, "done"),
-                             ("final", layout.FINAL_ROW, "poisoned")):
+    for kind, row, state in (
+        ("plan", layout.PLAN_ROW, "done"),
+        ("final", layout.FINAL_ROW, "poisoned"),
+    ):
         store.write_task(store.ensure_task(job_id, kind), {"state": state})
         backend.storage.records.merge(
-            layout.TASKS_TABLE, layout.control_partition(job_id), row, {"attempt": "x"},
+            layout.TASKS_TABLE,
+            layout.control_partition(job_id),
+            row,
+            {"attempt": "x"},
             etag=ANY_ETAG,
         )
 
@@ -404,8 +416,9 @@ def test_an_undecodable_row_is_a_bad_record_naming_the_record_and_its_row(
     # and a scan lists it as unreadable, whatever state it asks for, and goes on
     for states in ((), ("running",), ("waiting", "done")):
         found = list(store.scan_chunks(job_id, states))
-        assert [index for index, _ in found] == ([0, 1] if "waiting" in states or not states
-                                                 else [1])
+        assert [index for index, _ in found] == (
+            [0, 1] if "waiting" in states or not states else [1]
+        )
         assert isinstance(found[-1][1], BadRecord) and problem in str(found[-1][1])
 
 
@@ -541,8 +554,9 @@ def test_redrive_goes_past_an_unreadable_poisoned_record(embedded: Storage, tmp_
     _garble(embedded, job_id, 2, {"attempt": "x"})  # garbled again, still poisoned
 
     # When its poisoned chunks are redriven
-    result = CliRunner().invoke(cli, ["poison", "redrive", job_id, "--storage",
-                                      str(tmp_path / "store")])
+    result = CliRunner().invoke(
+        cli, ["poison", "redrive", job_id, "--storage", str(tmp_path / "store")]
+    )
 
     # Then the readable one is redriven and the unreadable one listed, left as it is
     assert result.exit_code == 1

@@ -30,8 +30,15 @@ MIB = 1024
 
 def _timed(seconds: float, python_mib: int = 150, jvm_mib: int = 0) -> Timed:
     root = ProcessPeak(1, "python", "python runner start", python_mib * MIB, seconds / 10)
-    jvm = {2: ProcessPeak(2, "java", "java org.apache.spark.deploy.SparkSubmit",
-                          jvm_mib * MIB, seconds)} if jvm_mib else {}
+    jvm = (
+        {
+            2: ProcessPeak(
+                2, "java", "java org.apache.spark.deploy.SparkSubmit", jvm_mib * MIB, seconds
+            )
+        }
+        if jvm_mib
+        else {}
+    )
     return Timed(seconds, TreePeaks(root, jvm, (python_mib + jvm_mib) * MIB))
 
 
@@ -41,8 +48,10 @@ def _round(number: int, chunked: float, plain: float) -> Round:
         chunked=_timed(chunked),
         plain=_timed(plain),
         warm_up=_timed(plain * 1.5),
-        streamed=Streamed(_timed(plain * 1.3, 50, 1200),
-                          [{"batch": n, "started": 0.0, "seconds": 4.0 + n} for n in range(8)]),
+        streamed=Streamed(
+            _timed(plain * 1.3, 50, 1200),
+            [{"batch": n, "started": 0.0, "seconds": 4.0 + n} for n in range(8)],
+        ),
         local=_timed(chunked * 1.2, 55, 1240),
         first_batch_seconds=4.0,
         local_first_batch_seconds=11.0,
@@ -52,8 +61,9 @@ def _round(number: int, chunked: float, plain: float) -> Round:
 
 
 def _data() -> migration.Input:
-    made = Generated("orders-v1", tuple(f"f{n}" for n in range(24)), 2_000_000, 339_000_000,
-                     1_700_000, 8_000)
+    made = Generated(
+        "orders-v1", tuple(f"f{n}" for n in range(24)), 2_000_000, 339_000_000, 1_700_000, 8_000
+    )
     return migration.Input("/tmp/store", made, {"files_per_batch": 3}, 8, 8)
 
 
@@ -67,8 +77,11 @@ def test_target_is_the_ratio_of_medians_and_says_by_how_much_it_is_missed():
 def test_report_has_every_table_and_says_how_it_was_measured():
     rounds = [_round(1, 44.0, 40.0), _round(2, 46.0, 41.0)]
     point = Crashed(_timed(70.0), 30.0, 4, 1, 5.5, "chunk 4 attempt 2 resumed at batch 0 of 1")
-    text = "\n".join(cluster_report.report(
-        _data(), rounds, {"chunked": point}, "Load: ...", "`python -m x`", "Machine: ...", 3))
+    text = "\n".join(
+        cluster_report.report(
+            _data(), rounds, {"chunked": point}, "Load: ...", "`python -m x`", "Machine: ...", 3
+        )
+    )
     assert text.startswith("Machine: ...\nLoad: ...\nCommand: `python -m x`. 2 round(s)")
     assert "through the same Connect server" in text and "**8 chunks**" in text
     assert "`runner start --workers 2 --prefetch 0 --burst` (2 worker processes)" in text
@@ -81,15 +94,20 @@ def test_report_has_every_table_and_says_how_it_was_measured():
     assert "| 1 | 44.0 | 52.0 | 1.18x | 57.2 | 11.0 / 7.5 |" in text
     assert "| **median** | **45.0** | **52.7** | **1.17x** | | |" in text
     # The crash against the side's own uninterrupted median
-    assert ("| chunked through Connect, a worker SIGKILLed | 45.0 | 70.0 | +25.0 | 30.0 "
-            "| 4 of 8 | 1 | 5.5 |") in text
+    assert (
+        "| chunked through Connect, a worker SIGKILLed | 45.0 | 70.0 | +25.0 | 30.0 "
+        "| 4 of 8 | 1 | 5.5 |"
+    ) in text
     assert "SIGKILLed: chunk 4 attempt 2 resumed at batch 0 of 1." in text
     assert "checked too: every staged file read by exactly one committed micro-batch" in text
     # What a restart does to the stream's micro-batches: only under a streaming crash
     assert cluster_report.STREAMING_RESTART not in text
     streamed = Crashed(_timed(90.0), 40.0, 2, 0, 0.0, "2 committed, 2 planned and 3 ...")
-    text = "\n".join(cluster_report.report(
-        _data(), rounds, {"chunked": point, "streaming": streamed}, "", "", "", 2))
+    text = "\n".join(
+        cluster_report.report(
+            _data(), rounds, {"chunked": point, "streaming": streamed}, "", "", "", 2
+        )
+    )
     assert text.endswith("2 planned and 3 ....\n\n" + cluster_report.STREAMING_RESTART)
 
 
@@ -110,21 +128,27 @@ def test_first_batch_comes_from_the_worker_log(tmp_path: Path):
 
 def test_the_command_is_make_bench_only_for_the_runs_make_bench_makes():
     assert cluster.command_line(cluster.parse_args([])) == (
-        "`make bench` (`python -m tests.bench.cluster --rows 2000000 --runs 3`)")
+        "`make bench` (`python -m tests.bench.cluster --rows 2000000 --runs 3`)"
+    )
     large = ["--rows", "8000000", "--runs", "2", "--no-streaming", "--no-local", "--no-crash"]
     assert cluster.command_line(cluster.parse_args(large)).startswith("`make bench` (")
     assert cluster.command_line(cluster.parse_args(["--quick", "--no-crash"])) == (
-        "`python -m tests.bench.cluster --rows 100000 --runs 1 --no-crash`")
+        "`python -m tests.bench.cluster --rows 100000 --runs 1 --no-crash`"
+    )
     # Runs other than the setting say so, and are never called make bench's
     other = ["--workers", "1", "--isolate-sessions", "--connect-conf", '{"a": "b"}']
     assert cluster.command_line(cluster.parse_args(other)) == (
         "`python -m tests.bench.cluster --rows 2000000 --runs 3 --isolate-sessions "
-        "--workers 1 --connect-conf '{\"a\": \"b\"}'`")
+        '--workers 1 --connect-conf \'{"a": "b"}\'`'
+    )
 
 
 def test_an_isolated_server_is_said_to_compile_per_session():
-    text = "\n".join(cluster_report.report(_data(), [_round(1, 44.0, 40.0)], {}, "", "", "",
-                                           1, workers=1, isolated_sessions=True))
+    text = "\n".join(
+        cluster_report.report(
+            _data(), [_round(1, 44.0, 40.0)], {}, "", "", "", 1, workers=1, isolated_sessions=True
+        )
+    )
     assert "(1 worker process)" in text and "forces per-session artifact isolation" in text
 
 

@@ -131,8 +131,9 @@ def test_report_says_what_was_measured_and_how():
     assert "--files-per-batch 2`" in text and "make bench" not in text
 
     # And so is a worker running several chunks at once, or a larger input
-    args = migration.parse_args(["--rows", "8000000", "--files-per-batch", "3",
-                                 "--concurrency", "2"])
+    args = migration.parse_args(
+        ["--rows", "8000000", "--files-per-batch", "3", "--concurrency", "2"]
+    )
     data = replace(data, params={"files_per_batch": 3}, batches=8)
     text = "\n".join(migration.report(pairs, data, args, "Load: ..."))
     assert "Command: `python -m tests.bench.migration --rows 8000000 --runs 3 " in text
@@ -152,8 +153,14 @@ def test_report_says_what_was_measured_and_how():
 def test_spark_conf_given_to_the_bench_makes_a_section_of_its_own(monkeypatch):
     monkeypatch.delenv("RUNNER_SPARK_CONF", raising=False)
     args = migration.parse_args(
-        ["--rows", "8000000", "--files-per-batch", "3", "--spark-conf",
-         '{"spark.driver.memory": "4g", "spark.sql.adaptive.enabled": false}']
+        [
+            "--rows",
+            "8000000",
+            "--files-per-batch",
+            "3",
+            "--spark-conf",
+            '{"spark.driver.memory": "4g", "spark.sql.adaptive.enabled": false}',
+        ]
     )
     # Then it is Spark conf strings, as the worker's own option makes them
     assert args.spark_conf == {"spark.driver.memory": "4g", "spark.sql.adaptive.enabled": "false"}
@@ -169,8 +176,8 @@ def test_spark_conf_given_to_the_bench_makes_a_section_of_its_own(monkeypatch):
     # `make bench`'s, and not where the target is judged
     assert (
         "Command: `python -m tests.bench.migration --rows 8000000 --runs 3 --files-per-batch 3 "
-        "--spark-conf '{\"spark.driver.memory\": \"4g\", \"spark.sql.adaptive.enabled\": "
-        "\"false\"}'`" in text
+        '--spark-conf \'{"spark.driver.memory": "4g", "spark.sql.adaptive.enabled": '
+        '"false"}\'`' in text
     )
     assert "make bench" not in text and "judged here" not in text
     assert "with the job's conf plus `spark.driver.memory=4g, spark.sql.adaptive" in text
@@ -181,9 +188,7 @@ def test_spark_conf_given_to_the_bench_makes_a_section_of_its_own(monkeypatch):
     )
 
 
-def test_spark_conf_comes_from_the_environment_and_bad_conf_is_a_usage_error(
-    monkeypatch, capsys
-):
+def test_spark_conf_comes_from_the_environment_and_bad_conf_is_a_usage_error(monkeypatch, capsys):
     # Given RUNNER_SPARK_CONF set where the bench starts: the report must not hide it
     monkeypatch.setenv("RUNNER_SPARK_CONF", '{"spark.driver.memory": "2g"}')
     assert migration.parse_args([]).spark_conf == {"spark.driver.memory": "2g"}

@@ -45,8 +45,12 @@ def _checkpoint(root: Path, input_dir: Path, entries: list[list[str]], ends: lis
     for folder in ("sources/0", "offsets", "commits"):
         (checkpoint / folder).mkdir(parents=True)
     for entry, names in enumerate(entries):
-        lines = [json.dumps({"path": (input_dir / name).as_uri(), "timestamp": 1_700_000_000,
-                             "batchId": entry}) for name in names]
+        lines = [
+            json.dumps(
+                {"path": (input_dir / name).as_uri(), "timestamp": 1_700_000_000, "batchId": entry}
+            )
+            for name in names
+        ]
         (checkpoint / "sources" / "0" / str(entry)).write_text("\n".join(["v1", *lines]))
     metadata = json.dumps({"batchWatermarkMs": 0, "batchTimestampMs": 1_700_000_000_000})
     for batch, end in enumerate(ends):
@@ -59,7 +63,7 @@ def _checkpoint(root: Path, input_dir: Path, entries: list[list[str]], ends: lis
 
 
 def _in_threes(names: list[str]) -> list[list[str]]:
-    return [names[first:first + 3] for first in range(0, len(names), 3)]
+    return [names[first : first + 3] for first in range(0, len(names), 3)]
 
 
 def test_a_micro_batch_that_read_two_source_entries_is_whole(tmp_path: Path):
@@ -75,17 +79,20 @@ def test_a_micro_batch_that_read_two_source_entries_is_whole(tmp_path: Path):
     # Then it is whole: 7 micro-batches, the third read entries 2 and 3, every file once
     assert [batch.entries for batch in batches] == [(0,), (1,), (2, 3), (4,), (5,), (6,), (7,)]
     assert batches[2] == MicroBatch(2, (2, 3), tuple(names[6:12]))
-    assert merged(batches).startswith("micro-batch 2 read 6 files, the file source's log "
-                                      "entries 2-3 (the kill fell after the source logged "
-                                      "entry 2, before the offsets log named micro-batch 2)")
+    assert merged(batches).startswith(
+        "micro-batch 2 read 6 files, the file source's log "
+        "entries 2-3 (the kill fell after the source logged "
+        "entry 2, before the offsets log named micro-batch 2)"
+    )
 
 
 def test_an_uninterrupted_run_reads_one_entry_a_micro_batch(tmp_path: Path):
     input_dir = tmp_path / "input"
     names = _staged(input_dir, 24)
     checkpoint = _checkpoint(tmp_path, input_dir, _in_threes(names), list(range(8)))
-    assert [len(b.files) for b in check_micro_batches(checkpoint, input_dir,
-                                                      tmp_path / "stream")] == [3] * 8
+    assert [
+        len(b.files) for b in check_micro_batches(checkpoint, input_dir, tmp_path / "stream")
+    ] == [3] * 8
     assert merged(micro_batches(checkpoint)) == ""
 
 
@@ -95,8 +102,9 @@ def test_a_compacted_source_log_is_read_too(tmp_path: Path):
     names = _staged(input_dir, 36)
     checkpoint = _checkpoint(tmp_path, input_dir, _in_threes(names), list(range(12)))
     log = checkpoint / "sources" / "0"
-    compact = ["v1"] + [line for entry in range(10)
-                        for line in (log / str(entry)).read_text().splitlines()[1:]]
+    compact = ["v1"] + [
+        line for entry in range(10) for line in (log / str(entry)).read_text().splitlines()[1:]
+    ]
     (log / "9.compact").write_text("\n".join(compact))
     for entry in range(10):
         (log / str(entry)).unlink()
@@ -175,8 +183,7 @@ class FailNextPlan:
 def _outputs(spark: Any, output: Path) -> dict[str, Any]:
     from samples.migration.verify import Counts
 
-    return {kind: Counts.of(spark.read.parquet(str(output / kind / "batch-*")))
-            for kind in KINDS}
+    return {kind: Counts.of(spark.read.parquet(str(output / kind / "batch-*"))) for kind in KINDS}
 
 
 @pytest.mark.spark
@@ -203,17 +210,26 @@ def test_a_restart_after_the_source_logged_its_files_merges_two_micro_batches(
     # offsets log (Spark's guard refuses the entry made ahead of it: no kill, no timer)
     crashed = tmp_path / "crashed"
     checkpoint, output = crashed / "stream-checkpoint", crashed / "stream"
-    query = start(spark, str(input_dir), str(checkpoint), FILES_PER_TRIGGER,
-                  FailNextPlan(output, checkpoint, at=0))
+    query = start(
+        spark,
+        str(input_dir),
+        str(checkpoint),
+        FILES_PER_TRIGGER,
+        FailNextPlan(output, checkpoint, at=0),
+    )
     with pytest.raises(StreamingQueryException):
         query.awaitTermination()
     (checkpoint / "offsets" / "1").unlink()
-    assert [streaming.logged(checkpoint, log) for log in ("commits", "offsets", "sources/0")] \
-        == [1, 1, 2]
+    assert [streaming.logged(checkpoint, log) for log in ("commits", "offsets", "sources/0")] == [
+        1,
+        1,
+        2,
+    ]
 
     # And it is started again on its checkpoint
-    start(spark, str(input_dir), str(checkpoint), FILES_PER_TRIGGER,
-          BatchWriter(str(output))).awaitTermination()
+    start(
+        spark, str(input_dir), str(checkpoint), FILES_PER_TRIGGER, BatchWriter(str(output))
+    ).awaitTermination()
 
     # Then micro-batch 1 read the orphaned entry and the next: 2 micro-batches, not 3
     batches = check_micro_batches(checkpoint, input_dir, output)

@@ -20,7 +20,7 @@ from tests.coverage_gaps import (
     write_list,
 )
 
-SOURCE = '''\
+SOURCE = """\
 import os
 
 class Keeper:
@@ -34,7 +34,7 @@ class Keeper:
         def inner():
             return 3
         return inner
-'''
+"""
 
 LIST = """\
 # a comment
@@ -81,8 +81,10 @@ def test_a_list_it_cannot_read_is_an_error_naming_the_line(text: str):
 
 
 def test_a_run_whose_gaps_are_all_listed_passes(capsys: pytest.CaptureFixture[str]):
-    gaps = (Gap("runner/lease.py", "Keeper.renew", "return 2"), 7), (
-        Gap("runner/lease.py", MODULE, "import os"), 1)
+    gaps = (
+        (Gap("runner/lease.py", "Keeper.renew", "return 2"), 7),
+        (Gap("runner/lease.py", MODULE, "import os"), 1),
+    )
 
     assert check(read_list(LIST), measured(*gaps)) == 0
 
@@ -92,9 +94,11 @@ def test_a_run_whose_gaps_are_all_listed_passes(capsys: pytest.CaptureFixture[st
 
 
 def test_an_unlisted_gap_fails_and_says_where_it_is(capsys: pytest.CaptureFixture[str]):
-    gaps = [(Gap("runner/lease.py", "Keeper.renew", "return 2"), 7),
-            (Gap("runner/lease.py", MODULE, "import os"), 1),
-            (Gap("runner/lease.py", "Keeper.renew", "return 2"), 9)]  # the same text twice
+    gaps = [
+        (Gap("runner/lease.py", "Keeper.renew", "return 2"), 7),
+        (Gap("runner/lease.py", MODULE, "import os"), 1),
+        (Gap("runner/lease.py", "Keeper.renew", "return 2"), 9),
+    ]  # the same text twice
 
     assert check(read_list(LIST), measured(*gaps)) == 1
 
@@ -122,9 +126,11 @@ def test_a_group_without_a_reason_fails(capsys: pytest.CaptureFixture[str]):
 
 
 def test_rewriting_keeps_reasons_drops_covered_lines_and_adds_new_groups():
-    gaps = [(Gap("checkpoint/store.py", "CheckpointStore.ensure", "self._ready = True"), 80),
-            (Gap("runner/lease.py", "Keeper.renew", "return 2"), 7),
-            (Gap("runner/lease.py", "Keeper.renew", "return 1"), 6)]
+    gaps = [
+        (Gap("checkpoint/store.py", "CheckpointStore.ensure", "self._ready = True"), 80),
+        (Gap("runner/lease.py", "Keeper.renew", "return 2"), 7),
+        (Gap("runner/lease.py", "Keeper.renew", "return 1"), 6),
+    ]
 
     groups = updated(read_list(LIST), gaps)
 

@@ -101,7 +101,7 @@ def bin_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     folder = tmp_path_factory.mktemp("docs-bin")
     main = "import sys; from runner.cli import main; sys.argv[0] = 'runner'; main()"
     scripts = {
-        "runner": f"exec {shlex.quote(sys.executable)} -c {shlex.quote(main)} \"$@\"",
+        "runner": f'exec {shlex.quote(sys.executable)} -c {shlex.quote(main)} "$@"',
         "python": f'exec {shlex.quote(sys.executable)} "$@"',
     }
     for name, line in scripts.items():
@@ -238,8 +238,7 @@ def _run_console(block: Block, run: DocumentRun, bin_dir: Path) -> None:
         expected = block.exit_code if number == len(commands) - 1 else 0
         if code != expected:
             pytest.fail(
-                f"{block.name}: `{command}` exited {code}, expected {expected}; output:\n"
-                f"{output}",
+                f"{block.name}: `{command}` exited {code}, expected {expected}; output:\n{output}",
                 pytrace=False,
             )
         _compare(block, command, "\n".join(want), output)

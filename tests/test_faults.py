@@ -83,16 +83,15 @@ def test_a_script_naming_no_storage_call_is_refused():
 
 def test_a_delay_waits_on_the_given_sleep_then_applies(storage: Storage):
     clock = FakeClock()
-    faulty = FaultyStorage(storage, ScriptedFaults(("queues.create_queue", "delay", 2.5)),
-                           sleep=clock.sleep)
+    faulty = FaultyStorage(
+        storage, ScriptedFaults(("queues.create_queue", "delay", 2.5)), sleep=clock.sleep
+    )
 
     faulty.storage.queues.create_queue("slow-q")
 
     assert clock.sleeps == [2.5]
     assert storage.queues.list_queues() == ["slow-q"]
-    assert faulty.counts.snapshot() == {
-        "calls": {"queues.create_queue": 1}, "faults": {"delay": 1}
-    }
+    assert faulty.counts.snapshot() == {"calls": {"queues.create_queue": 1}, "faults": {"delay": 1}}
 
 
 def test_a_busy_query_fails_when_called_and_an_ambiguous_one_is_read_again(storage: Storage):
@@ -135,9 +134,7 @@ def test_an_ambiguous_call_that_failed_is_reported_lost_with_its_own_answer_as_c
 # --------------------------------------------------------------------------- outages
 
 
-def test_an_outage_refuses_every_call_unapplied_while_it_is_on(
-    storage: Storage, tmp_path: Path
-):
+def test_an_outage_refuses_every_call_unapplied_while_it_is_on(storage: Storage, tmp_path: Path):
     # Given an outage of 60 s from t=1000 (Unix time), as a file announces it
     now = [999.0]
     outage = Outage(1000.0, 60.0, "refused")

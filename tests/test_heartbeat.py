@@ -93,8 +93,9 @@ def test_a_beat_writes_who_the_worker_is_and_what_it_runs(world: World):
     beat = world.heartbeat(running=running)
     started = world.clock.now()
 
-    with running.running(TaskIds("job-a", "chunk", 7, 1)), running.running(
-        TaskIds("job-b", "final", 0, 1)
+    with (
+        running.running(TaskIds("job-a", "chunk", 7, 1)),
+        running.running(TaskIds("job-b", "final", 0, 1)),
     ):
         world.clock.advance(2)
         assert beat.beat()
@@ -239,9 +240,18 @@ def test_a_worker_loop_beats_while_it_serves_and_says_stopped_at_the_end(tmp_pat
 def _worker_record(**changes: Any) -> WorkerRecord:
     when = FakeClock().now()
     fields: dict[str, Any] = {
-        "worker_id": "host:1:abcd", "host": "host", "pid": 1, "queues": ("q",),
-        "job_types": ("m:Job",), "concurrency": 2, "tasks": ("j#1",), "running": 1,
-        "state": "serving", "started_on": when, "seen_on": when, "beat_seconds": 5.0,
+        "worker_id": "host:1:abcd",
+        "host": "host",
+        "pid": 1,
+        "queues": ("q",),
+        "job_types": ("m:Job",),
+        "concurrency": 2,
+        "tasks": ("j#1",),
+        "running": 1,
+        "state": "serving",
+        "started_on": when,
+        "seen_on": when,
+        "beat_seconds": 5.0,
     }
     return WorkerRecord(**{**fields, **changes})
 

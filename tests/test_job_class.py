@@ -375,6 +375,9 @@ def test_load_job_class_says_what_is_wrong(path, says):
 
 
 def test_load_job_class_refuses_a_class_that_could_only_fail_at_run_time():
-    with pytest.raises(JobDefinitionError, match=r"^Unfinished \(.*test_job_class.py line \d+\) "
-                       r"defines no process\(\)"):
+    with pytest.raises(
+        JobDefinitionError,
+        match=r"^Unfinished \(.*test_job_class.py line \d+\) "
+        r"defines no process\(\)",
+    ):
         load_job_class(f"{__name__}:Unfinished")

@@ -477,3 +477,16 @@ def test_a_lease_nobody_marked_lost_says_it_ran_out():
     lease.lose("second reason")
     assert lease.why_lost(31.0) == "first reason"
     assert not lease.must_hand_back(29.9)  # only a lease whose receipt was lost hands back
+
+
+@pytest.mark.parametrize(("lease_seconds", "margin"), [(30, 9.0), (10, 3.0), (5, 2.5), (2, 1.0)])
+def test_a_lease_whose_receipt_was_lost_is_handed_back_with_time_for_a_slow_write(
+    lease_seconds: int, margin: float
+):
+    # The hand back's write gets what a renewal gets: 30 % of a long lease, 3 s (at most
+    # half) of a short one; a 5 s lease hands back 2.5 s before its end, not 1.5 s
+    lease = Lease("q", "m-1", "r", lease_seconds, acquired_at=0.0, visible_at=100.0)
+    lease.receipt_lost = True
+
+    assert not lease.must_hand_back(100.0 - margin - 0.01)
+    assert lease.must_hand_back(100.0 - margin)

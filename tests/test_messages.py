@@ -30,7 +30,7 @@ _DROP = object()
         TaskMessage("chunk", "mod:Cls", "j", 0),
         TaskMessage("chunk", "mod:Cls", "a.b_c-D9", 2**40),
         TaskMessage("final", "pkg.mod:Outer.Inner", "x" * 100),
-        TaskMessage("chunk", "mod:Cls", "j", 5, 'W/"datetime\'2026-11-22T04%3A30Z\'"', b"\x81"),
+        TaskMessage("chunk", "mod:Cls", "j", 5, "W/\"datetime'2026-11-22T04%3A30Z'\"", b"\x81"),
         TaskMessage("chunk", "mod:Cls", "j", 5, "etag", b"\x81", incarnation="0123456789abcdef"),
         TaskMessage("final", "mod:Cls", "j", incarnation="0123456789abcdef"),
     ],

@@ -32,8 +32,9 @@ def demo(tmp_path_factory: pytest.TempPathFactory) -> Run:
     workdir = tmp_path_factory.mktemp("migration-cluster")
     said: list[str] = []
     try:
-        result = run_cluster_demo(DemoOptions(None, ROWS, FILES, timeout_seconds=600), workdir,
-                                  say=said.append)
+        result = run_cluster_demo(
+            DemoOptions(None, ROWS, FILES, timeout_seconds=600), workdir, say=said.append
+        )
     except BaseException:
         print("\n".join(said))  # what it did so far, and the workers' log tails
         raise

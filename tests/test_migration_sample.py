@@ -107,14 +107,18 @@ def test_counts_are_what_the_generator_made(demo: tuple[DemoResult, list[str], P
     assert summary["rows_out"] == made.orders
     assert summary["rows_rejected"] == made.rejects > 0
     assert summary["duplicates_dropped"] > 0
-    assert set(summary["rejected_by_reason"]) <= set(REASONS) == {
-        "malformed_line",
-        *(
-            f"{how}_{name}"
-            for how in ("missing", "bad")
-            for name in ("order_id", "order_date", "updated_at", "amount")
-        ),
-    }
+    assert (
+        set(summary["rejected_by_reason"])
+        <= set(REASONS)
+        == {
+            "malformed_line",
+            *(
+                f"{how}_{name}"
+                for how in ("missing", "bad")
+                for name in ("order_id", "order_date", "updated_at", "amount")
+            ),
+        }
+    )
 
 
 def test_killed_chunk_resumed_from_its_checkpoint(demo: tuple[DemoResult, list[str], Path]):
@@ -142,10 +146,20 @@ def test_progress_says_which_chunks_wait_for_a_worker(tmp_path: Path):
         "planning_done": True,
         "chunks": {"total": 6, "done": 2, "failed": 0},
         "running": [
-            {"index": 0, "worker": "vm:101:aa", "attempt": 1, "lease_expired": True,
-             "progress": {"batch": 1, "of": 4}},
-            {"index": 3, "worker": "vm:102:bb", "attempt": 2, "lease_expired": False,
-             "progress": {"batch": 2, "of": 4}},
+            {
+                "index": 0,
+                "worker": "vm:101:aa",
+                "attempt": 1,
+                "lease_expired": True,
+                "progress": {"batch": 1, "of": 4},
+            },
+            {
+                "index": 3,
+                "worker": "vm:102:bb",
+                "attempt": 2,
+                "lease_expired": False,
+                "progress": {"batch": 2, "of": 4},
+            },
         ],
     }
     # Then the line does not show the dead worker still running its chunk
@@ -155,9 +169,7 @@ def test_progress_says_which_chunks_wait_for_a_worker(tmp_path: Path):
     )
 
 
-def test_every_batch_output_is_committed_once(
-    demo: tuple[DemoResult, list[str], Path], spark: Any
-):
+def test_every_batch_output_is_committed_once(demo: tuple[DemoResult, list[str], Path], spark: Any):
     result, _, workdir = demo
     outputs = result.manifest["outputs"]
     # Then the manifest lists orders and rejects of every batch (one file per batch),
@@ -189,10 +201,15 @@ def test_a_batch_is_its_two_writes_and_counts_what_it_judged(spark: Any, tmp_pat
     store = str(tmp_path / "store")
     with open_storage(store) as storage:
         made = gen.generate(storage, 4_000, 2)
-    params = {"output": str(tmp_path / "out"), "storage": store,
-              "input_container": made.container, "scratch": str(tmp_path / "scratch")}
-    env = ChunkEnvironment(MigrateOrders, params=params,
-                           payload={"files": made.names, "bytes": 0}, job_id="one-chunk")
+    params = {
+        "output": str(tmp_path / "out"),
+        "storage": store,
+        "input_container": made.container,
+        "scratch": str(tmp_path / "scratch"),
+    }
+    env = ChunkEnvironment(
+        MigrateOrders, params=params, payload={"files": made.names, "bytes": 0}, job_id="one-chunk"
+    )
 
     # When the chunk runs
     jobs = spark_jobs(spark, env.run)
@@ -201,18 +218,24 @@ def test_a_batch_is_its_two_writes_and_counts_what_it_judged(spark: Any, tmp_pat
     assert jobs <= JOBS_PER_BATCH * len(made.names)
     assert [state["batch"] for state in env.durable] == [1, 2]
     # and its totals are those of the same transform over the same files, counted apart
-    with open_storage(store) as storage, staged_inputs(
-        storage, MigrationParams.of(params), made.names
-    ) as paths:
+    with (
+        open_storage(store) as storage,
+        staged_inputs(storage, MigrationParams.of(params), made.names) as paths,
+    ):
         judged = judge(read_orders_v1(spark, paths))
         counted = judged.groupBy("reason").count().collect()
         by_reason = {row["reason"]: row["count"] for row in counted}
         migrated = outputs(judged)
-        expected = {"checksum": content_checksum(migrated.orders),
-                    "rejects_checksum": content_checksum(migrated.rejects)}
+        expected = {
+            "checksum": content_checksum(migrated.orders),
+            "rejects_checksum": content_checksum(migrated.rejects),
+        }
     result = env.result
     assert (result["rows_in"], result["rows_out"], result["rows_rejected"]) == (
-        made.rows, made.orders, made.rejects)
+        made.rows,
+        made.orders,
+        made.rejects,
+    )
     assert result["reasons"] == {reason: n for reason, n in by_reason.items() if reason}
     assert {key: result[key] for key in expected} == expected
 
@@ -226,12 +249,14 @@ def test_a_batch_cut_in_pieces_migrates_to_the_same_rows(
     store = str(tmp_path / "store")
     with open_storage(store) as storage:
         made = gen.generate(storage, 4_000, 2)
-        params = MigrationParams.of({"output": str(tmp_path / "out"), "storage": store,
-                                     "input_container": made.container})
+        params = MigrationParams.of(
+            {"output": str(tmp_path / "out"), "storage": store, "input_container": made.container}
+        )
         names = list(made.names)
-        with staged_inputs(storage, params, names) as whole, staged_inputs(
-            storage, params, names, parallelism=3
-        ) as cut:
+        with (
+            staged_inputs(storage, params, names) as whole,
+            staged_inputs(storage, params, names, parallelism=3) as cut,
+        ):
             # When each is migrated
             expected = outputs(judge(read_orders_v1(spark, whole)))
             found = outputs(judge(read_orders_v1(spark, cut)))
@@ -297,8 +322,12 @@ def test_tallied_counts_the_rejects_by_reason(spark: Any, tmp_path: Path):
 
     # Then each reason was counted (absent ones as 0), adding up to the rows read
     assert read == 3
-    assert tally.get == {**dict.fromkeys(REASONS, 0),
-                         "bad_order_id": 1, "missing_order_date": 1, "malformed_line": 1}
+    assert tally.get == {
+        **dict.fromkeys(REASONS, 0),
+        "bad_order_id": 1,
+        "missing_order_date": 1,
+        "malformed_line": 1,
+    }
 
 
 def test_generated_data_is_deterministic_and_partitioned_by_key(tmp_path: Path):

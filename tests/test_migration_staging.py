@@ -46,8 +46,18 @@ def small_reads(monkeypatch: pytest.MonkeyPatch) -> None:
 
 @pytest.mark.parametrize(
     ("files", "parallelism", "pieces"),
-    [(1, 1, 1), (3, 1, 1), (1, 2, 2), (2, 2, 1), (3, 2, 2), (4, 2, 1), (3, 8, 8), (6, 8, 4),
-     (12, 8, 2), (16, 8, 1)],
+    [
+        (1, 1, 1),
+        (3, 1, 1),
+        (1, 2, 2),
+        (2, 2, 1),
+        (3, 2, 2),
+        (4, 2, 1),
+        (3, 8, 8),
+        (6, 8, 4),
+        (12, 8, 2),
+        (16, 8, 1),
+    ],
 )
 def test_pieces_per_file_makes_a_multiple_of_the_parallelism(
     files: int, parallelism: int, pieces: int
@@ -116,8 +126,10 @@ def test_staged_inputs_cut_a_batch_for_its_parallelism_and_clean_up(
     storage: Storage, tmp_path: Path, small_reads: None
 ):
     # Given three blobs of a batch, on a session of parallelism 2
-    blobs = {f"export/{n}.jsonl": b"".join(b"line %d of %d\n" % (i, n) for i in range(300))
-             for n in range(3)}
+    blobs = {
+        f"export/{n}.jsonl": b"".join(b"line %d of %d\n" % (i, n) for i in range(300))
+        for n in range(3)
+    }
     for name, data in blobs.items():
         storage.blobs.put(CONTAINER, name, data)
     params = MigrationParams.of({"output": str(tmp_path / "out"), "scratch": str(tmp_path)})
@@ -135,8 +147,12 @@ def test_staged_inputs_cut_a_batch_for_its_parallelism_and_clean_up(
 
 
 def test_staged_inputs_read_in_place_are_not_cut(storage: Storage, tmp_path: Path):
-    params = MigrationParams.of({"output": "abfss://out@acct.dfs.core.windows.net/v2",
-                                 "spark_input": "abfss://orders-v1@acct.dfs.core.windows.net/"})
+    params = MigrationParams.of(
+        {
+            "output": "abfss://out@acct.dfs.core.windows.net/v2",
+            "spark_input": "abfss://orders-v1@acct.dfs.core.windows.net/",
+        }
+    )
     with staged_inputs(storage, params, ["export/a.jsonl"], parallelism=4) as paths:
         assert paths == ["abfss://orders-v1@acct.dfs.core.windows.net/export/a.jsonl"]
 

@@ -127,11 +127,13 @@ def test_sweeping_keeps_the_published_attempt_and_skips_what_it_cannot_reach(tmp
     (tmp_path / "out" / ATTEMPTS_DIR / "chunk-000002.other").mkdir()  # another path's
     record = asdict(commit_of(path, "pub"))
 
-    removed = sweep_attempts({
-        path: record,
-        "abfss://c@a.dfs.core.windows.net/x/chunk-000001": record,  # needs Spark: left
-        str(tmp_path / "garbled"): {"rows": "many"},  # unreadable: vouches for nothing
-    })
+    removed = sweep_attempts(
+        {
+            path: record,
+            "abfss://c@a.dfs.core.windows.net/x/chunk-000001": record,  # needs Spark: left
+            str(tmp_path / "garbled"): {"rows": "many"},  # unreadable: vouches for nothing
+        }
+    )
 
     assert removed == 2 and rows_at(path) == "published"
     assert [p.name for p in (tmp_path / "out" / ATTEMPTS_DIR).iterdir()] == ["chunk-000002.other"]

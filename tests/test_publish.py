@@ -139,14 +139,24 @@ def test_an_owner_still_beating_is_not_taken_for_gone(world: World):
     now = world.clock.now()
     WorkerBook(world.backend.storage.records).beat(
         WorkerRecord(
-            worker_id=OTHER_WORKER, host="h", pid=1, queues=(world.queue,), job_types=(),
-            concurrency=1, tasks=(), running=0, state="serving", started_on=now,
-            seen_on=now, beat_seconds=5.0,
+            worker_id=OTHER_WORKER,
+            host="h",
+            pid=1,
+            queues=(world.queue,),
+            job_types=(),
+            concurrency=1,
+            tasks=(),
+            running=0,
+            state="serving",
+            started_on=now,
+            seen_on=now,
+            beat_seconds=5.0,
         ),
         world.store.budget(),
     )
-    world.set_task(job_id, state="retrying", owner=OTHER_WORKER, attempt=1,
-                   **{SPARK_SESSION: SESSION})
+    world.set_task(
+        job_id, state="retrying", owner=OTHER_WORKER, attempt=1, **{SPARK_SESSION: SESSION}
+    )
     world.send(job_id)
 
     world.deliver()
@@ -161,8 +171,9 @@ def test_an_unreadable_heartbeat_does_not_make_its_worker_gone(world: World):
     world.backend.storage.records.upsert(
         layout.WORKERS_TABLE, layout.WORKERS_PARTITION, OTHER_WORKER, {"host": "h"}
     )
-    world.set_task(job_id, state="retrying", owner=OTHER_WORKER, attempt=1,
-                   **{SPARK_SESSION: SESSION})
+    world.set_task(
+        job_id, state="retrying", owner=OTHER_WORKER, attempt=1, **{SPARK_SESSION: SESSION}
+    )
     world.send(job_id)
 
     world.deliver()

@@ -63,8 +63,10 @@ def test_records_are_named_as_messages_say_them() -> None:
     [
         ({PROGRESS_FRACTION: 1.5}, "progress_fraction 1.5 is not 0-1"),
         ({PROGRESS_FRACTION: "half"}, "progress_fraction 'half' is not 0-1"),
-        ({PROGRESS_FRACTION: 0.5, PROGRESS_OF: "5 of 10"},
-         "progress_of '5 of 10' is not done/total"),
+        (
+            {PROGRESS_FRACTION: 0.5, PROGRESS_OF: "5 of 10"},
+            "progress_of '5 of 10' is not done/total",
+        ),
         ({PROGRESS_FRACTION: 0.5, PROGRESS_OF: "1/2/3"}, "progress_of '1/2/3' is not done/total"),
     ],
 )

@@ -542,8 +542,13 @@ def test_delete_and_purge_sweep_dead_attempts_beside_published_outputs(world: Wo
     for folder in (published, dead):
         folder.mkdir(parents=True)
         (folder / "part-0.parquet").write_bytes(b"rows")
-    record = {"rows": 1, "checksum": None, "format": "parquet", "attempt": "0123456789ab",
-              "path": str(published)}
+    record = {
+        "rows": 1,
+        "checksum": None,
+        "format": "parquet",
+        "attempt": "0123456789ab",
+        "path": str(published),
+    }
     uri = "abfss://c@a.dfs.core.windows.net/out/chunk-000001"
     world.set_task(job_id, values={"outputs": {str(published): record, uri: record}})
     world.store.update_job(world.job_record(job_id), state="failed")

@@ -63,8 +63,16 @@ def test_quickstart_word_count(storage: str, tmp_path: Path, started: list[Worke
     log_path = tmp_path / "start.log"
     with open(log_path, "wb") as log:
         process = subprocess.Popen(
-            [*runner_command(), "start", WORD_COUNT, "--workers", "2", "--burst",
-             "--storage", storage],
+            [
+                *runner_command(),
+                "start",
+                WORD_COUNT,
+                "--workers",
+                "2",
+                "--burst",
+                "--storage",
+                storage,
+            ],
             cwd=ROOT,
             stdout=log,
             stderr=subprocess.STDOUT,

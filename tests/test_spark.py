@@ -135,7 +135,6 @@ def _wait_for_job(spark, group: str) -> None:
         time.sleep(0.05)
 
 
-
 @pytest.mark.parametrize(
     "trigger, swallow, expected",
     [
@@ -251,8 +250,11 @@ def test_writing_a_chunk_twice_replaces_it_and_commits_it(spark, tmp_path, kind)
 
     back = spark.read.parquet(path)
     assert back.count() == 100 and back.distinct().count() == 100  # once, not twice
-    assert (first.rows, first.checksum) == (again.rows, again.checksum) == (
-        100, content_checksum(orders))
+    assert (
+        (first.rows, first.checksum)
+        == (again.rows, again.checksum)
+        == (100, content_checksum(orders))
+    )
     assert again.attempt == again_env.claim != first.attempt
     assert is_committed(path, spark=spark) and read_commit(path, spark=spark) == again
     # The replaced publication (the attempt taken over from) went back to its attempt's
@@ -350,21 +352,54 @@ TYPED_SCHEMA = T.StructType(
         T.StructField("ratio", T.DoubleType()),
         T.StructField("flag", T.BooleanType()),
         T.StructField("raw", T.BinaryType()),
-        T.StructField("pair", T.StructType([T.StructField("x", T.IntegerType()),
-                                            T.StructField("y", T.StringType())])),
+        T.StructField(
+            "pair",
+            T.StructType([T.StructField("x", T.IntegerType()), T.StructField("y", T.StringType())]),
+        ),
         T.StructField("tags", T.ArrayType(T.StringType())),
     ]
 )
 TYPED_ROWS = [
-    (1, "a", Decimal("1.50"), dt.date(2023, 4, 5),
-     dt.datetime(2023, 4, 5, 10, 22, 0, 123456, tzinfo=dt.UTC), dt.datetime(2023, 1, 1, 1, 2, 3),
-     1.5, True, b"\x00\x01", (1, "x"), ["p", None]),
+    (
+        1,
+        "a",
+        Decimal("1.50"),
+        dt.date(2023, 4, 5),
+        dt.datetime(2023, 4, 5, 10, 22, 0, 123456, tzinfo=dt.UTC),
+        dt.datetime(2023, 1, 1, 1, 2, 3),
+        1.5,
+        True,
+        b"\x00\x01",
+        (1, "x"),
+        ["p", None],
+    ),
     (None,) * 11,
-    (3, "", Decimal("-0.01"), dt.date(1500, 1, 1), dt.datetime(1970, 1, 1, tzinfo=dt.UTC),
-     dt.datetime(1, 1, 1), float("nan"), False, b"", (None, None), []),
-    (4, 'multi\nline, "quoted"', Decimal("9999999999.99"), dt.date(9999, 12, 31),
-     dt.datetime(2262, 1, 1, tzinfo=dt.UTC), dt.datetime(2000, 2, 29), -0.0, None, None,
-     (2, ""), [""]),
+    (
+        3,
+        "",
+        Decimal("-0.01"),
+        dt.date(1500, 1, 1),
+        dt.datetime(1970, 1, 1, tzinfo=dt.UTC),
+        dt.datetime(1, 1, 1),
+        float("nan"),
+        False,
+        b"",
+        (None, None),
+        [],
+    ),
+    (
+        4,
+        'multi\nline, "quoted"',
+        Decimal("9999999999.99"),
+        dt.date(9999, 12, 31),
+        dt.datetime(2262, 1, 1, tzinfo=dt.UTC),
+        dt.datetime(2000, 2, 29),
+        -0.0,
+        None,
+        None,
+        (2, ""),
+        [""],
+    ),
 ]
 
 
@@ -378,8 +413,12 @@ def _typed(spark):
     [
         _typed,
         lambda spark: orders_frame(spark, 0, 300),  # ids, strings, doubles with nulls
-        lambda spark: orders_frame(spark, 0, 1000).groupBy("region").agg(  # a shuffle before
-            F.sum("amount").alias("total"), F.count("*").alias("n")
+        lambda spark: (
+            orders_frame(spark, 0, 1000)
+            .groupBy("region")
+            .agg(  # a shuffle before
+                F.sum("amount").alias("total"), F.count("*").alias("n")
+            )
         ),
     ],
     ids=["every-type", "orders", "aggregated"],

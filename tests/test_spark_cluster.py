@@ -53,12 +53,24 @@ def classic_run(
     """The migration by two runner workers, each a classic driver on the cluster; the
     one-shot check runs on a local session in this process."""
     workdir = tmp_path_factory.mktemp("cluster-classic")
-    worker_args = ("--spark-master", cluster.master_url,
-                   "--spark-conf", json.dumps(CLASSIC_DRIVER_CONF))
+    worker_args = (
+        "--spark-master",
+        cluster.master_url,
+        "--spark-conf",
+        json.dumps(CLASSIC_DRIVER_CONF),
+    )
     # The staging scratch is a local folder that every executor reads (all are on this
     # machine): the params must say so, or a cluster driver refuses it.
-    options = DemoOptions(None, ROWS, FILES, FILES_PER_CHUNK, kill=False,
-                          timeout_seconds=600, worker_args=worker_args, scratch_shared=True)
+    options = DemoOptions(
+        None,
+        ROWS,
+        FILES,
+        FILES_PER_CHUNK,
+        kill=False,
+        timeout_seconds=600,
+        worker_args=worker_args,
+        scratch_shared=True,
+    )
     said: list[str] = []
     try:
         yield run_demo(options, workdir, say=said.append), said, workdir
@@ -97,7 +109,12 @@ def test_cluster_is_up(cluster: LoopbackCluster):
     assert re.fullmatch(r"spark://127\.0\.0\.1:\d+", cluster.master_url)
     assert re.fullmatch(r"sc://127\.0\.0\.1:\d+", cluster.remote_url or "")
     assert [daemon.name for daemon in cluster.daemons] == [
-        "master", "worker-1", "worker-2", "worker-3", "connect"]
+        "master",
+        "worker-1",
+        "worker-2",
+        "worker-3",
+        "connect",
+    ]
     assert all(daemon.alive() and daemon.log_path.is_file() for daemon in cluster.daemons)
     # Then the master lists every worker, by the port it was given
     ports = sorted(f"127.0.0.1:{daemon.ports['rpc']}" for daemon in cluster.worker_daemons)
@@ -136,8 +153,12 @@ def executors_listening(cluster: LoopbackCluster) -> tuple[list[int], list[tuple
     starts; bounded by :data:`NOTICE_BOUND_SECONDS`)."""
     deadline = time.monotonic() + NOTICE_BOUND_SECONDS
     while True:
-        executors = [pid for daemon in cluster.worker_daemons
-                     for pid in group_pids(daemon.pid) if pid != daemon.pid]
+        executors = [
+            pid
+            for daemon in cluster.worker_daemons
+            for pid in group_pids(daemon.pid)
+            if pid != daemon.pid
+        ]
         sockets = listening(every_pid(cluster))
         wanted = {*executors, *(daemon.pid for daemon in cluster.daemons)}
         if (executors and {pid for pid, _ in sockets} >= wanted) or time.monotonic() > deadline:
@@ -219,8 +240,9 @@ def test_stop_leaves_no_process(cluster: LoopbackCluster):
     cluster.stop()  # idempotent
     assert [pid for daemon in daemons for pid in group_pids(daemon.pid)] == []
     out = subprocess.run(["ss", "-ltnH"], capture_output=True, text=True, check=True).stdout
-    assert [line for line in out.splitlines()
-            if int(line.split()[3].rsplit(":", 1)[1]) in ports] == []
+    assert [
+        line for line in out.splitlines() if int(line.split()[3].rsplit(":", 1)[1]) in ports
+    ] == []
 
 
 def test_a_failed_start_raises_with_the_log_and_stops_what_started(tmp_path: Path):

@@ -76,8 +76,9 @@ UI_PORT = free_port()
 @pytest.fixture(scope="module")
 def loopback_cluster(tmp_path_factory):
     ui = {"spark.ui.enabled": "true", "spark.ui.port": str(UI_PORT)}
-    with LoopbackCluster(tmp_path_factory.mktemp("connect-cluster"), workers=2,
-                         connect_conf=ui) as cluster:
+    with LoopbackCluster(
+        tmp_path_factory.mktemp("connect-cluster"), workers=2, connect_conf=ui
+    ) as cluster:
         yield cluster
 
 
@@ -161,8 +162,14 @@ def test_a_worker_with_a_remote_runs_no_jvm(connect_remote):
     env.pop("RUNNER_SPARK_MASTER", None)
 
     # When it builds its session and runs a query
-    done = subprocess.run([sys.executable, "-c", WORKER_PROBE], env=env, capture_output=True,
-                          text=True, timeout=300, check=True)
+    done = subprocess.run(
+        [sys.executable, "-c", WORKER_PROBE],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=True,
+    )
 
     # Then the query ran on the server, and the worker started no JVM of its own
     seen = json.loads(done.stdout.strip().splitlines()[-1])
@@ -232,7 +239,6 @@ class EndlessAction(RemoteJob):
         return "finished"
 
 
-
 @pytest.mark.parametrize(
     "trigger, swallow, expected",
     [
@@ -265,7 +271,6 @@ def test_a_chunk_that_must_stop_has_its_tagged_operation_interrupted(
 
 
 # --------------------------------------------------------------------------- chunk output
-
 
 
 def test_chunk_output_on_a_shared_path_is_observed_and_committed(spark, tmp_path):
@@ -327,8 +332,10 @@ def test_a_uri_without_a_file_system_is_published_by_its_marker(spark, tmp_path,
 
     # When a rewrite fails midway, the published output stays as it was
     failing = orders_frame(spark, 0, 10).withColumn(
-        "order_id", F.when(F.col("order_id") == 5, F.raise_error(F.lit("bad row")))
-        .otherwise(F.col("order_id")),
+        "order_id",
+        F.when(F.col("order_id") == 5, F.raise_error(F.lit("bad row"))).otherwise(
+            F.col("order_id")
+        ),
     )
     second = env.next_attempt()
     with pytest.raises(Exception, match="bad row"):
@@ -366,21 +373,42 @@ class ConnectRunner:
 
     def __init__(self, tmp_path: Path, remote: str, job: str):
         self.tmp_path, self.remote, self.job = tmp_path, remote, job
-        self.env = {**os.environ, "RUNNER_STORAGE": str(tmp_path / "store"),
-                    "PYTHONUNBUFFERED": "1"}
+        self.env = {
+            **os.environ,
+            "RUNNER_STORAGE": str(tmp_path / "store"),
+            "PYTHONUNBUFFERED": "1",
+        }
         self.env.pop("RUNNER_SPARK_MASTER", None)
 
     def __call__(self, *args: str) -> str:
-        return subprocess.run([*runner_command(), *args], cwd=ROOT, env=self.env, check=True,
-                              capture_output=True, text=True, timeout=120).stdout
+        return subprocess.run(
+            [*runner_command(), *args],
+            cwd=ROOT,
+            env=self.env,
+            check=True,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        ).stdout
 
     def start(self, name: str) -> Worker:
         log_path = self.tmp_path / f"{name}.log"
         with open(log_path, "wb") as log:
             process = subprocess.Popen(
-                [*runner_command(), "start", self.job, "--burst", "--prefetch", "0",
-                 "--spark-remote", self.remote],
-                cwd=ROOT, env=self.env, stdout=log, stderr=subprocess.STDOUT,
+                [
+                    *runner_command(),
+                    "start",
+                    self.job,
+                    "--burst",
+                    "--prefetch",
+                    "0",
+                    "--spark-remote",
+                    self.remote,
+                ],
+                cwd=ROOT,
+                env=self.env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
                 start_new_session=True,
             )
         return Worker(name, process, log_path)
@@ -394,10 +422,18 @@ def test_a_sigtermed_connect_worker_interrupts_its_chunk_and_hands_it_back(
     job_id = runner("submit", runner.job, "--params", "{}").strip()
     worker = runner.start("connect-worker")
     try:
-        wait_until(lambda: "chunk 0 of" in worker.log() or not worker.alive(),
-                   "the chunk to start", timeout=120, explain=worker.tail)
-        wait_until(lambda: json.loads(runner("status", job_id, "--json"))["running"],
-                   "the chunk's checkpoint", timeout=60, explain=worker.tail)
+        wait_until(
+            lambda: "chunk 0 of" in worker.log() or not worker.alive(),
+            "the chunk to start",
+            timeout=120,
+            explain=worker.tail,
+        )
+        wait_until(
+            lambda: json.loads(runner("status", job_id, "--json"))["running"],
+            "the chunk's checkpoint",
+            timeout=60,
+            explain=worker.tail,
+        )
         time.sleep(3)  # its action runs on the cluster by now
 
         # When the worker gets SIGTERM
@@ -430,9 +466,12 @@ def test_a_sigkilled_connect_workers_action_is_reaped_by_its_replacement(
     first_attempt = f"Tag_chunkrunner-{job_id}-0-1-"  # its operations' job tags hold it
     dead, replacement = start("dead"), None
     try:
-        wait_until(lambda: tagged_active_tasks(driver_ui, first_attempt) == 2
-                   or not dead.alive(), "the action's two tasks to run", timeout=180,
-                   explain=dead.tail)
+        wait_until(
+            lambda: tagged_active_tasks(driver_ui, first_attempt) == 2 or not dead.alive(),
+            "the action's two tasks to run",
+            timeout=180,
+            explain=dead.tail,
+        )
 
         # When it is SIGKILLed and a replacement starts at once
         killed_at = time.monotonic()
@@ -440,8 +479,12 @@ def test_a_sigkilled_connect_workers_action_is_reaped_by_its_replacement(
         replacement = start("replacement")
 
         # Then the dead action's tasks end within the lease and 10 s
-        wait_until(lambda: tagged_active_tasks(driver_ui, first_attempt) == 0,
-                   "the dead action's tasks to end", timeout=180, explain=replacement.tail)
+        wait_until(
+            lambda: tagged_active_tasks(driver_ui, first_attempt) == 0,
+            "the dead action's tasks to end",
+            timeout=180,
+            explain=replacement.tail,
+        )
         ended_after = time.monotonic() - killed_at
         assert replacement.wait_exit(120) == 0, replacement.tail()
     finally:
@@ -452,7 +495,8 @@ def test_a_sigkilled_connect_workers_action_is_reaped_by_its_replacement(
     assert ended_after <= ReapedChunk.lease_seconds + 10, replacement.tail()
     # and the replacement logged what it interrupted before its own Spark work
     assert "chunk 0 of " + job_id + ": reaped the previous attempt: interrupted" in (
-        replacement.log()), replacement.tail()
+        replacement.log()
+    ), replacement.tail()
     status = json.loads(runner("status", job_id, "--json"))
     assert status["chunks"]["done"] == 1, status
     # and only the replacement's write is published: the dead one's directory is gone
@@ -474,8 +518,9 @@ def test_a_released_session_is_refused_and_its_worker_hands_back_and_reconnects(
     assert recorded is not None and env.spark_session == recorded
 
     # When a takeover that finds this worker gone reaps the session
-    reaped = reap(Takeover("elsewhere:1:x", "some-claim", recorded, owner_gone=True),
-                  connect_remote)
+    reaped = reap(
+        Takeover("elsewhere:1:x", "some-claim", recorded, owner_gone=True), connect_remote
+    )
 
     # Then its operation was interrupted and the session released
     assert reaped is not None and reaped.released and len(reaped.interrupted) == 1

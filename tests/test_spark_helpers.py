@@ -223,9 +223,13 @@ def test_a_master_in_the_environment_replaces_the_class_remote():
 
 @pytest.mark.parametrize(
     "master, remote, local",
-    [("local[*]", None, True), ("local-cluster[2,1,1024]", None, True),
-     ("spark://cluster:7077", None, False), ("yarn", None, False),
-     ("local[*]", "sc://localhost:15002", False)],
+    [
+        ("local[*]", None, True),
+        ("local-cluster[2,1,1024]", None, True),
+        ("spark://cluster:7077", None, False),
+        ("yarn", None, False),
+        ("local[*]", "sc://localhost:15002", False),
+    ],
 )
 def test_only_a_local_master_without_a_remote_runs_locally(master, remote, local):
     assert SparkSettings(master=master, remote=remote).runs_locally is local
@@ -238,7 +242,9 @@ def test_settings_refuse_a_master_and_a_remote_both_in_the_environment():
         SparkSettings.for_job(None, environ=environ)
 
 
-@pytest.mark.parametrize("remote", ["cluster:15002", "spark://cluster:7077", "sc://", "sc://:15002"])
+@pytest.mark.parametrize(
+    "remote", ["cluster:15002", "spark://cluster:7077", "sc://", "sc://:15002"]
+)
 def test_settings_refuse_a_remote_that_is_not_a_connect_url(remote):
     with pytest.raises(ConfigurationError, match=REMOTE_ENV):
         SparkSettings.for_job(None, environ={REMOTE_ENV: remote})
@@ -400,15 +406,24 @@ def _start(tmp_path, *options):
     from runner.cli import cli
 
     return CliRunner().invoke(
-        cli, ["start", "samples.quickstart.wordcount:WordCount", "--burst", *options,
-              "--storage", str(tmp_path / "store")],
+        cli,
+        [
+            "start",
+            "samples.quickstart.wordcount:WordCount",
+            "--burst",
+            *options,
+            "--storage",
+            str(tmp_path / "store"),
+        ],
     )
 
 
 @pytest.mark.parametrize(
     "option, value, replaced",
-    [("--spark-remote", "sc://127.0.0.1:15002", MASTER_ENV),
-     ("--spark-master", "spark://127.0.0.1:7077", REMOTE_ENV)],
+    [
+        ("--spark-remote", "sc://127.0.0.1:15002", MASTER_ENV),
+        ("--spark-master", "spark://127.0.0.1:7077", REMOTE_ENV),
+    ],
 )
 def test_start_hands_its_spark_target_to_the_workers_in_place_of_the_others(
     tmp_path, monkeypatch, option, value, replaced
@@ -427,8 +442,10 @@ def test_start_hands_its_spark_target_to_the_workers_in_place_of_the_others(
 
 @pytest.mark.parametrize(
     "options, message",
-    [(["--spark-master", "local[2]", "--spark-remote", "sc://h:1"], "exclude each other"),
-     (["--spark-remote", "spark://h:7077"], "Spark Connect URL")],
+    [
+        (["--spark-master", "local[2]", "--spark-remote", "sc://h:1"], "exclude each other"),
+        (["--spark-remote", "spark://h:7077"], "Spark Connect URL"),
+    ],
 )
 def test_start_refuses_a_bad_spark_target_in_one_line(tmp_path, options, message):
     result = _start(tmp_path, *options)

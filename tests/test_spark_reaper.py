@@ -40,8 +40,13 @@ REMOTE = "sc://spark-connect:15002/;token=s3cret;use_ssl=true;user_id=bob"
 class FakeSession:
     """A joined session: records the calls; ``running`` answers from a script."""
 
-    def __init__(self, *, operations: Sequence[str] = ("op-1", "op-2"),
-                 running_for: int = 1, fail: BaseException | None = None):
+    def __init__(
+        self,
+        *,
+        operations: Sequence[str] = ("op-1", "op-2"),
+        running_for: int = 1,
+        fail: BaseException | None = None,
+    ):
         self.operations = list(operations)
         self.running_for = running_for  # how many looks still find them running
         self.fail = fail
@@ -94,22 +99,34 @@ def test_an_alive_owner_loses_only_the_attempts_tagged_operations(caplog):
 
     # When the new attempt reaps it
     with caplog.at_level(logging.INFO, logger="jobs.spark_reaper"):
-        reaped = reap(takeover(gone=False), REMOTE, join=joined_by(fake, urls), clock=clock,
-                      what="chunk 3 of j")
+        reaped = reap(
+            takeover(gone=False),
+            REMOTE,
+            join=joined_by(fake, urls),
+            clock=clock,
+            what="chunk 3 of j",
+        )
 
     # Then only the attempt's tag is interrupted, waited for, and the session kept
-    assert fake.calls == [("interrupt_tag", claim_tag("c1a1m")),
-                          ("running", ("op-1", "op-2")), ("running", ("op-1", "op-2")),
-                          ("close",)]
+    assert fake.calls == [
+        ("interrupt_tag", claim_tag("c1a1m")),
+        ("running", ("op-1", "op-2")),
+        ("running", ("op-1", "op-2")),
+        ("close",),
+    ]
     assert reaped is not None and not reaped.released and not reaped.gone
     assert reaped.interrupted == ("op-1", "op-2") and reaped.still_running == ()
     assert reaped.seconds == pytest.approx(0.5)  # one poll
     # joined through our URL's parameters, at the recorded endpoint, session and user
-    assert urls == [f"sc://10.0.0.5:15002/;token=s3cret;use_ssl=true;"
-                    f"session_id={SESSION.session_id};user_id=alice"]
+    assert urls == [
+        f"sc://10.0.0.5:15002/;token=s3cret;use_ssl=true;"
+        f"session_id={SESSION.session_id};user_id=alice"
+    ]
     (line,) = [r.getMessage() for r in caplog.records if r.levelno == logging.INFO]
-    assert line.startswith("chunk 3 of j: reaped the previous attempt: interrupted 2 "
-                           "operation(s) chunkrunner-claim-c1a1m in session")
+    assert line.startswith(
+        "chunk 3 of j: reaped the previous attempt: interrupted 2 "
+        "operation(s) chunkrunner-claim-c1a1m in session"
+    )
 
 
 def test_a_gone_owners_session_is_interrupted_waited_for_and_released(caplog):
@@ -119,8 +136,14 @@ def test_a_gone_owners_session_is_interrupted_waited_for_and_released(caplog):
         reaped = reap(takeover(gone=True), REMOTE, join=joined_by(fake), clock=FakeClock())
 
     # every operation of the session, waited on until none runs, then the release
-    assert fake.calls == [("interrupt_all",), ("running", ()), ("running", ()),
-                          ("running", ()), ("release",), ("close",)]
+    assert fake.calls == [
+        ("interrupt_all",),
+        ("running", ()),
+        ("running", ()),
+        ("running", ()),
+        ("release",),
+        ("close",),
+    ]
     assert reaped is not None and reaped.released and reaped.seconds == pytest.approx(1.0)
     assert "(worker host:41:abcd gone), and released the session" in caplog.text
 
@@ -148,8 +171,13 @@ def test_this_processs_own_session_is_never_released():
     # heartbeat misread as gone: releasing it would break every chunk we run.
     fake = FakeSession()
 
-    reaped = reap(takeover(gone=True), REMOTE, own_session_id=SESSION.session_id,
-                  join=joined_by(fake), clock=FakeClock())
+    reaped = reap(
+        takeover(gone=True),
+        REMOTE,
+        own_session_id=SESSION.session_id,
+        join=joined_by(fake),
+        clock=FakeClock(),
+    )
 
     assert fake.calls[0] == ("interrupt_tag", claim_tag("c1a1m"))
     assert ("release",) not in fake.calls and reaped is not None and not reaped.released
@@ -160,23 +188,31 @@ def test_the_wait_is_bounded_and_the_session_still_released(caplog):
     clock = FakeClock()
 
     with caplog.at_level(logging.INFO, logger="jobs.spark_reaper"):
-        reaped = reap(takeover(gone=True), REMOTE, join=joined_by(fake), clock=clock,
-                      wait_seconds=3, poll_seconds=1)
+        reaped = reap(
+            takeover(gone=True),
+            REMOTE,
+            join=joined_by(fake),
+            clock=clock,
+            wait_seconds=3,
+            poll_seconds=1,
+        )
 
     assert reaped is not None and reaped.still_running == ("op-1", "op-2")
     assert reaped.seconds == pytest.approx(3) and reaped.released
     assert clock.sleeps == [1, 1, 1]
     warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
-    assert warnings == ["the chunk: 2 operation(s) of the previous attempt still ran after "
-                        "3.0 s; going on"]
+    assert warnings == [
+        "the chunk: 2 operation(s) of the previous attempt still ran after 3.0 s; going on"
+    ]
     assert "still running: op-1, op-2" in caplog.text
 
 
 def test_the_wait_ends_when_the_chunk_must_stop():
     fake = FakeSession(running_for=10_000)
 
-    reaped = reap(takeover(gone=False), REMOTE, join=joined_by(fake), clock=FakeClock(),
-                  stop=lambda: True)
+    reaped = reap(
+        takeover(gone=False), REMOTE, join=joined_by(fake), clock=FakeClock(), stop=lambda: True
+    )
 
     assert reaped is not None and reaped.still_running and reaped.seconds == 0
     assert REAP_WAIT_SECONDS > 0
@@ -192,8 +228,15 @@ def test_nothing_recorded_nothing_reaped():
     assert reap(takeover(gone=True, recorded=None), REMOTE, join=join) is None
 
 
-@pytest.mark.parametrize("recorded", ["{not json", "[]", '{"endpoint": "h:1"}',
-                                      '{"endpoint": "", "session_id": "s", "user_id": ""}'])
+@pytest.mark.parametrize(
+    "recorded",
+    [
+        "{not json",
+        "[]",
+        '{"endpoint": "h:1"}',
+        '{"endpoint": "", "session_id": "s", "user_id": ""}',
+    ],
+)
 def test_an_unreadable_record_is_named_and_skipped(recorded, caplog):
     with caplog.at_level(logging.WARNING, logger="jobs.spark_reaper"):
         assert reap(takeover(gone=True, recorded=recorded), REMOTE) is None
@@ -241,7 +284,8 @@ def test_is_session_closed_looks_through_causes():
 
 def test_the_session_url_keeps_our_parameters_and_takes_the_recorded_identity():
     assert SESSION.url("sc://h:1") == (
-        f"sc://10.0.0.5:15002/;session_id={SESSION.session_id};user_id=alice")
+        f"sc://10.0.0.5:15002/;session_id={SESSION.session_id};user_id=alice"
+    )
     empty_user = ConnectSession("h:2", "s", "")
     assert empty_user.url("sc://h:1/;session_id=old") == "sc://h:2/;session_id=s;user_id="
 
@@ -274,8 +318,9 @@ class FakeControl:
 
 
 def a_chunk(control: FakeControl) -> Chunk:
-    return Chunk(job_id="j", index=3, payload=None, params=None, state=None, attempt=2,
-                 control=control)  # type: ignore[arg-type]
+    return Chunk(
+        job_id="j", index=3, payload=None, params=None, state=None, attempt=2, control=control
+    )  # type: ignore[arg-type]
 
 
 class FakeConf:
@@ -286,8 +331,7 @@ class FakeConf:
 
     def get(self, key: str) -> str:
         self.asked.append(key)
-        if self.closed or (self.closed_after is not None
-                           and len(self.asked) > self.closed_after):
+        if self.closed or (self.closed_after is not None and len(self.asked) > self.closed_after):
             raise RuntimeError("[INVALID_HANDLE.SESSION_CLOSED] Handle own-session is invalid")
         return "UTC"
 
@@ -297,8 +341,9 @@ class FakeConnect:
 
     __module__ = "pyspark.sql.connect.session"
 
-    def __init__(self, session_id: str = "own-session", *, fail_interrupt: bool = False,
-                 closed: bool = False):
+    def __init__(
+        self, session_id: str = "own-session", *, fail_interrupt: bool = False, closed: bool = False
+    ):
         self.session_id = session_id
         self.conf = FakeConf(closed)
         self.tags: set[str] = set()
@@ -333,8 +378,9 @@ def hooked(monkeypatch):
     own = json.dumps({"endpoint": "h:1", "session_id": "own-session", "user_id": "me"})
     monkeypatch.setattr(spark_reaper, "connect_session_text", lambda: own)
     monkeypatch.setattr(spark_reaper, "connect_remote", lambda: "sc://h:1")
-    monkeypatch.setattr(spark_reaper, "reap",
-                        lambda taken, remote, **kw: reaps.append((taken, remote, kw)))
+    monkeypatch.setattr(
+        spark_reaper, "reap", lambda taken, remote, **kw: reaps.append((taken, remote, kw))
+    )
     return reaps, own
 
 
@@ -390,8 +436,9 @@ def test_the_prepared_claims_are_bounded(hooked, monkeypatch):
 
 def test_the_job_group_tags_the_attempt_and_prepares_it(monkeypatch):
     prepared: list[Chunk] = []
-    monkeypatch.setattr(spark_module, "prepare_attempt",
-                        lambda spark, chunk: prepared.append(chunk))
+    monkeypatch.setattr(
+        spark_module, "prepare_attempt", lambda spark, chunk: prepared.append(chunk)
+    )
     spark, chunk = FakeConnect(), a_chunk(FakeControl("claim-tags", None))
 
     with ChunkJobGroup(spark, chunk, poll_seconds=0.01) as outer:  # type: ignore[arg-type]
@@ -538,10 +585,12 @@ def test_the_pyspark_client_adapter():
     joined.close()
 
     state = base_pb2.GetStatusResponse.OperationStatus
-    answer = base_pb2.GetStatusResponse(operation_statuses=[
-        state(operation_id="a", state=state.OPERATION_STATE_RUNNING),
-        state(operation_id="b", state=state.OPERATION_STATE_TERMINATING),
-    ])
+    answer = base_pb2.GetStatusResponse(
+        operation_statuses=[
+            state(operation_id="a", state=state.OPERATION_STATE_RUNNING),
+            state(operation_id="b", state=state.OPERATION_STATE_TERMINATING),
+        ]
+    )
 
     class Client:
         calls: list[Any] = []

@@ -247,9 +247,7 @@ def test_a_planning_page_refused_keeps_only_the_pages_recorded_before(world: Wor
     # Given chunks 31 and 32 of large payloads (two shards: two pages), the second
     # page refused
     world.twisted.twist("batch", lambda run, *args, **kwargs: run())
-    world.twisted.twist(
-        "batch", refused(BatchFailed("bad", index=0, reason=InvalidRequest("bad")))
-    )
+    world.twisted.twist("batch", refused(BatchFailed("bad", index=0, reason=InvalidRequest("bad"))))
 
     with pytest.raises(BatchFailed):
         world.store.add_chunks(world.job_id, 31, [BIG, BIG])
@@ -388,9 +386,7 @@ def test_a_done_batch_applied_whose_retry_was_refused_counts_once(world: World):
     (task,) = world.chunks(1)
     writer = Writer()
     claimed = claim(world, task, writer)
-    world.twisted.twist(
-        "batch", applied_then(BatchFailed("412", index=0, reason=Conflict("412")))
-    )
+    world.twisted.twist("batch", applied_then(BatchFailed("412", index=0, reason=Conflict("412"))))
 
     # When the chunk is counted done
     (written,), counts = world.store.count_chunks([(claimed, done(world, claimed, writer))], "done")
@@ -424,8 +420,9 @@ def test_a_done_batch_refused_for_another_reason_raises_that_reason(world: World
     world.twisted.twist("batch", refused)
 
     with pytest.raises(InvalidRequest, match="too large"):
-        world.store.count_chunk(claimed, {"state": "done"}, {"result": BIG}, "done",
-                                token=writer.next())
+        world.store.count_chunk(
+            claimed, {"state": "done"}, {"result": BIG}, "done", token=writer.next()
+        )
     assert world.stored().state == "running"
     assert world.plain.shard_counts(world.job_id, 0) == {"done": 0, "poisoned": 0}
     assert world.blobs() == []  # the result it spilled first was cleaned up
@@ -545,8 +542,9 @@ def test_a_spilled_result_whose_blob_is_gone_is_a_bad_record_naming_it(world: Wo
     (task,) = world.chunks(1)
     writer = Writer()
     claimed = claim(world, task, writer)
-    world.store.count_chunk(claimed, {"state": "done"}, {"result": BIG}, "done",
-                            token=writer.next())
+    world.store.count_chunk(
+        claimed, {"state": "done"}, {"result": BIG}, "done", token=writer.next()
+    )
     (blob,) = world.blobs()
     world.plain.storage.blobs.delete(layout.DATA_CONTAINER, blob)
 
@@ -592,9 +590,12 @@ def test_a_garbled_task_record_is_found_as_it_is_to_be_written_over(world: World
 
     found = world.store.task_as_found(world.job_id, "chunk", 0)
 
-    assert found.etag == world.plain.storage.records.get(
-        layout.TASKS_TABLE, layout.shard_partition(world.job_id, 0), layout.chunk_row(0)
-    ).etag
+    assert (
+        found.etag
+        == world.plain.storage.records.get(
+            layout.TASKS_TABLE, layout.shard_partition(world.job_id, 0), layout.chunk_row(0)
+        ).etag
+    )
     assert found.properties["state"] == "exploded"
     assert (found.state, found.attempt) == ("waiting", 0)
 

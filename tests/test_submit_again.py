@@ -74,8 +74,11 @@ def test_other_params_under_an_existing_id_are_refused(backend: Backend):
 def test_another_class_under_an_existing_id_is_refused(backend: Backend):
     job_id = _job_id()
     submit(Totals, {"chunks": 2}, job_id=job_id, storage=backend.storage)
-    with pytest.raises(JobIdTaken, match="exists already as tests.test_submit_again:Totals, "
-                       "not tests.test_submit_again:OtherTotals"):
+    with pytest.raises(
+        JobIdTaken,
+        match="exists already as tests.test_submit_again:Totals, "
+        "not tests.test_submit_again:OtherTotals",
+    ):
         submit(OtherTotals, {"chunks": 2}, job_id=job_id, storage=backend.storage)
 
 
@@ -87,8 +90,11 @@ def test_a_long_first_params_is_shown_cut(backend: Backend):
 
 
 def test_a_class_without_process_is_refused_at_submit(backend: Backend):
-    with pytest.raises(JobDefinitionError, match=r"NoProcess \(.*test_submit_again.py line \d+\)"
-                       r" defines no process\(\)"):
+    with pytest.raises(
+        JobDefinitionError,
+        match=r"NoProcess \(.*test_submit_again.py line \d+\)"
+        r" defines no process\(\)",
+    ):
         submit(NoProcess, None, storage=backend.storage)
 
 
@@ -107,6 +113,9 @@ def test_the_cli_refuses_other_params_in_one_line(tmp_path):
 
 def test_a_class_whose_source_cannot_be_found_is_named_by_its_module():
     made = type("Made", (ChunkedJob,), {"__module__": __name__})
-    with pytest.raises(JobDefinitionError, match=r"^Made \(module tests.test_submit_again\) "
-                       r"defines no split\(\) and no process\(\)"):
+    with pytest.raises(
+        JobDefinitionError,
+        match=r"^Made \(module tests.test_submit_again\) "
+        r"defines no split\(\) and no process\(\)",
+    ):
         submit(made, None, storage="unused: refused before any storage is opened")

@@ -314,6 +314,69 @@ def test_a_renewed_lease_keeps_the_chunk_going(world: World):
     world.control.raise_if_stopped()
 
 
+def _renewal_in_flight(world: World, renewed: bool) -> threading.Thread:
+    """A renewal sent 1 s before the lease's end, holding the lease's lock as the keeper
+    does while it waits for the service; answered 0.2 s (real time) after it starts,
+    once the lease has run out on the fake clock."""
+    world.clock.advance(LEASE_SECONDS - 1)
+    sent_at = world.clock.monotonic()
+    entered = threading.Event()
+
+    def renew() -> None:
+        with world.lease.lock:
+            world.lease.renewing_since = sent_at
+            entered.set()
+            threading.Event().wait(0.2)
+            world.lease.renewing_since = None
+            if renewed:
+                world.lease.visible_at = sent_at + LEASE_SECONDS
+            else:
+                world.lease.lose("renewal refused: someone else has it")
+
+    thread = threading.Thread(target=renew)
+    thread.start()
+    assert entered.wait(10)
+    world.clock.advance(2)  # the lease ran out locally while the answer is awaited
+    return thread
+
+
+def test_a_lease_run_out_while_its_renewal_is_answered_goes_on_once_renewed(world: World):
+    renewal = _renewal_in_flight(world, renewed=True)
+
+    # The chunk is not told to stop while the answer is awaited, and its checkpoint
+    # waits for the answer instead of taking the lease for lost
+    assert world.control.stopping is False
+    world.control.raise_if_stopped()
+    renewal.join(10)
+    assert not world.lease.expired(world.clock.monotonic())
+
+
+def test_a_lease_run_out_while_its_renewal_is_answered_is_lost_if_refused(world: World):
+    renewal = _renewal_in_flight(world, renewed=False)
+
+    with pytest.raises(LeaseLost, match="renewal refused"):
+        world.control.raise_if_stopped()
+    renewal.join(10)
+
+
+def test_a_renewal_sent_after_the_lease_ran_out_is_not_waited_for(world: World):
+    # A paused worker woken past its lease stops at once, whatever the keeper does now
+    world.clock.advance(LEASE_SECONDS + 1)
+    world.lease.renewing_since = world.clock.monotonic()
+    assert world.control.stopping is True
+    with pytest.raises(LeaseLost, match="ran out"):
+        world.control.raise_if_stopped()
+
+
+def test_an_answer_awaited_past_the_end_margin_is_given_up_on(world: World):
+    world.clock.advance(LEASE_SECONDS - 1)
+    world.lease.renewing_since = world.clock.monotonic()  # and it never comes back
+    world.clock.advance(1 + 9)  # the end margin of a 30 s lease: 9 s
+    assert world.control.stopping is True
+    with pytest.raises(LeaseLost, match="ran out"):
+        world.control.raise_if_stopped()
+
+
 def test_chunk_checkpoint_goes_through_the_control(world: World):
     chunk = Chunk(
         job_id=JOB,
@@ -512,8 +575,9 @@ def test_offer_snapshots_the_state_and_refuses_what_msgpack_cannot_hold(tmp_path
 )
 def test_a_hold_told_by_the_watcher_stops_the_chunk_at_its_next_checkpoint(world, hold, raised):
     control = world.control
-    chunk = Chunk(job_id=JOB, index=0, payload={}, params={}, state=None, attempt=1,
-                  control=control)
+    chunk = Chunk(
+        job_id=JOB, index=0, payload={}, params={}, state=None, attempt=1, control=control
+    )
     chunk.checkpoint(1)  # written: the first checkpoint of an interval
     chunk.checkpoint(2)  # kept in memory: the interval has not passed
     assert not chunk.stopping

@@ -49,11 +49,19 @@ class World:
             token=self.writer.next(),
         )
         now = self.clock.monotonic()
-        self.lease = Lease("tc-q", "m-1", "r-1", LEASE_SECONDS, acquired_at=now,
-                           visible_at=now + LEASE_SECONDS)
+        self.lease = Lease(
+            "tc-q", "m-1", "r-1", LEASE_SECONDS, acquired_at=now, visible_at=now + LEASE_SECONDS
+        )
         self.stopping = threading.Event()
-        self.control = TaskControl(self.store, claimed, self.lease, self.clock,
-                                   INTERVAL_SECONDS, self.stopping, self.writer)
+        self.control = TaskControl(
+            self.store,
+            claimed,
+            self.lease,
+            self.clock,
+            INTERVAL_SECONDS,
+            self.stopping,
+            self.writer,
+        )
 
     def stored_progress(self) -> object:
         task = self.plain.get_task(self.job_id, "chunk", 0)

@@ -1016,8 +1016,11 @@ class Publishes(ChunkedJob):
         chunk._control.record_spark_session("{}")
         chunk.checkpoint("published")
         taken_over = chunk.taken_over
-        return {"claim": chunk.claim, "before": before,
-                "from": taken_over.claim if taken_over else None}
+        return {
+            "claim": chunk.claim,
+            "before": before,
+            "from": taken_over.claim if taken_over else None,
+        }
 
     def finalize(self, params: Any, summary: JobSummary) -> dict[str, Any]:
         return dict(summary.outputs())

@@ -98,8 +98,13 @@ def _job(job_id: str = "copy-rows-1", **changes: Any) -> dict[str, Any]:
                 "error_type": "ValueError",
                 "error_message": "row 100",
             },
-            {"kind": "final", "index": 0, "attempt": 2, "error_type": "OSError",
-             "error_message": "x"},  # fmt: skip
+            {
+                "kind": "final",
+                "index": 0,
+                "attempt": 2,
+                "error_type": "OSError",
+                "error_message": "x",
+            },
         ],
         "finalize": None,
     }
@@ -174,8 +179,7 @@ def test_the_view_shows_each_job_its_running_chunks_and_the_workers():
 def test_only_live_workers_get_a_row_the_others_are_counted():
     # Given a fleet restarted twice within the hour: 2 live, 6 stopped, 1 killed
     stopped = [
-        _worker(f"vm:{n}:dead", gone=True, state="stopped", seen_on=_at(-60 * n))
-        for n in range(6)
+        _worker(f"vm:{n}:dead", gone=True, state="stopped", seen_on=_at(-60 * n)) for n in range(6)
     ]
     live = [_worker("vm:100:aaaa"), _worker("vm:101:bbbb", running=0)]
     workers = [*stopped, _worker("vm:7:gone", gone=True, seen_on=_at(-45)), *live]
@@ -183,9 +187,8 @@ def test_only_live_workers_get_a_row_the_others_are_counted():
     lines = [line.rstrip() for line in _text(render_watch(_snapshot(workers=workers))).splitlines()]
 
     rows = lines[lines.index("workers") + 2 :]
-    assert [line.split()[0] for line in rows if line.strip()] == [
-        "vm:100:aaaa", "vm:101:bbbb", "6"
-    ]  # fmt: skip (pid 100 shown as itself, not as the emoji :100:)
+    # pid 100 is shown as itself, not as the emoji :100:
+    assert [line.split()[0] for line in rows if line.strip()] == ["vm:100:aaaa", "vm:101:bbbb", "6"]
     assert rows[-1].strip() == "6 stopped and 1 gone in the last hour"
     nobody = _text(render_watch(_snapshot(workers=stopped[:2])))
     assert "workers: none live; 2 stopped in the last hour" in nobody

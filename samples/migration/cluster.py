@@ -183,7 +183,9 @@ class LoopbackCluster:
         return self.start()
 
     def __exit__(
-        self, kind: type[BaseException] | None, error: BaseException | None,
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
         traceback: TracebackType | None,
     ) -> None:
         self.stop()
@@ -196,8 +198,11 @@ class LoopbackCluster:
             self._start_master()
             for index in range(self.workers):
                 self._start_worker(index)
-            self._wait(lambda: len(self.alive_workers()) >= self.workers,
-                       f"{self.workers} alive workers", self.daemons)
+            self._wait(
+                lambda: len(self.alive_workers()) >= self.workers,
+                f"{self.workers} alive workers",
+                self.daemons,
+            )
             if self.connect:
                 self._start_connect()
         except BaseException:  # a failed start or Ctrl-C: leave nothing behind
@@ -229,8 +234,11 @@ class LoopbackCluster:
         """``host:port`` of every worker the master lists as ALIVE (its ``/json/`` page)."""
         with urllib.request.urlopen(f"{self.master_ui_url}/json/", timeout=5) as answer:
             state = json.load(answer)
-        return sorted(f"{worker['host']}:{worker['port']}" for worker in state["workers"]
-                      if worker["state"] == "ALIVE")
+        return sorted(
+            f"{worker['host']}:{worker['port']}"
+            for worker in state["workers"]
+            if worker["state"] == "ALIVE"
+        )
 
     # ------------------------------------------------------------------ daemons
 
@@ -240,9 +248,19 @@ class LoopbackCluster:
         # cluster on the machine could not start); nothing here submits through it.
         env = {"SPARK_MASTER_OPTS": f"{_TIMEOUT_OPT} -Dspark.master.rest.enabled=false"}
         self.master = self._launch(
-            "master", ["spark-class", "org.apache.spark.deploy.master.Master", "--host", HOST,
-                       "--port", str(rpc), "--webui-port", str(ui)],
-            {"rpc": rpc, "ui": ui}, env,
+            "master",
+            [
+                "spark-class",
+                "org.apache.spark.deploy.master.Master",
+                "--host",
+                HOST,
+                "--port",
+                str(rpc),
+                "--webui-port",
+                str(ui),
+            ],
+            {"rpc": rpc, "ui": ui},
+            env,
         )
         self._wait(self._master_answers, "the master's /json/ page", [self.master])
 
@@ -258,10 +276,23 @@ class LoopbackCluster:
     def _start_worker(self, index: int) -> None:
         name = f"worker-{index + 1}"
         rpc, ui = free_port(), free_port()
-        command = ["spark-class", "org.apache.spark.deploy.worker.Worker", self.master_url,
-                   "--host", HOST, "--port", str(rpc), "--webui-port", str(ui),
-                   "--cores", str(self.cores_per_worker), "--memory", self.worker_memory,
-                   "--work-dir", str(self._folder(name, "work"))]
+        command = [
+            "spark-class",
+            "org.apache.spark.deploy.worker.Worker",
+            self.master_url,
+            "--host",
+            HOST,
+            "--port",
+            str(rpc),
+            "--webui-port",
+            str(ui),
+            "--cores",
+            str(self.cores_per_worker),
+            "--memory",
+            self.worker_memory,
+            "--work-dir",
+            str(self._folder(name, "work")),
+        ]
         # Workers heartbeat every quarter of *their own* spark.worker.timeout: with the
         # default (60 s) they would beat every 15 s and the master drop them at 10 s.
         env = {"SPARK_WORKER_OPTS": _TIMEOUT_OPT}
@@ -291,20 +322,26 @@ class LoopbackCluster:
         for key, value in conf.items():
             command += ["--conf", f"{key}={value}"]
         self.connect_server = self._launch("connect", [*command, main], {"grpc": grpc})
-        self._wait(lambda: _accepts(grpc), "the Connect server's gRPC port",
-                   [self.connect_server])
+        self._wait(lambda: _accepts(grpc), "the Connect server's gRPC port", [self.connect_server])
 
     def _launch(
-        self, name: str, command: list[str], ports: dict[str, int],
+        self,
+        name: str,
+        command: list[str],
+        ports: dict[str, int],
         extra_env: Mapping[str, str] | None = None,
     ) -> Daemon:
         log_path = self._folder(name) / f"{name}.log"
         executable = str(spark_home() / "bin" / command[0])
         with open(log_path, "wb") as log:
             process = subprocess.Popen(
-                [executable, *command[1:]], env=self._env(name, extra_env or {}),
-                cwd=self._folder(name), stdin=subprocess.DEVNULL, stdout=log,
-                stderr=subprocess.STDOUT, start_new_session=True,
+                [executable, *command[1:]],
+                env=self._env(name, extra_env or {}),
+                cwd=self._folder(name),
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
             )
         daemon = Daemon(name, process, log_path, ports)
         # Recorded at once, before the caller names it: a Ctrl-C right after the
@@ -315,8 +352,11 @@ class LoopbackCluster:
     def _env(self, name: str, extra: Mapping[str, str]) -> dict[str, str]:
         # The caller's SPARK_* / PYSPARK_* settings (a SPARK_CONF_DIR, a master's
         # options) must not leak into the cluster; every daemon gets its own folders.
-        env = {key: value for key, value in os.environ.items()
-               if not key.startswith(("SPARK_", "PYSPARK_"))}
+        env = {
+            key: value
+            for key, value in os.environ.items()
+            if not key.startswith(("SPARK_", "PYSPARK_"))
+        }
         conf_dir = self._folder("conf")  # empty: no spark-defaults.conf, spark-env.sh
         return {
             **env,
@@ -347,8 +387,9 @@ class LoopbackCluster:
             if dead or time.monotonic() > deadline:
                 failed = dead[0] if dead else watched[-1]
                 why = f"exited {failed.process.returncode}" if dead else "timed out"
-                raise ClusterError(f"waiting for {what}: {failed.name} {why}; "
-                                   f"{failed.log_path}:\n{failed.tail()}")
+                raise ClusterError(
+                    f"waiting for {what}: {failed.name} {why}; {failed.log_path}:\n{failed.tail()}"
+                )
             time.sleep(POLL_SECONDS)
 
 
@@ -368,16 +409,23 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workdir", type=Path, help="daemons' folders and logs (default: temp)")
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--no-connect", dest="connect", action="store_false")
-    parser.add_argument("--isolate-sessions", action="store_true",
-                        help="Spark's own Connect launcher: class loaders per session")
+    parser.add_argument(
+        "--isolate-sessions",
+        action="store_true",
+        help="Spark's own Connect launcher: class loaders per session",
+    )
     args = parser.parse_args(argv)
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="loopback-spark-"))
     stopping = threading.Event()
     # The handler only sets the flag; the main thread stops the cluster.
     signal.signal(signal.SIGTERM, lambda *_: stopping.set())
     try:
-        with LoopbackCluster(workdir, workers=args.workers, connect=args.connect,
-                             isolate_sessions=args.isolate_sessions) as cluster:
+        with LoopbackCluster(
+            workdir,
+            workers=args.workers,
+            connect=args.connect,
+            isolate_sessions=args.isolate_sessions,
+        ) as cluster:
             print(_describe(cluster), flush=True)
             while not stopping.wait(3600):
                 pass
@@ -391,8 +439,10 @@ def _describe(cluster: LoopbackCluster) -> str:
     lines = [f"master  {cluster.master_url}", f"UI      {cluster.master_ui_url}"]
     if cluster.remote_url:
         lines.append(f"connect {cluster.remote_url}")
-    lines += [f"{daemon.name:8}pid {daemon.pid} {daemon.ports} log {daemon.log_path}"
-              for daemon in cluster.daemons]
+    lines += [
+        f"{daemon.name:8}pid {daemon.pid} {daemon.ports} log {daemon.log_path}"
+        for daemon in cluster.daemons
+    ]
     return "\n".join(lines + ["Ctrl-C or SIGTERM stops it."])
 
 

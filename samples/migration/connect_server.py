@@ -26,9 +26,9 @@ from pyspark.sql import SparkSession
 def main() -> None:
     stopping = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stopping.set())
-    spark = (SparkSession.builder
-             .config("spark.plugins", "org.apache.spark.sql.connect.SparkConnectPlugin")
-             .getOrCreate())
+    spark = SparkSession.builder.config(
+        "spark.plugins", "org.apache.spark.sql.connect.SparkConnectPlugin"
+    ).getOrCreate()
     print("Spark Connect server started (the plugin of a PySpark application)", flush=True)
     try:
         stopping.wait()

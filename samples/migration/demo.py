@@ -111,9 +111,11 @@ def run_demo(
         say(f"storage: {opened.description}")
         started = time.monotonic()
         generated = generate(opened, options.rows, options.files)
-        say(f"1. generated {generated.rows:,} legacy v1 rows ({generated.bytes / 1e6:.0f} MB) in "
+        say(
+            f"1. generated {generated.rows:,} legacy v1 rows ({generated.bytes / 1e6:.0f} MB) in "
             f"{len(generated.names)} blobs of container {generated.container!r} "
-            f"({time.monotonic() - started:.0f} s)")
+            f"({time.monotonic() - started:.0f} s)"
+        )
         params = job_params(opened, generated, options.files_per_chunk, workdir)
         if options.scratch_shared:
             params["scratch_shared"] = True
@@ -216,8 +218,10 @@ def _progress(runner: Runner, status: dict[str, Any]) -> str:
         if entry["lease_expired"]:
             # Its worker stopped renewing (killed): the chunk is back on the queue, and
             # waits there while the live workers are busy with other chunks.
-            waiting.append(f"#{entry['index']} at {at} (the lease of {who} ran out, "
-                           f"attempt {entry['attempt']})")
+            waiting.append(
+                f"#{entry['index']} at {at} (the lease of {who} ran out, "
+                f"attempt {entry['attempt']})"
+            )
         else:
             running.append(f"#{entry['index']} on {who} {at} (attempt {entry['attempt']})")
     total = chunks["total"] if status["planning_done"] else "?"
@@ -251,13 +255,17 @@ def _maybe_kill(
         worker.kill()
         # A Connect client has no JVM of its own: its Spark work runs in the server's.
         jvm = "a Spark Connect client" if "--spark-remote" in worker_args else "with its Spark JVM"
-        say(f"3. SIGKILL {worker.name} (pid {worker.pid}, {jvm}) while it runs "
-            f"chunk #{entry['index']}: checkpoint says batch {batch} of {of} is next")
+        say(
+            f"3. SIGKILL {worker.name} (pid {worker.pid}, {jvm}) while it runs "
+            f"chunk #{entry['index']}: checkpoint says batch {batch} of {of} is next"
+        )
         replacement = runner.start_worker(*worker_args)
-        say(f"   {_start_line(worker_args)} -> {replacement.name} (pid "
+        say(
+            f"   {_start_line(worker_args)} -> {replacement.name} (pid "
             f"{replacement.pid}) replaces it; the chunk is back on the queue once its "
             f"lease runs out (at most {MigrateOrders.lease_seconds} s), for the next free "
-            "worker")
+            "worker"
+        )
         return Crash(worker.name, entry["index"], batch, of)
     return None
 
@@ -270,9 +278,11 @@ def _notice_resume(runner: Runner, status: dict[str, Any], crash: Crash, say: Sa
         crash.resumed_by = worker.name if worker else entry["worker"]
         crash.resumed_attempt = entry["attempt"]
         kept = "batch 0 is" if crash.batch == 1 else f"batches 0-{crash.batch - 1} are"
-        say(f"4. chunk #{crash.chunk} taken over by {crash.resumed_by}: attempt "
+        say(
+            f"4. chunk #{crash.chunk} taken over by {crash.resumed_by}: attempt "
             f"{entry['attempt']}, resuming from its checkpoint (batch {crash.batch} of "
-            f"{crash.of}); {kept} not redone")
+            f"{crash.of}); {kept} not redone"
+        )
         if worker is not None:
             for line in worker.log_lines("resumes from its checkpoint"):
                 say(f"   {worker.name} log: {line.split(': ', 1)[-1]}")
@@ -313,30 +323,50 @@ def _conclude(
         _report(summary, manifest, crash, say)
         started = time.monotonic()
         spark = spark_session(SparkSettings.for_job(MigrateOrders))
-        say("5. one-shot plain Spark run of the same transform over all the input (a "
-            f"classic driver in this process, master {spark.sparkContext.master}) ...")
-        verdict = verify(spark, opened, settings, list(generated.names), (manifest, summary),
-                         workdir / "one-shot")
+        say(
+            "5. one-shot plain Spark run of the same transform over all the input (a "
+            f"classic driver in this process, master {spark.sparkContext.master}) ..."
+        )
+        verdict = verify(
+            spark,
+            opened,
+            settings,
+            list(generated.names),
+            (manifest, summary),
+            workdir / "one-shot",
+        )
     say(f"   ({time.monotonic() - started:.0f} s)")
     for line in verdict.lines():
         say("   " + line)
-    say("VERDICT: " + ("the chunked, crash-resumed migration equals the one-shot run"
-                       if verdict.ok else "MISMATCH between the chunked and the one-shot run"))
+    say(
+        "VERDICT: "
+        + (
+            "the chunked, crash-resumed migration equals the one-shot run"
+            if verdict.ok
+            else "MISMATCH between the chunked and the one-shot run"
+        )
+    )
     return DemoResult(job_id, generated, summary, manifest, crash, verdict, exit_codes)
 
 
 def _report(
     summary: dict[str, Any], manifest: dict[str, Any], crash: Crash | None, say: Say
 ) -> None:
-    say(f"   job done: {summary['chunks']} chunks, {len(manifest['outputs'])} published outputs; "
+    say(
+        f"   job done: {summary['chunks']} chunks, {len(manifest['outputs'])} published outputs; "
         f"rows in {summary['rows_in']:,} -> out {summary['rows_out']:,}, rejected "
-        f"{summary['rows_rejected']:,}, duplicates dropped {summary['duplicates_dropped']:,}")
-    say("   rejected by reason: " + ", ".join(
-        f"{reason} {count}" for reason, count in summary["rejected_by_reason"].items()))
+        f"{summary['rows_rejected']:,}, duplicates dropped {summary['duplicates_dropped']:,}"
+    )
+    say(
+        "   rejected by reason: "
+        + ", ".join(f"{reason} {count}" for reason, count in summary["rejected_by_reason"].items())
+    )
     for chunk in summary["per_chunk"]:
         if chunk["attempt"] > 1:
-            say(f"   chunk #{chunk['index']}: attempt {chunk['attempt']} resumed at batch "
-                f"{chunk['resumed_at_batch']} of {chunk['of']}")
+            say(
+                f"   chunk #{chunk['index']}: attempt {chunk['attempt']} resumed at batch "
+                f"{chunk['resumed_at_batch']} of {chunk['of']}"
+            )
     if crash is not None and crash.resumed_by is None:
         say(f"   (chunk #{crash.chunk} was resumed between two status polls)")
 
@@ -353,10 +383,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--files", type=int, default=DEFAULT_FILES)
     parser.add_argument("--files-per-chunk", type=int, default=DEFAULT_FILES_PER_CHUNK)
     parser.add_argument("--no-kill", dest="kill", action="store_false", help="no crash")
-    parser.add_argument("--cluster", action="store_true",
-                        help="on a loopback Spark cluster, workers as Spark Connect clients")
-    parser.add_argument("--classic", action="store_true",
-                        help="with --cluster: workers as classic drivers, no Connect server")
+    parser.add_argument(
+        "--cluster",
+        action="store_true",
+        help="on a loopback Spark cluster, workers as Spark Connect clients",
+    )
+    parser.add_argument(
+        "--classic",
+        action="store_true",
+        help="with --cluster: workers as classic drivers, no Connect server",
+    )
     parser.add_argument("--workdir", type=Path, help="keep everything here (default: temp)")
     args = parser.parse_args(argv)
     options = DemoOptions(args.storage, args.rows, args.files, args.files_per_chunk, args.kill)

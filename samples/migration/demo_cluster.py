@@ -66,8 +66,10 @@ class SparkSide:
 
     def describe(self) -> str:
         workers = len(self.cluster.worker_daemons)
-        text = (f"Spark cluster: master {self.cluster.master_url} with {workers} workers of "
-                f"{self.cluster.cores_per_worker} core each (UI {self.cluster.master_ui_url})")
+        text = (
+            f"Spark cluster: master {self.cluster.master_url} with {workers} workers of "
+            f"{self.cluster.cores_per_worker} core each (UI {self.cluster.master_ui_url})"
+        )
         if self.cluster.remote_url:
             text += f"; Spark Connect server {self.cluster.remote_url}"
         return text
@@ -77,8 +79,12 @@ class SparkSide:
         a classic driver on its master taking one core."""
         if self.cluster.remote_url:
             return ("--spark-remote", self.cluster.remote_url)
-        return ("--spark-master", self.cluster.master_url,
-                "--spark-conf", json.dumps(CLASSIC_DRIVER_CONF))
+        return (
+            "--spark-master",
+            self.cluster.master_url,
+            "--spark-conf",
+            json.dumps(CLASSIC_DRIVER_CONF),
+        )
 
     def kill_worker(self, say: Say, index: int = -1) -> SparkKill | None:
         """SIGKILL Spark worker ``index`` (its executors too); wait (bounded) for the
@@ -92,9 +98,11 @@ class SparkSide:
         killed_at = time.monotonic()
         self.cluster.kill_worker(index)
         kill = self.kill = SparkKill(daemon.name, pids, before)
-        say(f"   and SIGKILL Spark {daemon.name} (pids {', '.join(map(str, pids))}: the Worker "
+        say(
+            f"   and SIGKILL Spark {daemon.name} (pids {', '.join(map(str, pids))}: the Worker "
             f"JVM and its executors), as a machine dying would; alive Spark workers before: "
-            f"{len(before)}")
+            f"{len(before)}"
+        )
         # A killed worker's connection drops and the master usually notices at once;
         # a silent one would take up to its worker timeout.
         deadline = killed_at + 3 * WORKER_TIMEOUT_SECONDS
@@ -104,10 +112,13 @@ class SparkSide:
                 kill.noticed_seconds = time.monotonic() - killed_at
                 break
             time.sleep(POLL_SECONDS)
-        noticed = (f"after {kill.noticed_seconds:.1f} s" if kill.noticed_seconds is not None
-                   else "not yet")
-        say(f"   the master lists {len(kill.alive_after)} alive Spark worker(s) {noticed}; "
-            "Spark goes on with the executors left")
+        noticed = (
+            f"after {kill.noticed_seconds:.1f} s" if kill.noticed_seconds is not None else "not yet"
+        )
+        say(
+            f"   the master lists {len(kill.alive_after)} alive Spark worker(s) {noticed}; "
+            "Spark goes on with the executors left"
+        )
         return kill
 
     def report(self, say: Say) -> None:
@@ -116,20 +127,27 @@ class SparkSide:
         if self.kill is None:
             return
         self.kill.log_lines = self._loss_lines()
-        say(f"   Spark side: {self.kill.worker} killed; alive Spark workers "
-            f"{len(self.kill.alive_before)} -> {len(self.cluster.alive_workers())}")
+        say(
+            f"   Spark side: {self.kill.worker} killed; alive Spark workers "
+            f"{len(self.kill.alive_before)} -> {len(self.cluster.alive_workers())}"
+        )
         for line in self.kill.log_lines[:LOSS_LINES_SHOWN]:
             say(f"   {line}")
 
     def _loss_lines(self) -> list[str]:
-        logs = [daemon.log_path for daemon in self.cluster.daemons
-                if daemon.name in ("master", "connect")]
+        logs = [
+            daemon.log_path
+            for daemon in self.cluster.daemons
+            if daemon.name in ("master", "connect")
+        ]
         if self.cluster.remote_url is None:  # classic: the drivers are the runner workers
             logs += sorted(self.runner_logs.glob("worker-*.log"))
         found = []
         for log in logs:
             text = log.read_text(errors="replace") if log.is_file() else ""
-            found += [f"{log.stem} log: {line.split(': ', 1)[-1][:150]}"
-                      for line in text.splitlines()
-                      if any(marker in line for marker in LOSS_MARKERS)]
+            found += [
+                f"{log.stem} log: {line.split(': ', 1)[-1][:150]}"
+                for line in text.splitlines()
+                if any(marker in line for marker in LOSS_MARKERS)
+            ]
         return found

@@ -60,8 +60,14 @@ STATUSES = ("pending", "paid", "shipped", "delivered", "cancelled", "refunded")
 CURRENCIES = ("USD", "EUR", "GBP")
 SYMBOLS = {"USD": "$", "EUR": "€", "GBP": "£"}
 BAD_FIELDS = (
-    "missing_order_id", "bad_order_id", "missing_order_date", "bad_order_date",
-    "missing_updated_at", "bad_updated_at", "missing_amount", "bad_amount",
+    "missing_order_id",
+    "bad_order_id",
+    "missing_order_date",
+    "bad_order_date",
+    "missing_updated_at",
+    "bad_updated_at",
+    "missing_amount",
+    "bad_amount",
 )
 SPOILED = {
     "order_id": ('"ORD-"', '"12-34"', '"n/a"'),
@@ -309,12 +315,14 @@ def _day_texts() -> list[tuple[str, str, str, str]]:
     texts = []
     for number in range(-MARGIN_DAYS, DAYS + MARGIN_DAYS):
         day = FIRST_DAY + timedelta(days=number)
-        texts.append((
-            day.isoformat(),
-            f"{day.day:02d}/{day.month:02d}/{day.year}",
-            f"{day.year}/{day.month:02d}/{day.day:02d}",
-            f"{MONTHS[day.month - 1]} {day.day} {day.year}",
-        ))
+        texts.append(
+            (
+                day.isoformat(),
+                f"{day.day:02d}/{day.month:02d}/{day.year}",
+                f"{day.year}/{day.month:02d}/{day.day:02d}",
+                f"{MONTHS[day.month - 1]} {day.day} {day.year}",
+            )
+        )
     return texts
 
 

@@ -96,15 +96,21 @@ class MigrateOrders(SparkChunkedJob):
         spark_settings = SparkSettings.for_job(type(self))
         check_staging(settings, spark_settings)  # this worker's Spark may not be the planner's
         files = chunk.payload["files"]
-        batches = [files[i : i + settings.files_per_batch]
-                   for i in range(0, len(files), settings.files_per_batch)]
+        batches = [
+            files[i : i + settings.files_per_batch]
+            for i in range(0, len(files), settings.files_per_batch)
+        ]
         state = chunk.state or new_state(len(batches))
         first = state["batch"]
         if first:
             log.info(
                 "chunk %d attempt %d resumes from its checkpoint at batch %d of %d "
                 "(%d rows in so far)",
-                chunk.index, chunk.attempt, first, len(batches), state["rows_in"],
+                chunk.index,
+                chunk.attempt,
+                first,
+                len(batches),
+                state["rows_in"],
             )
         parallelism = default_parallelism(self.spark)
         as_uris = not spark_settings.runs_locally
@@ -112,7 +118,10 @@ class MigrateOrders(SparkChunkedJob):
             for number in range(first, len(batches)):
                 started = time.monotonic()
                 with staged_inputs(
-                    storage, settings, batches[number], parallelism=parallelism,
+                    storage,
+                    settings,
+                    batches[number],
+                    parallelism=parallelism,
                     as_uris=as_uris,
                 ) as paths:
                     counts = self._migrate_batch(chunk, settings, paths, number)
@@ -120,8 +129,13 @@ class MigrateOrders(SparkChunkedJob):
                 chunk.checkpoint(state)
                 log.info(
                     "chunk %d batch %d of %d: %d rows in, %d out, %d rejected (%.1f s)",
-                    chunk.index, number + 1, len(batches), counts["rows_in"],
-                    counts["rows_out"], counts["rows_rejected"], time.monotonic() - started,
+                    chunk.index,
+                    number + 1,
+                    len(batches),
+                    counts["rows_in"],
+                    counts["rows_out"],
+                    counts["rows_rejected"],
+                    time.monotonic() - started,
                 )
         return {**state, "attempt": chunk.attempt, "resumed_at_batch": first}
 
@@ -129,8 +143,9 @@ class MigrateOrders(SparkChunkedJob):
         self, chunk: Chunk, settings: MigrationParams, paths: list[str], number: int
     ) -> dict[str, Any]:
         """Migrate one batch's staged files; its outputs published when this returns."""
-        out = {kind: batch_path(settings, chunk.job_id, chunk.index, number, kind)
-               for kind in KINDS}
+        out = {
+            kind: batch_path(settings, chunk.job_id, chunk.index, number, kind) for kind in KINDS
+        }
         with self.job_group(chunk, f"chunk {chunk.index} batch {number}"):
             # Kept while both outputs are written, so each value is parsed once; the
             # orders write fills the cache, the rejects write reads it. Not a
@@ -181,8 +196,12 @@ class MigrateOrders(SparkChunkedJob):
         report["rejected_by_reason"] = dict(sorted(reasons.items()))
         with settings.open_storage() as storage:
             container = settings.results_container
-            put_json(storage, container, f"{summary.job_id}/manifest.json",
-                     {"job_id": summary.job_id, "format": "parquet", "outputs": manifest})
+            put_json(
+                storage,
+                container,
+                f"{summary.job_id}/manifest.json",
+                {"job_id": summary.job_id, "format": "parquet", "outputs": manifest},
+            )
             put_json(storage, container, f"{summary.job_id}/summary.json", report)
         log.info("job %s: %s", summary.job_id, {key: report[key] for key in TOTALS})
 
@@ -204,9 +223,17 @@ def outputs_of(
             commit = published.get(path)
             if commit is None:
                 raise RuntimeError(f"chunk {index} batch {number}: {path} was never published")
-            found.append({"chunk": index, "batch": number, "kind": kind, "path": commit.path,
-                          "rows": commit.rows, "checksum": commit.checksum,
-                          "attempt": commit.attempt})
+            found.append(
+                {
+                    "chunk": index,
+                    "batch": number,
+                    "kind": kind,
+                    "path": commit.path,
+                    "rows": commit.rows,
+                    "checksum": commit.checksum,
+                    "attempt": commit.attempt,
+                }
+            )
     return found
 
 
@@ -236,8 +263,13 @@ def tallied(rejects: DataFrame, tally: Observation) -> DataFrame:
 
 def new_state(batches: int) -> dict[str, Any]:
     """A chunk's checkpoint before its first batch (``batch`` first: status shows it)."""
-    return {"batch": 0, "of": batches, **dict.fromkeys(TOTALS, 0),
-            **dict.fromkeys(CHECKSUMS, "0"), "reasons": {}}
+    return {
+        "batch": 0,
+        "of": batches,
+        **dict.fromkeys(TOTALS, 0),
+        **dict.fromkeys(CHECKSUMS, "0"),
+        "reasons": {},
+    }
 
 
 def add_batch(state: dict[str, Any], counts: dict[str, Any]) -> dict[str, Any]:

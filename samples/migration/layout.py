@@ -97,8 +97,9 @@ class MigrationParams:
         if made.chunk_bytes < 1 or made.files_per_batch < 1:
             raise ConfigurationError("chunk_bytes and files_per_batch must be >= 1")
         if not isinstance(made.scratch_shared, bool):
-            raise ConfigurationError(f"scratch_shared must be true or false, not "
-                                     f"{made.scratch_shared!r}")
+            raise ConfigurationError(
+                f"scratch_shared must be true or false, not {made.scratch_shared!r}"
+            )
         if made.scratch is not None:
             scratch_folder(made.scratch)  # a path or a file:// URL, nothing else
         return made
@@ -191,9 +192,9 @@ def staged_inputs(
     root = scratch or params.scratch
     if root:
         scratch_folder(root).mkdir(parents=True, exist_ok=True)
-    folder = Path(tempfile.mkdtemp(
-        prefix="migration-", dir=scratch_folder(root) if root else None
-    )).absolute()
+    folder = Path(
+        tempfile.mkdtemp(prefix="migration-", dir=scratch_folder(root) if root else None)
+    ).absolute()
     pieces = pieces_per_file(len(names), parallelism)
     try:
         paths: list[str] = []

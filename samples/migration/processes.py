@@ -49,8 +49,12 @@ class Runner:
     def run(self, *args: str) -> str:
         """``runner ARGS`` to completion; its stdout. Raises RuntimeError if it fails."""
         done = subprocess.run(
-            [*runner_command(), *args], cwd=ROOT, env=self.env(), capture_output=True,
-            text=True, timeout=COMMAND_TIMEOUT_SECONDS,
+            [*runner_command(), *args],
+            cwd=ROOT,
+            env=self.env(),
+            capture_output=True,
+            text=True,
+            timeout=COMMAND_TIMEOUT_SECONDS,
         )
         if done.returncode != 0:
             raise RuntimeError(f"runner {args[0]} exited {done.returncode}: {done.stderr.strip()}")
@@ -71,12 +75,26 @@ class Runner:
         log_path = self.logs / f"{name}.log"
         # --prefetch 0: a chunk runs for minutes, so a worker takes only the one it runs;
         # a prefetched message would sit leased behind it while the other worker idles.
-        command = [*runner_command(), "start", JOB, "--workers", str(processes), "--prefetch", "0",
-                   "--burst", *options]
+        command = [
+            *runner_command(),
+            "start",
+            JOB,
+            "--workers",
+            str(processes),
+            "--prefetch",
+            "0",
+            "--burst",
+            *options,
+        ]
         with open(log_path, "wb") as log:
             process = subprocess.Popen(
-                command, cwd=ROOT, env=self.env(), stdin=subprocess.DEVNULL, stdout=log,
-                stderr=subprocess.STDOUT, start_new_session=True,
+                command,
+                cwd=ROOT,
+                env=self.env(),
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
             )
         worker = Worker(name, process, log_path)
         self.workers.append(worker)

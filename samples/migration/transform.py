@@ -193,8 +193,8 @@ def _order_id() -> Column:
     from pyspark.sql import functions as F
 
     text = F.col("order_id")
-    return F.when(text.startswith("ORD-"), F.substring(text, 5, 30)).otherwise(text).try_cast(
-        "bigint"
+    return (
+        F.when(text.startswith("ORD-"), F.substring(text, 5, 30)).otherwise(text).try_cast("bigint")
     )
 
 
@@ -202,9 +202,7 @@ def _customer_id() -> Column:
     from pyspark.sql import functions as F
 
     text = F.col("customer_id")
-    return F.when(text.startswith("C"), F.substring(text, 2, 30)).otherwise(text).try_cast(
-        "bigint"
-    )
+    return F.when(text.startswith("C"), F.substring(text, 2, 30)).otherwise(text).try_cast("bigint")
 
 
 def _order_date() -> Column:

@@ -124,8 +124,9 @@ def one_round(setup: Setup, rundir: Path) -> Round:
         if setup.local:
             local_dir = _fresh(rundir / "local")
             found.local, local_job = run_chunked(data, local_dir, workers=setup.workers)
-            found.local_first_batch_seconds, found.local_first_checkpoint_seconds = (
-                first_batch(local_dir))
+            found.local_first_batch_seconds, found.local_first_checkpoint_seconds = first_batch(
+                local_dir
+            )
             check(data, local_job, local_dir, one_shot)
     print(cluster_report.round_line(found), flush=True)
     for output in ("output", "stream", "warm-up", "local/output"):
@@ -143,10 +144,16 @@ def first_batch(rundir: Path) -> tuple[float, float]:
     checkpoint (log time stamps: its first line to the batch's line)."""
     log = rundir / "worker-1.log"
     first = batch_seconds(log)[0]
-    stamps = [_stamp(line) for line in log.read_text(errors="replace").splitlines()
-              if _stamp(line) is not None]
-    done = next(_stamp(line) for line in log.read_text(errors="replace").splitlines()
-                if " rows in, " in line)
+    stamps = [
+        _stamp(line)
+        for line in log.read_text(errors="replace").splitlines()
+        if _stamp(line) is not None
+    ]
+    done = next(
+        _stamp(line)
+        for line in log.read_text(errors="replace").splitlines()
+        if " rows in, " in line
+    )
     return first, float((done or 0.0) - (stamps[0] or 0.0))
 
 
@@ -166,10 +173,12 @@ def crashes(setup: Setup, workdir: Path, rounds: list[Round]) -> dict[str, Crash
     rundir = _fresh(workdir / "crash")
     one_shot = workdir / f"run-{rounds[-1].number}" / "one-shot"
     chunked_batch = statistics.median(
-        seconds for r in rounds for seconds in batch_seconds(_worker_log(workdir, r)))
+        seconds for r in rounds for seconds in batch_seconds(_worker_log(workdir, r))
+    )
     with spark_target(**connect(cluster)):
         found["chunked"], job_id = run_chunked_crash(
-            data, _fresh(rundir / "chunked"), KillPoint(KILL_AFTER_BATCHES, chunked_batch / 2))
+            data, _fresh(rundir / "chunked"), KillPoint(KILL_AFTER_BATCHES, chunked_batch / 2)
+        )
     with spark_target(**LOCAL):
         check(data, job_id, rundir / "chunked", one_shot)
     print(f"crash, chunked: {found['chunked'].total.seconds:.1f} s", flush=True)
@@ -178,8 +187,12 @@ def crashes(setup: Setup, workdir: Path, rounds: list[Round]) -> dict[str, Crash
         batch = statistics.median(line["seconds"] for s in streamed for line in s.batches)
         with connect_stopped(cluster), spark_target(**classic(cluster)):
             found["streaming"] = run_streaming_crash(
-                data, setup.stream_input, _fresh(rundir / "stream"), child_env(data),
-                KillPoint(KILL_AFTER_BATCHES, batch / 2))
+                data,
+                setup.stream_input,
+                _fresh(rundir / "stream"),
+                child_env(data),
+                KillPoint(KILL_AFTER_BATCHES, batch / 2),
+            )
         with spark_target(**LOCAL):
             check_streaming(data, rundir / "stream", one_shot, setup.stream_input)
         print(f"crash, streaming: {found['streaming'].total.seconds:.1f} s", flush=True)
@@ -203,25 +216,50 @@ def title(rows: int) -> str:
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rows", type=int, default=None,
-                        help=f"input rows ({DEFAULT_ROWS:,}; quick: {QUICK_ROWS:,})")
+    parser.add_argument(
+        "--rows",
+        type=int,
+        default=None,
+        help=f"input rows ({DEFAULT_ROWS:,}; quick: {QUICK_ROWS:,})",
+    )
     parser.add_argument("--runs", type=int, default=None, help="rounds (3; quick: 1)")
     parser.add_argument("--quick", action="store_true", help="smoke run: small input, 1 round")
-    parser.add_argument("--no-streaming", dest="streaming", action="store_false",
-                        help="leave out Structured Streaming (and its crash)")
-    parser.add_argument("--no-local", dest="local", action="store_false",
-                        help="leave out the local-mode worker")
-    parser.add_argument("--no-crash", dest="crash", action="store_false",
-                        help="leave out the SIGKILL runs")
-    parser.add_argument("--workers", type=int, default=DEFAULT_WORKERS,
-                        help=f"runner worker processes of each chunked run ({DEFAULT_WORKERS})")
-    parser.add_argument("--connect-conf", type=json.loads, default={},
-                        help="extra Spark conf of the Connect server, a JSON object")
-    parser.add_argument("--isolate-sessions", action="store_true",
-                        help="start the Connect server with Spark's own launcher")
+    parser.add_argument(
+        "--no-streaming",
+        dest="streaming",
+        action="store_false",
+        help="leave out Structured Streaming (and its crash)",
+    )
+    parser.add_argument(
+        "--no-local", dest="local", action="store_false", help="leave out the local-mode worker"
+    )
+    parser.add_argument(
+        "--no-crash", dest="crash", action="store_false", help="leave out the SIGKILL runs"
+    )
+    parser.add_argument(
+        "--workers",
+        type=int,
+        default=DEFAULT_WORKERS,
+        help=f"runner worker processes of each chunked run ({DEFAULT_WORKERS})",
+    )
+    parser.add_argument(
+        "--connect-conf",
+        type=json.loads,
+        default={},
+        help="extra Spark conf of the Connect server, a JSON object",
+    )
+    parser.add_argument(
+        "--isolate-sessions",
+        action="store_true",
+        help="start the Connect server with Spark's own launcher",
+    )
     parser.add_argument("--output", type=Path, default=None, help="write the section here")
-    parser.add_argument("--workdir", type=Path, default=None,
-                        help="keep the store, logs and outputs here (default: a temp folder)")
+    parser.add_argument(
+        "--workdir",
+        type=Path,
+        default=None,
+        help="keep the store, logs and outputs here (default: a temp folder)",
+    )
     args = parser.parse_args(argv)
     args.rows = args.rows or (QUICK_ROWS if args.quick else DEFAULT_ROWS)
     args.runs = args.runs or (1 if args.quick else 3)
@@ -229,19 +267,27 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 #: The options of the runs ``make bench`` makes (the report says so for those only).
-MAKE_BENCH_OPTIONS = frozenset({
-    f"--rows {DEFAULT_ROWS} --runs 3",
-    f"--rows {LARGE_ROWS} --runs 2 --no-streaming --no-local --no-crash",
-})
+MAKE_BENCH_OPTIONS = frozenset(
+    {
+        f"--rows {DEFAULT_ROWS} --runs 3",
+        f"--rows {LARGE_ROWS} --runs 2 --no-streaming --no-local --no-crash",
+    }
+)
 
 
 def command_line(args: argparse.Namespace) -> str:
     """The command that makes this run again, as the report shows it."""
     options = [f"--rows {args.rows}", f"--runs {args.runs}"]
-    options += [flag for flag, on in (("--no-streaming", args.streaming),
-                                      ("--no-local", args.local),
-                                      ("--no-crash", args.crash),
-                                      ("--isolate-sessions", not args.isolate_sessions)) if not on]
+    options += [
+        flag
+        for flag, on in (
+            ("--no-streaming", args.streaming),
+            ("--no-local", args.local),
+            ("--no-crash", args.crash),
+            ("--isolate-sessions", not args.isolate_sessions),
+        )
+        if not on
+    ]
     if args.workers != DEFAULT_WORKERS:
         options.append(f"--workers {args.workers}")
     if args.connect_conf:
@@ -263,12 +309,20 @@ def measure(args: argparse.Namespace, workdir: Path, publish: Publish) -> None:
     data.params["scratch_shared"] = True
     stream_input = workdir / "stream-input"
     staged = stage_whole(data, stream_input) if args.streaming else 0.0
-    print(f"generated {data.generated.rows:,} rows; {data.chunks} chunks, {data.batches} "
-          f"batches; staged for streaming in {staged:.1f} s", flush=True)
-    with LoopbackCluster(workdir / "cluster", workers=WORKERS, cores_per_worker=CORES_PER_WORKER,
-                         worker_memory=WORKER_MEMORY, connect=True,
-                         connect_conf=args.connect_conf,
-                         isolate_sessions=args.isolate_sessions) as cluster:
+    print(
+        f"generated {data.generated.rows:,} rows; {data.chunks} chunks, {data.batches} "
+        f"batches; staged for streaming in {staged:.1f} s",
+        flush=True,
+    )
+    with LoopbackCluster(
+        workdir / "cluster",
+        workers=WORKERS,
+        cores_per_worker=CORES_PER_WORKER,
+        worker_memory=WORKER_MEMORY,
+        connect=True,
+        connect_conf=args.connect_conf,
+        isolate_sessions=args.isolate_sessions,
+    ) as cluster:
         setup = Setup(data, cluster, stream_input, args.streaming, args.local, args.workers)
         rounds = [one_round(setup, workdir / "run-1")]
         publish(setup, rounds, {})
@@ -281,15 +335,25 @@ def measure(args: argparse.Namespace, workdir: Path, publish: Publish) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
-    sampler = LoadSampler("one Spark application or worker at a time, the cluster's "
-                          "idle daemons and the bench's Python")
+    sampler = LoadSampler(
+        "one Spark application or worker at a time, the cluster's "
+        "idle daemons and the bench's Python"
+    )
     sampler.start()
 
     def publish(setup: Setup, rounds: list[Round], crashed: dict[str, Crashed]) -> None:
         load = load_line([*sampler.samples, os.getloadavg()[0]], sampler.own_load)
-        body = cluster_report.report(setup.data, rounds, crashed, load, command_line(args),
-                                     machine_line(), args.runs, workers=args.workers,
-                                     isolated_sessions=args.isolate_sessions)
+        body = cluster_report.report(
+            setup.data,
+            rounds,
+            crashed,
+            load,
+            command_line(args),
+            machine_line(),
+            args.runs,
+            workers=args.workers,
+            isolated_sessions=args.isolate_sessions,
+        )
         print("\n".join(body), flush=True)
         if args.output:
             write_section(args.output, title(args.rows), body)

@@ -41,18 +41,26 @@ class Round:
     notes: list[str] = field(default_factory=list)
 
 
-_SHARED = ("started as the Connect plugin of a PySpark application with "
-           "`spark.sql.artifact.isolation.enabled=false`: client sessions share compiled code "
-           "(`samples/migration/connect_server.py`).")
-_ISOLATED = ("started by Spark's own launcher (`SparkConnectServer`), which forces "
-             "per-session artifact isolation: each client session compiles its code anew.")
+_SHARED = (
+    "started as the Connect plugin of a PySpark application with "
+    "`spark.sql.artifact.isolation.enabled=false`: client sessions share compiled code "
+    "(`samples/migration/connect_server.py`)."
+)
+_ISOLATED = (
+    "started by Spark's own launcher (`SparkConnectServer`), which forces "
+    "per-session artifact isolation: each client session compiles its code anew."
+)
 
 
 def round_line(found: Round) -> str:
     """One line of progress for the console."""
     parts = [f"round {found.number}:"]
-    for label, timed in (("chunked", found.chunked), ("plain", found.plain),
-                         ("cold-server plain", found.warm_up), ("local", found.local)):
+    for label, timed in (
+        ("chunked", found.chunked),
+        ("plain", found.plain),
+        ("cold-server plain", found.warm_up),
+        ("local", found.local),
+    ):
         if timed is not None:
             parts.append(f"{label} {timed.seconds:.1f} s")
     if found.streamed is not None:
@@ -102,11 +110,16 @@ def cold_server_line(rounds: list[Round]) -> str:
 
 def memory_rows(rounds: list[Round]) -> list[str]:
     """Peak resident MiB of the worker: a Connect client, against a local-mode worker."""
-    return memory_table("worker", [
-        ("Connect client (`RUNNER_SPARK_REMOTE`), no JVM",
-         [r.chunked.peaks for r in rounds if r.chunked]),
-        ("local mode (`local[*]`, its own JVM)", [r.local.peaks for r in rounds if r.local]),
-    ])
+    return memory_table(
+        "worker",
+        [
+            (
+                "Connect client (`RUNNER_SPARK_REMOTE`), no JVM",
+                [r.chunked.peaks for r in rounds if r.chunked],
+            ),
+            ("local mode (`local[*]`, its own JVM)", [r.local.peaks for r in rounds if r.local]),
+        ],
+    )
 
 
 def memory_line(rounds: list[Round]) -> str:
@@ -128,10 +141,16 @@ def first_batch_rows(rounds: list[Round]) -> list[str]:
         "|---|---|---|",
     ]
     for label, first, to_checkpoint in (
-        ("Connect client, warm shared server", [r.first_batch_seconds for r in rounds],
-         [r.first_checkpoint_seconds for r in rounds]),
-        ("local mode, its own JVM", [r.local_first_batch_seconds for r in rounds],
-         [r.local_first_checkpoint_seconds for r in rounds]),
+        (
+            "Connect client, warm shared server",
+            [r.first_batch_seconds for r in rounds],
+            [r.first_checkpoint_seconds for r in rounds],
+        ),
+        (
+            "local mode, its own JVM",
+            [r.local_first_batch_seconds for r in rounds],
+            [r.local_first_checkpoint_seconds for r in rounds],
+        ),
     ):
         firsts = [value for value in first if value is not None]
         starts = [value for value in to_checkpoint if value is not None]
@@ -160,9 +179,11 @@ def streaming_rows(rounds: list[Round]) -> list[str]:
     if found:
         streamed = [r.streamed.timed.seconds for r in found if r.streamed]
         chunked = [r.chunked.seconds for r in found if r.chunked]
-        rows.append(f"| **median** | **{statistics.median(chunked):.1f}** | "
-                    f"**{statistics.median(streamed):.1f}** | "
-                    f"**{ratio(streamed, chunked):.2f}x** | | |")
+        rows.append(
+            f"| **median** | **{statistics.median(chunked):.1f}** | "
+            f"**{statistics.median(streamed):.1f}** | "
+            f"**{ratio(streamed, chunked):.2f}x** | | |"
+        )
     return rows
 
 
@@ -277,14 +298,20 @@ def report(
         *first_batch_rows(rounds),
     ]
     if any(r.streamed for r in rounds):
-        lines += ["", "### Structured Streaming on the same cluster", "",
-                  *streaming_rows(rounds)]
+        lines += ["", "### Structured Streaming on the same cluster", "", *streaming_rows(rounds)]
     if crashed:
-        lines += ["", "### A SIGKILL mid-run", "",
-                  "Killed once 4 of 8 batches were committed, half a median batch later; "
-                  "the replacement started at once (a new worker; the same driver command "
-                  "on the same checkpoint).", "", *crash_rows(crashed, rounds), "",
-                  *(f"- {CRASHED_SIDES[side]}: {c.notes}." for side, c in crashed.items())]
+        lines += [
+            "",
+            "### A SIGKILL mid-run",
+            "",
+            "Killed once 4 of 8 batches were committed, half a median batch later; "
+            "the replacement started at once (a new worker; the same driver command "
+            "on the same checkpoint).",
+            "",
+            *crash_rows(crashed, rounds),
+            "",
+            *(f"- {CRASHED_SIDES[side]}: {c.notes}." for side, c in crashed.items()),
+        ]
         if "streaming" in crashed:
             lines += ["", STREAMING_RESTART]
     return lines

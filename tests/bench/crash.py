@@ -84,8 +84,9 @@ def batches_done(worker: Worker) -> int:
 def batch_seconds(log_path: Path) -> list[float]:
     """Each checkpointed batch's own time in a worker's log, as the job logs it
     ("chunk 3 batch 1 of 1: ... (4.2 s)"), in the order they were done."""
-    lines = [line for line in log_path.read_text(errors="replace").splitlines()
-             if BATCH_DONE in line]
+    lines = [
+        line for line in log_path.read_text(errors="replace").splitlines() if BATCH_DONE in line
+    ]
     return [float(line.rsplit("(", 1)[1].split()[0]) for line in lines]
 
 
@@ -99,9 +100,15 @@ def run_chunked_crash(data: Input, rundir: Path, point: KillPoint) -> tuple[Cras
     first = runner.start_worker()
     committed: list[int] = []
     try:
-        wait_child(first.process, started, first.log_path, "the first worker",
-                   watch=lambda: committed.append(kill_when(
-                       lambda: batches_done(first), point, first.kill)))
+        wait_child(
+            first.process,
+            started,
+            first.log_path,
+            "the first worker",
+            watch=lambda: committed.append(
+                kill_when(lambda: batches_done(first), point, first.kill)
+            ),
+        )
         killed_at = time.monotonic() - started
         second = runner.start_worker()
         total = wait_child(second.process, started, second.log_path, "the second worker")

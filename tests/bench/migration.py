@@ -200,8 +200,15 @@ def check(data: Input, job_id: str, rundir: Path, one_shot: Path | None = None) 
     one_shot = one_shot or rundir / "one-shot"
     found = json_child(
         CHILD,
-        ["check", "--params", json.dumps(data.params), "--job-id", job_id,
-         "--one-shot", str(one_shot)],
+        [
+            "check",
+            "--params",
+            json.dumps(data.params),
+            "--job-id",
+            job_id,
+            "--one-shot",
+            str(one_shot),
+        ],
         child_env(data),
     )
     expected = {
@@ -387,9 +394,15 @@ def setting(
 ) -> str:
     """Which question this run answers, and whether the target is judged on it."""
     judged = f"{FILES_PER_CHUNK} files per batch, {DEFAULT_ROWS:,} and {LARGE_ROWS:,} rows"
-    if files_per_batch == FILES_PER_CHUNK and concurrency == 1 and not spark_conf and rows in (
-        DEFAULT_ROWS,
-        LARGE_ROWS,
+    if (
+        files_per_batch == FILES_PER_CHUNK
+        and concurrency == 1
+        and not spark_conf
+        and rows
+        in (
+            DEFAULT_ROWS,
+            LARGE_ROWS,
+        )
     ):
         return (
             f"Setting: {rows:,} rows, chunks of about {rows // MIN_CHUNKS:,} rows, one batch "
@@ -465,7 +478,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default=os.environ.get(CONF_ENV) or None,
         metavar="JSON",
         help=f"extra Spark conf for both sides as a JSON object, e.g. "
-        f"'{{\"spark.driver.memory\": \"4g\"}}' (default: ${CONF_ENV}); given: a section "
+        f'\'{{"spark.driver.memory": "4g"}}\' (default: ${CONF_ENV}); given: a section '
         "of its own",
     )
     parser.add_argument("--output", type=Path, default=None, help="write the section here")

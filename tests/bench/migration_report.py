@@ -96,10 +96,13 @@ def _mib(values: list[int]) -> str:
 
 def memory_rows(pairs: list[Pair]) -> list[str]:
     """Peak resident MiB of each side's Python process, its Spark JVM and both."""
-    return memory_table("process tree", [
-        ("chunked: the worker (`runner start`)", [pair.chunked.peaks for pair in pairs]),
-        ("plain: the one-shot process", [pair.plain.peaks for pair in pairs]),
-    ])
+    return memory_table(
+        "process tree",
+        [
+            ("chunked: the worker (`runner start`)", [pair.chunked.peaks for pair in pairs]),
+            ("plain: the one-shot process", [pair.plain.peaks for pair in pairs]),
+        ],
+    )
 
 
 def memory_table(first_column: str, sides: list[tuple[str, list[TreePeaks]]]) -> list[str]:
@@ -149,8 +152,10 @@ def cache_spills(log: str) -> int:
 def cache_line(pairs: list[Pair]) -> str:
     """Whether each side's persisted frames fit Spark's memory store: a side that spills
     writes (and reads back) blocks through local disk, which slows it."""
-    sides = {"chunked": [p.chunked.cache_spills for p in pairs],
-             "plain": [p.plain.cache_spills for p in pairs]}
+    sides = {
+        "chunked": [p.chunked.cache_spills for p in pairs],
+        "plain": [p.plain.cache_spills for p in pairs],
+    }
     if not any(any(spills) for spills in sides.values()):
         return "- the persisted frames fit Spark's memory store on both sides in every run."
     said = [
@@ -160,8 +165,11 @@ def cache_line(pairs: list[Pair]) -> str:
         if any(spills)
     ]
     return (
-        "- **a persisted frame did not fit Spark's memory store** (`" + CACHE_SPILL_WARNING
-        + "`: blocks spilled to local disk): " + "; ".join(said) + ". That side pays "
+        "- **a persisted frame did not fit Spark's memory store** (`"
+        + CACHE_SPILL_WARNING
+        + "`: blocks spilled to local disk): "
+        + "; ".join(said)
+        + ". That side pays "
         "disk writes and reads the other does not; more driver memory "
-        "(`--spark-conf '{\"spark.driver.memory\": \"4g\"}'`) gives the store more room."
+        '(`--spark-conf \'{"spark.driver.memory": "4g"}\'`) gives the store more room.'
     )

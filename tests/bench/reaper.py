@@ -61,7 +61,9 @@ def start_client(remote: str, claim: str, run: str) -> tuple[subprocess.Popen[st
     """A client in a subprocess, inside its endless action; its session's record."""
     client = subprocess.Popen(
         [sys.executable, "-c", CLIENT, remote, claim_tag(claim), run],
-        stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": os.getcwd()},
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": os.getcwd()},
     )
     assert client.stdout is not None
     return client, client.stdout.readline().strip()
@@ -114,9 +116,18 @@ def reaped(cluster: LoopbackCluster, ui: str, repeats: int, lease: float) -> lis
         done = reap(Takeover("dead:1:x", claim, recorded, owner_gone=True), cluster.remote_url)
         seconds = seconds_to_idle(ui, run, killed_at)
         found.append(seconds)
-        print(json.dumps({"mode": "reaper", "run": run, "seconds": seconds,
-                          "reap_seconds": round(done.seconds, 2) if done else None,
-                          "interrupted": len(done.interrupted) if done else None}), flush=True)
+        print(
+            json.dumps(
+                {
+                    "mode": "reaper",
+                    "run": run,
+                    "seconds": seconds,
+                    "reap_seconds": round(done.seconds, 2) if done else None,
+                    "interrupted": len(done.interrupted) if done else None,
+                }
+            ),
+            flush=True,
+        )
     return found
 
 
@@ -128,8 +139,9 @@ def measure(
     ui_conf = {"spark.ui.enabled": "true", "spark.ui.port": str(port)}
     with tempfile.TemporaryDirectory(prefix="reaper-bench-") as workdir:
         # Task slots for every run at once: sleeping tasks cost no CPU.
-        with LoopbackCluster(Path(workdir), workers=2, cores_per_worker=repeats,
-                             connect_conf={**conf, **ui_conf}) as cluster:
+        with LoopbackCluster(
+            Path(workdir), workers=2, cores_per_worker=repeats, connect_conf={**conf, **ui_conf}
+        ) as cluster:
             ui = f"http://127.0.0.1:{port}"
             alone = unreaped(cluster, ui, repeats, label)
             with_reaper = reaped(cluster, ui, repeats, lease) if lease is not None else []
@@ -143,8 +155,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--skip-defaults", action="store_true")
     args = parser.parse_args(argv)
     medians = {}
-    alone, with_reaper = measure(CONNECT_ABANDONED_CONF, args.repeats, "server settings",
-                                 args.lease)
+    alone, with_reaper = measure(
+        CONNECT_ABANDONED_CONF, args.repeats, "server settings", args.lease
+    )
     medians["reaper"] = statistics.median(with_reaper)
     medians["server settings, no reaper"] = statistics.median(alone)
     print(json.dumps({"medians": medians}), flush=True)

@@ -112,8 +112,11 @@ def _source_entries(checkpoint: Path) -> dict[int, list[str]]:
     ``<n>.compact`` file (every 10th entry) holds the entries up to ``n``."""
     found: dict[int, list[str]] = defaultdict(list)
     folder = checkpoint / SOURCE_LOG
-    logs = [entry for entry in folder.iterdir()
-            if entry.name.removesuffix(".compact").isdigit()] if folder.is_dir() else []
+    logs = (
+        [entry for entry in folder.iterdir() if entry.name.removesuffix(".compact").isdigit()]
+        if folder.is_dir()
+        else []
+    )
     for log in logs:
         for line in log.read_text().splitlines()[1:]:
             entry = json.loads(line)
@@ -171,8 +174,9 @@ def check_micro_batches(checkpoint: Path, input_dir: Path, output: Path) -> list
         if written != folders:
             problems.append(f"{kind}: folders {sorted(written)}, committed {sorted(folders)}")
     if problems:
-        raise RuntimeError(f"the streaming run in {checkpoint.parent} is not whole:\n"
-                           + "\n".join(problems))
+        raise RuntimeError(
+            f"the streaming run in {checkpoint.parent} is not whole:\n" + "\n".join(problems)
+        )
     return batches
 
 
@@ -183,7 +187,8 @@ def merged(batches: list[MicroBatch]) -> str:
         f"entries {batch.entries[0]}-{batch.entries[-1]} (the kill fell after the source "
         f"logged entry {batch.entries[0]}, before the offsets log named micro-batch "
         f"{batch.batch})"
-        for batch in batches if len(batch.entries) > 1
+        for batch in batches
+        if len(batch.entries) > 1
     )
 
 
@@ -197,13 +202,18 @@ def printed_batches(log_path: Path) -> list[dict[str, Any]]:
 
 
 def _command(input_dir: Path, rundir: Path) -> list[str]:
-    return ["run", "--input", str(input_dir), "--output", str(rundir / "stream"),
-            "--checkpoint", str(rundir / "stream-checkpoint")]
+    return [
+        "run",
+        "--input",
+        str(input_dir),
+        "--output",
+        str(rundir / "stream"),
+        "--checkpoint",
+        str(rundir / "stream-checkpoint"),
+    ]
 
 
-def run_streaming(
-    data: Input, input_dir: Path, rundir: Path, env: Mapping[str, str]
-) -> Streamed:
+def run_streaming(data: Input, input_dir: Path, rundir: Path, env: Mapping[str, str]) -> Streamed:
     """One uninterrupted run of the streaming driver; its time and micro-batches."""
     log_path = rundir / "stream.log"
     started = time.monotonic()
@@ -221,8 +231,15 @@ def run_streaming_crash(
     started = time.monotonic()
     first = start_child(CHILD, _command(input_dir, rundir), first_log, dict(env))
     at_kill: list[int] = []
-    wait_child(first, started, first_log, "the first driver", watch=lambda: at_kill.append(
-        kill_when(lambda: logged(checkpoint), point, lambda: kill_group(first.pid))))
+    wait_child(
+        first,
+        started,
+        first_log,
+        "the first driver",
+        watch=lambda: at_kill.append(
+            kill_when(lambda: logged(checkpoint), point, lambda: kill_group(first.pid))
+        ),
+    )
     killed_at = time.monotonic() - started
     # Planned before the kill but not committed: what the restart runs again.
     planned = logged(checkpoint, "offsets")
@@ -234,13 +251,16 @@ def run_streaming_crash(
     rerun = printed_batches(second_log)
     redone = [line for line in rerun if line["batch"] < planned]
     batches = micro_batches(checkpoint)
-    notes = (f"{at_kill[0]} committed, {planned} planned and {picked} source log entries "
-             f"at the kill; the restarted driver ran batches "
-             f"{[line['batch'] for line in rerun]}, {len(batches)} micro-batches in all")
+    notes = (
+        f"{at_kill[0]} committed, {planned} planned and {picked} source log entries "
+        f"at the kill; the restarted driver ran batches "
+        f"{[line['batch'] for line in rerun]}, {len(batches)} micro-batches in all"
+    )
     if merges := merged(batches):
         notes += f"; {merges}"
-    return Crashed(total, killed_at, at_kill[0], len(redone),
-                   sum(line["seconds"] for line in redone), notes)
+    return Crashed(
+        total, killed_at, at_kill[0], len(redone), sum(line["seconds"] for line in redone), notes
+    )
 
 
 def check_streaming(data: Input, rundir: Path, one_shot: Path, input_dir: Path) -> dict[str, Any]:
@@ -254,6 +274,7 @@ def check_streaming(data: Input, rundir: Path, one_shot: Path, input_dir: Path) 
         child_env(data),
     )
     if not found["ok"]:
-        raise RuntimeError("the streamed and the one-shot output differ:\n"
-                           + "\n".join(found["lines"]))
+        raise RuntimeError(
+            "the streamed and the one-shot output differ:\n" + "\n".join(found["lines"])
+        )
     return {**found, "micro_batches": len(batches)}

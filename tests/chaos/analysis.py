@@ -102,8 +102,16 @@ def parse_fences(log: str, job_id: str, pid: int) -> list[Fence]:
             fence = pattern.match(matched.group(2))
             if fence and fence.group(2) == job_id:
                 reason = fence.group(3)
-                found.append(Fence(int(fence.group(1)), pid, log_time(matched.group(1)), how,
-                                   _cause(reason), reason))
+                found.append(
+                    Fence(
+                        int(fence.group(1)),
+                        pid,
+                        log_time(matched.group(1)),
+                        how,
+                        _cause(reason),
+                        reason,
+                    )
+                )
                 break
     return found
 

@@ -100,8 +100,7 @@ class ChaosPlan:
         return RESUME_LEASES * Chaos.lease_seconds
 
     def without_faults(self) -> ChaosPlan:
-        return dataclasses.replace(self, busy=0.0, ambiguous=0.0, delayed=0.0,
-                                   outage_seconds=0.0)
+        return dataclasses.replace(self, busy=0.0, ambiguous=0.0, delayed=0.0, outage_seconds=0.0)
 
     def duplicate_bound(self, interruptions: int) -> int:
         """Re-applications allowed: one checkpoint interval of items per interruption."""
@@ -109,8 +108,10 @@ class ChaosPlan:
 
     def fault_spec(self, workdir: Path) -> str:
         low, high = self.delay_seconds
-        spec = (f"busy={self.busy},ambiguous={self.ambiguous},delayed={self.delayed},"
-                f"delay={low}-{high},seed={self.seed}")
+        spec = (
+            f"busy={self.busy},ambiguous={self.ambiguous},delayed={self.delayed},"
+            f"delay={low}-{high},seed={self.seed}"
+        )
         if self.outage_seconds:
             spec += f",outage_file={workdir / OUTAGE_FILE}"
         return spec
@@ -147,22 +148,37 @@ class RunResult:
         """The correctness targets: (what, target, value, met)."""
         items = self.items or analysis.Items(0, -1, 0, 0, 0)
         bound = self.plan.duplicate_bound(self.kills + self.stops)
-        finished = "yes" if self.completed else (
-            f"no: did not complete in {self.plan.deadline:.0f} s (job {self.job_state})")
+        finished = (
+            "yes"
+            if self.completed
+            else (f"no: did not complete in {self.plan.deadline:.0f} s (job {self.job_state})")
+        )
         targets = [
             ("job completed", "yes", finished, self.completed),
             ("items lost", "0", str(items.lost), items.lost == 0),
             ("finalize runs", "1", str(self.finalize_runs), self.finalize_runs == 1),
-            ("worker exits (other than the kills)", "0", str(len(self.unexpected_exits)),
-             not self.unexpected_exits),
+            (
+                "worker exits (other than the kills)",
+                "0",
+                str(len(self.unexpected_exits)),
+                not self.unexpected_exits,
+            ),
         ]
         reapplied = f"{items.applied_more_than_once} ({items.extra_applications})"
         if not self.plan.outage_seconds:
             return targets + [
-                ("chunks fenced by their own write", "0", str(len(self.fences.own)),
-                 not self.fences.own),
-                ("re-applied items (extra applications)", f"<= {bound}", reapplied,
-                 items.extra_applications <= bound),
+                (
+                    "chunks fenced by their own write",
+                    "0",
+                    str(len(self.fences.own)),
+                    not self.fences.own,
+                ),
+                (
+                    "re-applied items (extra applications)",
+                    f"<= {bound}",
+                    reapplied,
+                    items.extra_applications <= bound,
+                ),
             ]
         # Every lease runs out in an outage longer than a lease: chunks stop fenced by
         # their own lapse and redo the items applied since their last durable state.
@@ -172,20 +188,26 @@ class RunResult:
         bound_seconds = self.plan.resume_bound_seconds
         return targets + [
             ("outage made", "yes", "yes" if made else "no", made),
-            ("workers running when the store came back", "all",
-             "all" if not self.down_after_outage else ", ".join(self.down_after_outage),
-             made and not self.down_after_outage),
-            ("job going on after the store's return (first new item)",
-             f"<= {bound_seconds:g} s ({RESUME_LEASES} leases)",
-             f"{resumed:.1f} s" if resumed is not None else "never",
-             resumed is not None and resumed <= bound_seconds),
+            (
+                "workers running when the store came back",
+                "all",
+                "all" if not self.down_after_outage else ", ".join(self.down_after_outage),
+                made and not self.down_after_outage,
+            ),
+            (
+                "job going on after the store's return (first new item)",
+                f"<= {bound_seconds:g} s ({RESUME_LEASES} leases)",
+                f"{resumed:.1f} s" if resumed is not None else "never",
+                resumed is not None and resumed <= bound_seconds,
+            ),
             ("chunks fenced by their own write", "(reported)", str(len(self.fences.own)), True),
             ("re-applied items (extra applications)", "(reported)", reapplied, True),
         ]
 
 
-def run_once(plan: ChaosPlan, workdir: Path, server: azurite_process.Azurite | None = None,
-             log=print) -> RunResult:
+def run_once(
+    plan: ChaosPlan, workdir: Path, server: azurite_process.Azurite | None = None, log=print
+) -> RunResult:
     """Run ``plan`` in ``workdir`` (created); on Azurite, ``server`` or a private one."""
     workdir.mkdir(parents=True)
     result = RunResult(plan)
@@ -196,16 +218,14 @@ def run_once(plan: ChaosPlan, workdir: Path, server: azurite_process.Azurite | N
             if server is None:
                 server = stack.enter_context(azurite_process.start())
             chances = FaultChances(plan.busy, plan.ambiguous, plan.delayed, plan.delay_seconds)
-            for number, port in enumerate((server.blob_port, server.queue_port,
-                                           server.table_port)):
+            for number, port in enumerate((server.blob_port, server.queue_port, server.table_port)):
                 proxies.append(FaultProxy(port, chances, seed=plan.seed * 10 + number).start())
                 stack.callback(proxies[-1].stop)
             direct = server.connection_string
             worker_storage = azurite_process.connection_string(*(p.port for p in proxies))
         else:
             direct = worker_storage = str(workdir / "store")
-            env = {FAULTS_ENV: plan.fault_spec(workdir),
-                   FAULTS_REPORT_ENV: str(workdir / "faults")}
+            env = {FAULTS_ENV: plan.fault_spec(workdir), FAULTS_REPORT_ENV: str(workdir / "faults")}
         cluster = Cluster(plan.backend, direct, workdir, uuid.uuid4().hex[:8], JOBS_MODULE)
         stack.callback(cluster.close)
         driver = _Run(plan, cluster, worker_storage, env, result, log, proxies)
@@ -217,8 +237,16 @@ def run_once(plan: ChaosPlan, workdir: Path, server: azurite_process.Azurite | N
 class _Run:
     """Drives the workers of one run: start, kill and replace, stop and continue."""
 
-    def __init__(self, plan: ChaosPlan, cluster: Cluster, storage: str, env: dict[str, str],
-                 result: RunResult, log, proxies: list[FaultProxy]):
+    def __init__(
+        self,
+        plan: ChaosPlan,
+        cluster: Cluster,
+        storage: str,
+        env: dict[str, str],
+        result: RunResult,
+        log,
+        proxies: list[FaultProxy],
+    ):
         self.plan, self.cluster, self.storage, self.env = plan, cluster, storage, env
         self.result, self.log, self.proxies = result, log, proxies
         self.rng = random.Random(plan.seed + 1)
@@ -228,8 +256,9 @@ class _Run:
         self.job_id = ""
 
     def start_worker(self) -> Worker:
-        return self.cluster.start("Chaos", "--log-level", "INFO", burst=True, env=self.env,
-                                  storage=self.storage)
+        return self.cluster.start(
+            "Chaos", "--log-level", "INFO", burst=True, env=self.env, storage=self.storage
+        )
 
     def schedule(self) -> list[tuple[float, str]]:
         rng, span = random.Random(self.plan.seed), self.plan.estimate_seconds
@@ -242,8 +271,9 @@ class _Run:
 
     def drive(self) -> None:
         plan, cluster = self.plan, self.cluster
-        params = cluster.params(chunks=plan.chunks, items=plan.items_per_chunk,
-                                item_seconds=plan.item_seconds)
+        params = cluster.params(
+            chunks=plan.chunks, items=plan.items_per_chunk, item_seconds=plan.item_seconds
+        )
         self.job_id = cluster.submit("Chaos", params)
         submitted = time.monotonic()
         deadline = submitted + plan.deadline
@@ -276,16 +306,20 @@ class _Run:
                 self.result.job_state = state
                 if state in ("done", "failed"):
                     self.result.seconds = time.monotonic() - submitted
-                    skipped = [what for _, what in events
-                               if what not in ("continue", "outage over")]
+                    skipped = [
+                        what for _, what in events if what not in ("continue", "outage over")
+                    ]
                     if skipped:
                         self.result.notes.append(f"job ended before: {', '.join(skipped)}")
                     return
             time.sleep(0.02)
 
     def _act(self, what: str, now: float, events: list[tuple[float, str]]) -> None:
-        live = [w for w in self.cluster.workers
-                if w.alive() and w.pid not in self.paused and w.pid not in self.killed]
+        live = [
+            w
+            for w in self.cluster.workers
+            if w.alive() and w.pid not in self.paused and w.pid not in self.killed
+        ]
         if what == "continue":
             self._continue(min(self.paused, key=self.paused.__getitem__))
             return
@@ -294,7 +328,8 @@ class _Run:
             return
         if what == "outage over":
             self.result.down_after_outage = [
-                w.name for w in self.cluster.workers if w.pid not in self.killed and not w.alive()]
+                w.name for w in self.cluster.workers if w.pid not in self.killed and not w.alive()
+            ]
             return
         if not live:
             self.result.notes.append(f"{what} skipped: no running worker")
@@ -340,27 +375,34 @@ class _Run:
                     worker.wait_exit(EXIT_GRACE_SECONDS)
             if worker.alive():
                 if self.result.completed:
-                    self.result.unexpected_exits.append(f"{worker.name}: still running "
-                                                        f"{EXIT_GRACE_SECONDS:g} s after the end")
+                    self.result.unexpected_exits.append(
+                        f"{worker.name}: still running {EXIT_GRACE_SECONDS:g} s after the end"
+                    )
                 worker.kill_all()
             elif worker.process.returncode != 0:
                 self.result.unexpected_exits.append(
-                    f"{worker.name}: exit {worker.process.returncode}")
+                    f"{worker.name}: exit {worker.process.returncode}"
+                )
 
 
 def _count(driver: _Run, proxies: list[FaultProxy]) -> None:
     plan, cluster, result = driver.plan, driver.cluster, driver.result
     events = cluster.events()
-    of = {kind: [e for e in events if e["event"] == kind]
-          for kind in ("start", "apply", "finalize")}
-    result.items = analysis.count_items(cluster.workdir, plan.chunks, plan.items_per_chunk,
-                                        of["apply"])
+    of = {
+        kind: [e for e in events if e["event"] == kind] for kind in ("start", "apply", "finalize")
+    }
+    result.items = analysis.count_items(
+        cluster.workdir, plan.chunks, plan.items_per_chunk, of["apply"]
+    )
     result.finalize_runs = len(of["finalize"])
     if result.outage is not None:
         after = [e["at"] for e in of["apply"] if e["new"] and e["at"] >= result.outage.end]
         result.resumed_after = min(after) - result.outage.end if after else None
-    fences = [fence for worker in cluster.workers
-              for fence in analysis.parse_fences(worker.log(), driver.job_id, worker.pid)]
+    fences = [
+        fence
+        for worker in cluster.workers
+        for fence in analysis.parse_fences(worker.log(), driver.job_id, worker.pid)
+    ]
     result.fences = analysis.judge(fences, of["start"], driver.pauses)
     if proxies:
         for proxy in proxies:

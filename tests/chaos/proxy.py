@@ -43,8 +43,15 @@ from typing import Any
 
 #: Headers about one hop, not the request: never passed on.
 HOP_BY_HOP = frozenset(
-    {"connection", "keep-alive", "proxy-connection", "te", "trailer", "transfer-encoding",
-     "upgrade"}
+    {
+        "connection",
+        "keep-alive",
+        "proxy-connection",
+        "te",
+        "trailer",
+        "transfer-encoding",
+        "upgrade",
+    }
 )
 #: A kept-alive client connection idle this long is closed (its thread ends).
 IDLE_SECONDS = 60.0
@@ -181,8 +188,10 @@ class FaultProxy:
     def start(self) -> FaultProxy:
         """Serve on a thread of its own until :meth:`stop`."""
         self._thread = threading.Thread(
-            target=self._server.serve_forever, kwargs={"poll_interval": 0.1},
-            name=f"fault-proxy-{self.port}", daemon=True,
+            target=self._server.serve_forever,
+            kwargs={"poll_interval": 0.1},
+            name=f"fault-proxy-{self.port}",
+            daemon=True,
         )
         self._thread.start()
         return self
@@ -289,12 +298,16 @@ class _Handler(BaseHTTPRequestHandler):
         for attempt in range(2):  # a kept-alive upstream connection may have gone stale
             upstream = self._upstream_connection()
             try:
-                upstream.putrequest(self.command, self.path, skip_host=True,
-                                    skip_accept_encoding=True)
+                upstream.putrequest(
+                    self.command, self.path, skip_host=True, skip_accept_encoding=True
+                )
                 for key, value in headers:
                     upstream.putheader(key, value)
-                upstream.endheaders(body if body or chunked or self.command in ("POST", "PUT",
-                                    "PATCH", "MERGE") else None)
+                upstream.endheaders(
+                    body
+                    if body or chunked or self.command in ("POST", "PUT", "PATCH", "MERGE")
+                    else None
+                )
                 response = upstream.getresponse()
                 content = response.read()
                 return response.status, response.reason, response.getheaders(), content
@@ -341,8 +354,12 @@ class _Handler(BaseHTTPRequestHandler):
         message = "The server is currently unable to receive requests. Please retry your request."
         if "json" in self.headers.get("Accept", ""):
             content = json.dumps(
-                {"odata.error": {"code": "ServerBusy", "message": {"lang": "en-US",
-                                                                  "value": message}}}
+                {
+                    "odata.error": {
+                        "code": "ServerBusy",
+                        "message": {"lang": "en-US", "value": message},
+                    }
+                }
             ).encode()
             kind = "application/json;odata=minimalmetadata;streaming=true;charset=utf-8"
         else:
@@ -364,8 +381,9 @@ class _Handler(BaseHTTPRequestHandler):
 def _linger_zero(connection: socket.socket) -> None:
     """SO_LINGER 0: the close sends RST, the client's read fails at once."""
     try:
-        connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER,
-                              b"\x01\x00\x00\x00\x00\x00\x00\x00")
+        connection.setsockopt(
+            socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00"
+        )
     except OSError:
         pass
 
@@ -375,21 +393,43 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         prog="python -m tests.chaos.proxy",
         description="Fault proxy on 127.0.0.1 in front of Azurite (one per target port).",
     )
-    parser.add_argument("--target-port", type=int, action="append", required=True,
-                        help="service port to forward to (repeat for blob, queue, table)")
-    parser.add_argument("--port", type=int, action="append", default=[],
-                        help="listening port per target, in order (default: free ports)")
+    parser.add_argument(
+        "--target-port",
+        type=int,
+        action="append",
+        required=True,
+        help="service port to forward to (repeat for blob, queue, table)",
+    )
+    parser.add_argument(
+        "--port",
+        type=int,
+        action="append",
+        default=[],
+        help="listening port per target, in order (default: free ports)",
+    )
     parser.add_argument("--busy", type=float, default=0.0, help="chance of 503 unforwarded")
-    parser.add_argument("--ambiguous", type=float, default=0.0,
-                        help="chance of forwarding, then dropping the connection unanswered")
+    parser.add_argument(
+        "--ambiguous",
+        type=float,
+        default=0.0,
+        help="chance of forwarding, then dropping the connection unanswered",
+    )
     parser.add_argument("--delayed", type=float, default=0.0, help="chance of a delay")
     parser.add_argument("--delay", default="0.3-1.5", help="delay range in seconds, LOW-HIGH")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--seconds", type=float, default=3600.0, help="stop after this long")
-    parser.add_argument("--outage-after", type=float, default=None,
-                        help="seconds after start when every proxy goes down")
-    parser.add_argument("--outage-seconds", type=float, default=60.0,
-                        help="how long the outage lasts (it ends by itself)")
+    parser.add_argument(
+        "--outage-after",
+        type=float,
+        default=None,
+        help="seconds after start when every proxy goes down",
+    )
+    parser.add_argument(
+        "--outage-seconds",
+        type=float,
+        default=60.0,
+        help="how long the outage lasts (it ends by itself)",
+    )
     parser.add_argument("--outage-mode", choices=OUTAGE_MODES, default="refused")
     return parser.parse_args(argv)
 
@@ -397,8 +437,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     low, _, high = args.delay.partition("-")
-    chances = FaultChances(args.busy, args.ambiguous, args.delayed,
-                           (float(low), float(high or low)))
+    chances = FaultChances(
+        args.busy, args.ambiguous, args.delayed, (float(low), float(high or low))
+    )
     ports = args.port + [0] * (len(args.target_port) - len(args.port))
     proxies = [
         FaultProxy(target, chances, seed=args.seed + number, port=port).start()
@@ -407,9 +448,11 @@ def main(argv: list[str] | None = None) -> None:
     for proxy in proxies:
         print(f"127.0.0.1:{proxy.port} -> 127.0.0.1:{proxy.target_port}", flush=True)
     if args.outage_after is not None:
+
         def go_down() -> None:
             for proxy in proxies:
                 proxy.outage(args.outage_seconds, args.outage_mode)
+
         timer = threading.Timer(args.outage_after, go_down)
         timer.daemon = True
         timer.start()

@@ -37,10 +37,14 @@ HEADING = (
 
 def title(plan: ChaosPlan) -> str:
     if plan.outage_seconds:
-        return (f"Outage, {plan.backend}: every storage request {plan.outage_mode} for "
-                f"{plan.outage_seconds:g} s")
-    return (f"Chaos, {plan.backend}: {plan.busy:.0%} busy + {plan.ambiguous:.0%} ambiguous"
-            f" + {plan.delayed:.0%} delayed")
+        return (
+            f"Outage, {plan.backend}: every storage request {plan.outage_mode} for "
+            f"{plan.outage_seconds:g} s"
+        )
+    return (
+        f"Chaos, {plan.backend}: {plan.busy:.0%} busy + {plan.ambiguous:.0%} ambiguous"
+        f" + {plan.delayed:.0%} delayed"
+    )
 
 
 def _ratio(plain: RunResult, faulty: RunResult) -> str:
@@ -52,9 +56,11 @@ def _ratio(plain: RunResult, faulty: RunResult) -> str:
 def report(plan: ChaosPlan, plain: RunResult, faulty: RunResult, command: str) -> list[str]:
     """The Markdown lines of one section."""
     low, high = plan.delay_seconds
-    where = ("the runner's `RUNNER_FAULTS` wrapper in each worker (storage-protocol layer)"
-             if plan.backend == "embedded" else
-             "a fault proxy on loopback in front of each Azurite service")
+    where = (
+        "the runner's `RUNNER_FAULTS` wrapper in each worker (storage-protocol layer)"
+        if plan.backend == "embedded"
+        else "a fault proxy on loopback in front of each Azurite service"
+    )
     lines = [
         machine_line(),
         "",
@@ -75,8 +81,7 @@ def report(plan: ChaosPlan, plain: RunResult, faulty: RunResult, command: str) -
     for (what, target, plain_value, plain_ok), (_, _, value, ok) in zip(
         plain.targets(), faulty.targets(), strict=True
     ):
-        lines.append(f"| {what} | {target} | {_mark(plain_value, plain_ok)} | "
-                     f"{_mark(value, ok)} |")
+        lines.append(f"| {what} | {target} | {_mark(plain_value, plain_ok)} | {_mark(value, ok)} |")
     lines += [
         f"| time to completion | <= 2x without faults | {_seconds(plain)} | {_seconds(faulty)} "
         f"({_ratio(plain, faulty)}) |",
@@ -94,12 +99,17 @@ def report(plan: ChaosPlan, plain: RunResult, faulty: RunResult, command: str) -
 def report_outage(plan: ChaosPlan, run: RunResult, command: str) -> list[str]:
     """The Markdown lines of an outage run's section (no fault-free twin: the outage is
     the run's one fault, and what it must not cost is judged on its own)."""
-    where = ("in each worker's `RUNNER_FAULTS` wrapper (announced in a file the driver "
-             "writes)" if plan.backend == "embedded" else
-             "at the fault proxies on loopback in front of every Azurite service")
+    where = (
+        "in each worker's `RUNNER_FAULTS` wrapper (announced in a file the driver writes)"
+        if plan.backend == "embedded"
+        else "at the fault proxies on loopback in front of every Azurite service"
+    )
     reset = "" if plan.backend == "embedded" else " (connections reset)"
-    what = (f"refused at once{reset}" if plan.outage_mode == "refused" else
-            f"left unanswered until the store's return, then failed{reset}")
+    what = (
+        f"refused at once{reset}"
+        if plan.outage_mode == "refused"
+        else f"left unanswered until the store's return, then failed{reset}"
+    )
     lines = [
         machine_line(),
         "",
@@ -116,8 +126,9 @@ def report_outage(plan: ChaosPlan, run: RunResult, command: str) -> list[str]:
         "| | target | with the outage |",
         "| --- | --- | --- |",
     ]
-    lines += [f"| {what} | {target} | {_mark(value, ok)} |"
-              for what, target, value, ok in run.targets()]
+    lines += [
+        f"| {what} | {target} | {_mark(value, ok)} |" for what, target, value, ok in run.targets()
+    ]
     lines += [
         f"| time to completion | (reported) | {_seconds(run)} |",
         f"| storage requests | | {_requests(run)} |",
@@ -146,9 +157,11 @@ def _faults(run: RunResult) -> str:
 
 def details(label: str, run: RunResult) -> list[str]:
     fences = run.fences
-    lines = [f"{label}: {len(fences.all)} fenced stop(s): {len(fences.taken_over)} taken over "
-             f"by another claim, {len(fences.paused)} of the paused worker, {len(fences.own)} "
-             f"by the worker's own write"]
+    lines = [
+        f"{label}: {len(fences.all)} fenced stop(s): {len(fences.taken_over)} taken over "
+        f"by another claim, {len(fences.paused)} of the paused worker, {len(fences.own)} "
+        f"by the worker's own write"
+    ]
     if fences.own:
         causes = ", ".join(f"{cause} {n}" for cause, n in fences.causes(fences.own).items())
         lines[-1] += f" ({causes}; {len(fences.own_with_gap)} followed by a claim never started)"
@@ -172,15 +185,26 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--delayed", type=float, default=0.05)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--item-seconds", type=float, default=0.012)
-    parser.add_argument("--deadline", type=float, default=None,
-                        help="seconds before a run counts as not completing")
-    parser.add_argument("--outage", type=float, default=0.0, metavar="SECONDS",
-                        help="an outage run: every storage request of the workers fails "
-                             "this long mid-run (no fault-free twin)")
+    parser.add_argument(
+        "--deadline", type=float, default=None, help="seconds before a run counts as not completing"
+    )
+    parser.add_argument(
+        "--outage",
+        type=float,
+        default=0.0,
+        metavar="SECONDS",
+        help="an outage run: every storage request of the workers fails "
+        "this long mid-run (no fault-free twin)",
+    )
     parser.add_argument("--outage-mode", choices=["refused", "hanging"], default="refused")
-    parser.add_argument("--outage-after", type=float, default=None, metavar="SECONDS",
-                        help="when the outage starts, after the first chunk starts "
-                             "(default: 30 %% of the work's estimate)")
+    parser.add_argument(
+        "--outage-after",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="when the outage starts, after the first chunk starts "
+        "(default: 30 %% of the work's estimate)",
+    )
     parser.add_argument("--workdir", type=Path, default=None, help="keep the runs' files here")
     parser.add_argument("--output", type=Path, default=None, help="e.g. RELIABILITY.md")
     return parser.parse_args(argv)
@@ -188,11 +212,23 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    plan = ChaosPlan(args.backend, args.items, args.chunks, args.workers, args.kills,
-                     args.stops, args.busy, args.ambiguous, args.delayed, seed=args.seed,
-                     item_seconds=args.item_seconds, deadline_seconds=args.deadline,
-                     outage_seconds=args.outage, outage_mode=args.outage_mode,
-                     outage_after_seconds=args.outage_after)
+    plan = ChaosPlan(
+        args.backend,
+        args.items,
+        args.chunks,
+        args.workers,
+        args.kills,
+        args.stops,
+        args.busy,
+        args.ambiguous,
+        args.delayed,
+        seed=args.seed,
+        item_seconds=args.item_seconds,
+        deadline_seconds=args.deadline,
+        outage_seconds=args.outage,
+        outage_mode=args.outage_mode,
+        outage_after_seconds=args.outage_after,
+    )
     command = "python -m tests.chaos.run " + shlex.join(argv if argv is not None else sys.argv[1:])
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="chaos-"))
     print(f"{title(plan)} (files in {workdir})", flush=True)

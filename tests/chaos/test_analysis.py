@@ -6,15 +6,17 @@ from tests.chaos.analysis import Fence, count_items, judge, log_time, parse_fenc
 
 JOB = "e2e-x-chaos-20261125-1"
 _AT = "WARNING [MainProcess] runner.tasks:"
-LOG = "\n".join([
-    f"2026-11-25 13:08:22,636 {_AT} chunk 5 of {JOB} stopped: lease lost (task record of "
-    "chunk 5 changed: fenced)",
-    f"2026-11-25 13:08:23,058 WARNING [MainProcess] runner.finish: chunk 7 of {JOB} finished "
-    "but fenced: chunk record changed before it was marked done (...)",
-    f"2026-11-25 13:08:24,000 {_AT} chunk 8 of {JOB}: finished but fenced (renewal refused: x)",
-    f"2026-11-25 13:08:25,000 {_AT} chunk 9 of other-job stopped: lease lost (x)",
-    f"2026-11-25 13:08:26,000 INFO [MainProcess] runner.tasks: chunk 3 of {JOB}: already done",
-])
+LOG = "\n".join(
+    [
+        f"2026-11-25 13:08:22,636 {_AT} chunk 5 of {JOB} stopped: lease lost (task record of "
+        "chunk 5 changed: fenced)",
+        f"2026-11-25 13:08:23,058 WARNING [MainProcess] runner.finish: chunk 7 of {JOB} finished "
+        "but fenced: chunk record changed before it was marked done (...)",
+        f"2026-11-25 13:08:24,000 {_AT} chunk 8 of {JOB}: finished but fenced (renewal refused: x)",
+        f"2026-11-25 13:08:25,000 {_AT} chunk 9 of other-job stopped: lease lost (x)",
+        f"2026-11-25 13:08:26,000 INFO [MainProcess] runner.tasks: chunk 3 of {JOB}: already done",
+    ]
+)
 
 
 def _fence(chunk: int, at: float, pid: int = 1) -> Fence:
@@ -38,9 +40,12 @@ def test_parses_the_three_fence_lines_of_this_job_only():
 
 def test_judges_taken_over_own_paused_and_gaps():
     starts = [
-        _start(1, 1, 10.0, pid=1), _start(1, 2, 14.0, pid=2),  # taken over before the fence
-        _start(2, 1, 10.0, pid=1), _start(2, 2, 30.0, pid=2),  # next claim after: own
-        _start(3, 1, 10.0, pid=1), _start(3, 3, 30.0, pid=2),  # attempt 2 never started
+        _start(1, 1, 10.0, pid=1),
+        _start(1, 2, 14.0, pid=2),  # taken over before the fence
+        _start(2, 1, 10.0, pid=1),
+        _start(2, 2, 30.0, pid=2),  # next claim after: own
+        _start(3, 1, 10.0, pid=1),
+        _start(3, 3, 30.0, pid=2),  # attempt 2 never started
         _start(4, 1, 10.0, pid=3),  # fenced after its worker's pause
     ]
     judged = judge(
@@ -66,8 +71,10 @@ def test_counts_lost_and_reapplied_items(tmp_path):
     for name in ("0000-0000", "0000-0001", "0001-0000"):
         (sink / name).touch()
     applies = [
-        {"chunk": 0, "item": 0, "new": True}, {"chunk": 0, "item": 0, "new": False},
-        {"chunk": 0, "item": 0, "new": False}, {"chunk": 0, "item": 1, "new": True},
+        {"chunk": 0, "item": 0, "new": True},
+        {"chunk": 0, "item": 0, "new": False},
+        {"chunk": 0, "item": 0, "new": False},
+        {"chunk": 0, "item": 1, "new": True},
     ]
 
     items = count_items(tmp_path, chunks=2, items=2, applies=applies)

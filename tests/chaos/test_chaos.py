@@ -48,8 +48,11 @@ def test_chaos_run_meets_the_correctness_targets(
     result = run_once(plan, tmp_path / "run", server, log=lambda line: None)
 
     # Then every correctness target is met, and faults really were injected
-    missed = [f"{what}: {value} (target {target})"
-              for what, target, value, ok in result.targets() if not ok]
+    missed = [
+        f"{what}: {value} (target {target})"
+        for what, target, value, ok in result.targets()
+        if not ok
+    ]
     told = "\n".join([*missed, *details("run", result), f"faults: {dict(result.faults)}"])
     assert not missed, told
     assert result.kills == 1, told
@@ -87,8 +90,11 @@ def test_a_storage_outage_mid_run_loses_nothing_and_the_job_goes_on_after_it(
 
     # Then the workers stayed up, nothing was lost, finalize ran once, and the job went
     # on within two leases of the store's return
-    missed = [f"{what}: {value} (target {target})"
-              for what, target, value, ok in result.targets() if not ok]
+    missed = [
+        f"{what}: {value} (target {target})"
+        for what, target, value, ok in result.targets()
+        if not ok
+    ]
     told = "\n".join([*missed, *details("run", result), f"faults: {dict(result.faults)}"])
     assert not missed, told
     assert result.faults[mode] > 0, told

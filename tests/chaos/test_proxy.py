@@ -32,8 +32,10 @@ def proxied(azurite: azurite_process.Azurite) -> Iterator[Proxied]:
 
     def make(retry_total: int = 0, **chances: float) -> tuple[Storage, list[FaultProxy]]:
         ports = (azurite.blob_port, azurite.queue_port, azurite.table_port)
-        proxies = [FaultProxy(port, FaultChances(**chances), seed=n).start()
-                   for n, port in enumerate(ports)]
+        proxies = [
+            FaultProxy(port, FaultChances(**chances), seed=n).start()
+            for n, port in enumerate(ports)
+        ]
         location = azurite_process.connection_string(*(proxy.port for proxy in proxies))
         storage = open_storage(location, azure_retry_total=retry_total)
         opened.append((storage, proxies))
@@ -69,7 +71,10 @@ def test_forwards_table_queue_batch_and_blob_requests_intact(direct, proxied):
 
     # Then Azurite, read directly, holds exactly what was sent, and reads through agree
     assert direct.records.get(table, "p", "r").properties == {
-        "text": "héllo", "number": 7, "raw": body}
+        "text": "héllo",
+        "number": 7,
+        "raw": body,
+    }
     assert len(list(direct.records.query(table, "b"))) == 50
     assert [m.body for m in direct.queues.peek(queue)] == [body]
     assert direct.blobs.get(f"c-{table}", "x/blob") == blob

@@ -21,9 +21,7 @@ from tests.contract import EVERY_TYPE, assert_same_types, fails_with
 
 def _state(records, table: str, partition: str = "p") -> dict[str, tuple[dict, str]]:
     """Every record of a partition as {row key: (properties, etag)}."""
-    return {
-        r.row_key: (dict(r.properties), r.etag) for r in records.query(table, partition)
-    }
+    return {r.row_key: (dict(r.properties), r.etag) for r in records.query(table, partition)}
 
 
 def test_batch_applies_every_kind_and_returns_each_etag(backend):
@@ -36,16 +34,20 @@ def test_batch_applies_every_kind_and_returns_each_etag(backend):
     }
 
     # When one batch applies every kind of operation
-    etags = records.batch(table, "p", [
-        BatchOp("insert", "new", {"v": 1}),
-        BatchOp("replace", "replace", {"v": 2}, etag=old["replace"]),
-        BatchOp("merge", "merge", {"v": 3}, etag=old["merge"]),
-        BatchOp("upsert_replace", "upsert-r", {"v": 4}),
-        BatchOp("upsert_merge", "upsert-m", {"v": 5}),
-        BatchOp("delete", "delete", etag=old["delete"]),
-        BatchOp("upsert_replace", "created-r", {"v": 6}),
-        BatchOp("upsert_merge", "created-m", {"v": 7}),
-    ])
+    etags = records.batch(
+        table,
+        "p",
+        [
+            BatchOp("insert", "new", {"v": 1}),
+            BatchOp("replace", "replace", {"v": 2}, etag=old["replace"]),
+            BatchOp("merge", "merge", {"v": 3}, etag=old["merge"]),
+            BatchOp("upsert_replace", "upsert-r", {"v": 4}),
+            BatchOp("upsert_merge", "upsert-m", {"v": 5}),
+            BatchOp("delete", "delete", etag=old["delete"]),
+            BatchOp("upsert_replace", "created-r", {"v": 6}),
+            BatchOp("upsert_merge", "created-m", {"v": 7}),
+        ],
+    )
 
     # Then each took effect, and each returned ETag is the record's current one
     state = _state(records, table)
@@ -85,14 +87,19 @@ def test_batch_without_etags_is_unconditional(backend):
         stale = records.insert(table, "p", key, {"v": 0, "keep": 1})
         records.replace(table, "p", key, {"v": 1, "keep": 1}, etag=stale)
 
-    records.batch(table, "p", [
-        BatchOp("replace", "r", {"v": 2}),
-        BatchOp("merge", "m", {"v": 2}),
-        BatchOp("delete", "d"),
-    ])
+    records.batch(
+        table,
+        "p",
+        [
+            BatchOp("replace", "r", {"v": 2}),
+            BatchOp("merge", "m", {"v": 2}),
+            BatchOp("delete", "d"),
+        ],
+    )
 
     assert {k: props for k, (props, _) in _state(records, table).items()} == {
-        "r": {"v": 2}, "m": {"v": 2, "keep": 1},
+        "r": {"v": 2},
+        "m": {"v": 2, "keep": 1},
     }
 
 
@@ -122,12 +129,16 @@ def test_stale_etag_fails_the_whole_batch(backend):
 
     # When a batch replaces it with the stale ETag as its third operation
     with fails_with(BatchFailed, status=412) as caught:
-        records.batch(table, "p", [
-            BatchOp("insert", "new", {"v": 1}),
-            BatchOp("merge", "merged", {"v": 2}, etag=before["merged"][1]),
-            BatchOp("replace", "moved", {"v": 3}, etag=stale),
-            BatchOp("upsert_replace", "late", {"v": 4}),
-        ])
+        records.batch(
+            table,
+            "p",
+            [
+                BatchOp("insert", "new", {"v": 1}),
+                BatchOp("merge", "merged", {"v": 2}, etag=before["merged"][1]),
+                BatchOp("replace", "moved", {"v": 3}, etag=stale),
+                BatchOp("upsert_replace", "late", {"v": 4}),
+            ],
+        )
 
     # Then it names operation 2 and a Conflict, and none of the batch was applied
     assert caught.value.index == 2
@@ -144,10 +155,14 @@ def test_inserting_an_existing_record_fails_the_whole_batch(backend):
     before = _state(records, table)
 
     with fails_with(BatchFailed, status=409) as caught:
-        records.batch(table, "p", [
-            BatchOp("upsert_merge", "fresh", {"v": 1}),
-            BatchOp("insert", "exists", {"v": 2}),
-        ])
+        records.batch(
+            table,
+            "p",
+            [
+                BatchOp("upsert_merge", "fresh", {"v": 1}),
+                BatchOp("insert", "exists", {"v": 2}),
+            ],
+        )
 
     assert caught.value.index == 1
     assert isinstance(caught.value.reason, AlreadyExists)
@@ -164,11 +179,15 @@ def test_updating_a_missing_record_fails_the_whole_batch(backend, kind):
     before = _state(records, table)
 
     with fails_with(BatchFailed, status=404) as caught:
-        records.batch(table, "p", [
-            BatchOp("delete", "exists", etag=before["exists"][1]),
-            BatchOp("insert", "fresh", {"v": 1}),
-            BatchOp(kind, "missing", {"v": 2}),
-        ])
+        records.batch(
+            table,
+            "p",
+            [
+                BatchOp("delete", "exists", etag=before["exists"][1]),
+                BatchOp("insert", "fresh", {"v": 1}),
+                BatchOp(kind, "missing", {"v": 2}),
+            ],
+        )
 
     assert caught.value.index == 2
     assert isinstance(caught.value.reason, NotFound)
@@ -184,10 +203,14 @@ def test_delete_with_stale_etag_fails_the_whole_batch(backend):
     before = _state(records, table)
 
     with fails_with(BatchFailed, status=412) as caught:
-        records.batch(table, "p", [
-            BatchOp("delete", "d", etag=stale),
-            BatchOp("insert", "fresh", {"v": 1}),
-        ])
+        records.batch(
+            table,
+            "p",
+            [
+                BatchOp("delete", "d", etag=stale),
+                BatchOp("insert", "fresh", {"v": 1}),
+            ],
+        )
 
     assert caught.value.index == 0
     assert isinstance(caught.value.reason, Conflict)
@@ -197,9 +220,7 @@ def test_delete_with_stale_etag_fails_the_whole_batch(backend):
 def test_batch_of_100_operations_is_applied(backend):
     records = backend.storage.records
     table = backend.table()
-    operations = [
-        BatchOp("insert", f"r{i:03d}", {"i": i}) for i in range(MAX_BATCH_OPERATIONS)
-    ]
+    operations = [BatchOp("insert", f"r{i:03d}", {"i": i}) for i in range(MAX_BATCH_OPERATIONS)]
 
     etags = records.batch(table, "p", operations)
 
@@ -226,11 +247,15 @@ def test_batch_touching_one_row_twice_is_invalid(backend):
     table = backend.table()
 
     with fails_with(InvalidRequest, status=400, code="InvalidDuplicateRow"):
-        records.batch(table, "p", [
-            BatchOp("insert", "a", {"v": 1}),
-            BatchOp("insert", "b", {"v": 1}),
-            BatchOp("upsert_merge", "a", {"w": 2}),
-        ])
+        records.batch(
+            table,
+            "p",
+            [
+                BatchOp("insert", "a", {"v": 1}),
+                BatchOp("insert", "b", {"v": 1}),
+                BatchOp("upsert_merge", "a", {"w": 2}),
+            ],
+        )
 
     assert _state(records, table) == {}
 
@@ -251,7 +276,8 @@ def test_batch_on_missing_table_is_not_found(backend):
 
 
 @pytest.mark.parametrize(
-    "op", [BatchOp("frobnicate", "b", {"n": 1}), BatchOp("merge", "a", {"n": 2}, etag=5)],
+    "op",
+    [BatchOp("frobnicate", "b", {"n": 1}), BatchOp("merge", "a", {"n": 2}, etag=5)],
     ids=["unknown-kind", "etag-not-text"],
 )
 def test_a_malformed_operation_is_refused_before_anything_is_written(backend, op):

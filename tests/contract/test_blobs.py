@@ -52,8 +52,8 @@ def test_delete_missing_container_is_not_an_error(backend):
 
 
 @pytest.mark.parametrize(
-    "name", ["ab", "Upper", "under_score", "-leading", "trailing-", "double--hyphen", "a" * 64,
-             ""],
+    "name",
+    ["ab", "Upper", "under_score", "-leading", "trailing-", "double--hyphen", "a" * 64, ""],
 )
 def test_invalid_container_name_is_refused(backend, name):
     with fails_with(InvalidRequest, status=400, code="InvalidResourceName"):
@@ -138,8 +138,14 @@ def test_range_reads(backend, offset, length):
 
 @pytest.mark.parametrize(
     ("offset", "length", "named"),
-    [(-1, None, "offset"), (True, None, "offset"), (1.5, 2, "offset"), (0, -1, "length"),
-     (0, False, "length"), (0, "2", "length")],
+    [
+        (-1, None, "offset"),
+        (True, None, "offset"),
+        (1.5, 2, "offset"),
+        (0, -1, "length"),
+        (0, False, "length"),
+        (0, "2", "length"),
+    ],
 )
 def test_a_range_that_is_not_whole_bytes_is_refused_alike(backend, offset, length, named):
     blobs = backend.storage.blobs
@@ -156,7 +162,9 @@ def test_range_read_of_a_large_blob(backend):
     blobs.put(container, "large", LARGE)
     offset = len(LARGE) - 4096 - 17
 
-    assert blobs.get(container, "large", offset=offset, length=4096) == LARGE[offset:offset + 4096]
+    assert (
+        blobs.get(container, "large", offset=offset, length=4096) == LARGE[offset : offset + 4096]
+    )
     assert blobs.get(container, "large", offset=offset) == LARGE[offset:]
 
 
@@ -192,8 +200,9 @@ def test_put_with_both_conditions_is_refused(backend):
     written = backend.storage.blobs.put(container, "blob", b"one")
 
     with fails_with(InvalidRequest, status=400):
-        backend.storage.blobs.put(container, "blob", b"two", if_match=written.etag,
-                                  if_none_match=True)
+        backend.storage.blobs.put(
+            container, "blob", b"two", if_match=written.etag, if_none_match=True
+        )
 
 
 @pytest.mark.parametrize("operation", ["get", "info", "range"])
@@ -337,8 +346,15 @@ def test_list_by_prefix_in_name_order(backend):
     under_a_b = [info.name for info in blobs.list(container, "a/b/")]
     starting_a = [info.name for info in blobs.list(container, "a")]
 
-    assert [info.name for info in everything] == ["a-b", "a/b/c", "a/b/d.txt", "a/x", "ab", "b",
-                                                  "c/a"]
+    assert [info.name for info in everything] == [
+        "a-b",
+        "a/b/c",
+        "a/b/d.txt",
+        "a/x",
+        "ab",
+        "b",
+        "c/a",
+    ]
     assert [info.name for info in under_a] == ["a/b/c", "a/b/d.txt", "a/x"]
     assert under_a_b == ["a/b/c", "a/b/d.txt"]
     assert starting_a == ["a-b", "a/b/c", "a/b/d.txt", "a/x", "ab"]
@@ -382,8 +398,19 @@ def test_names_are_case_sensitive_and_may_hold_unicode(backend):
 # --------------------------------------------------------------------------- names
 
 
-INVALID_NAMES = ["", "..", ".", "/leading", "trailing/", "a//b", "a/../b", "./a", "a/.",
-                 "x" * 1025, "ctrl\x01char"]
+INVALID_NAMES = [
+    "",
+    "..",
+    ".",
+    "/leading",
+    "trailing/",
+    "a//b",
+    "a/../b",
+    "./a",
+    "a/.",
+    "x" * 1025,
+    "ctrl\x01char",
+]
 
 
 @pytest.mark.parametrize("name", INVALID_NAMES, ids=[repr(n[:12]) for n in INVALID_NAMES])

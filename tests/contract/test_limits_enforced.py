@@ -53,9 +53,7 @@ def _table_with_record(backend) -> str:
 
 def _unchanged(backend, table: str) -> None:
     records = backend.storage.records
-    assert [(r.row_key, dict(r.properties)) for r in records.query(table, "p")] == [
-        ("r", {"v": 1})
-    ]
+    assert [(r.row_key, dict(r.properties)) for r in records.query(table, "p")] == [("r", {"v": 1})]
 
 
 # --------------------------------------------------------------------------- values
@@ -120,8 +118,18 @@ def test_more_than_252_properties_are_invalid(backend, how):
 
 @pytest.mark.parametrize(
     "name",
-    ["", "1starts_with_digit", "has-hyphen", "has space", "dotted.name", "PartitionKey",
-     "RowKey", "Timestamp", "etag", "n" * 256],
+    [
+        "",
+        "1starts_with_digit",
+        "has-hyphen",
+        "has space",
+        "dotted.name",
+        "PartitionKey",
+        "RowKey",
+        "Timestamp",
+        "etag",
+        "n" * 256,
+    ],
 )
 def test_invalid_property_name_is_refused(backend, name):
     table = _table_with_record(backend)
@@ -271,9 +279,13 @@ def test_batch_with_one_invalid_record_applies_nothing(backend):
     table = backend.table()
 
     with fails_with(InvalidRequest, status=400):
-        records.batch(table, "p", [
-            BatchOp("insert", "good", {"v": 1}),
-            BatchOp("insert", "bad", {"v": datetime(2030, 1, 1)}),
-        ])
+        records.batch(
+            table,
+            "p",
+            [
+                BatchOp("insert", "good", {"v": 1}),
+                BatchOp("insert", "bad", {"v": datetime(2030, 1, 1)}),
+            ],
+        )
 
     assert list(records.query(table, "p")) == []

@@ -19,36 +19,76 @@ def _at(*parts: int) -> datetime:
 #: Binary values are compared only with eq/ne (Azurite orders binary by its base64 text,
 #: b"\xff" < b"\x01" there, so ordering bytes is refused by both backends).
 ROWS = {
-    "a": {"s": "Zebra", "n": -(2**40), "f": -1.5, "raw": b"\x00\x10", "t": _at(2030, 1, 1),
-          "flag": False},
-    "b": {"s": "apple", "n": 7, "f": 0.25, "raw": b"\x01\x00",
-          "t": _at(2030, 6, 1, 12, 0, 0, 500000), "flag": True},
-    "c": {"s": "apricot", "n": 2**40, "f": 1e10, "raw": b"\x02\x00", "t": _at(2031, 1, 1),
-          "flag": True},
+    "a": {
+        "s": "Zebra",
+        "n": -(2**40),
+        "f": -1.5,
+        "raw": b"\x00\x10",
+        "t": _at(2030, 1, 1),
+        "flag": False,
+    },
+    "b": {
+        "s": "apple",
+        "n": 7,
+        "f": 0.25,
+        "raw": b"\x01\x00",
+        "t": _at(2030, 6, 1, 12, 0, 0, 500000),
+        "flag": True,
+    },
+    "c": {
+        "s": "apricot",
+        "n": 2**40,
+        "f": 1e10,
+        "raw": b"\x02\x00",
+        "t": _at(2031, 1, 1),
+        "flag": True,
+    },
     "m": {"only_here": 1},
 }
 
 #: Comparing with row b's value selects these rows (never m, which lacks the property).
 AGAINST_MIDDLE = {
-    "eq": ["b"], "ne": ["a", "c"], "gt": ["c"], "ge": ["b", "c"], "lt": ["a"], "le": ["a", "b"],
+    "eq": ["b"],
+    "ne": ["a", "c"],
+    "gt": ["c"],
+    "ge": ["b", "c"],
+    "lt": ["a"],
+    "le": ["a", "b"],
 }
 #: Comparing ``flag`` (False, True, True) with True.
 AGAINST_TRUE = {
-    "eq": ["b", "c"], "ne": ["a"], "gt": [], "ge": ["b", "c"], "lt": ["a"], "le": ["a", "b", "c"],
+    "eq": ["b", "c"],
+    "ne": ["a"],
+    "gt": [],
+    "ge": ["b", "c"],
+    "lt": ["a"],
+    "le": ["a", "b", "c"],
 }
 #: Comparing ``n`` with 2**40, a value only a 64-bit integer holds.
 AGAINST_INT64 = {
-    "eq": ["c"], "ne": ["a", "b"], "gt": [], "ge": ["c"], "lt": ["a", "b"], "le": ["a", "b", "c"],
+    "eq": ["c"],
+    "ne": ["a", "b"],
+    "gt": [],
+    "ge": ["c"],
+    "lt": ["a", "b"],
+    "le": ["a", "b", "c"],
 }
 #: Comparing RowKey with "b" (row m has every property's absence but still a RowKey).
 ROW_KEY_AGAINST_B = {
-    "eq": ["b"], "ne": ["a", "c", "m"], "gt": ["c", "m"], "ge": ["b", "c", "m"], "lt": ["a"],
+    "eq": ["b"],
+    "ne": ["a", "c", "m"],
+    "gt": ["c", "m"],
+    "ge": ["b", "c", "m"],
+    "lt": ["a"],
     "le": ["a", "b"],
 }
 
 CASES = [
-    *[(prop, op, ROWS["b"][prop], rows)
-      for prop in ("s", "n", "f", "t") for op, rows in AGAINST_MIDDLE.items()],
+    *[
+        (prop, op, ROWS["b"][prop], rows)
+        for prop in ("s", "n", "f", "t")
+        for op, rows in AGAINST_MIDDLE.items()
+    ],
     *[("raw", op, ROWS["b"]["raw"], AGAINST_MIDDLE[op]) for op in ("eq", "ne")],
     *[("flag", op, True, rows) for op, rows in AGAINST_TRUE.items()],
     *[("n", op, 2**40, rows) for op, rows in AGAINST_INT64.items()],
@@ -73,8 +113,10 @@ def _row_keys(records) -> list[str]:
 @pytest.mark.parametrize(
     ("prop", "op", "value", "expected"),
     CASES,
-    ids=[f"{prop}-{op}-{type(value).__name__}" + ("64" if value == 2**40 else "")
-         for prop, op, value, _ in CASES],
+    ids=[
+        f"{prop}-{op}-{type(value).__name__}" + ("64" if value == 2**40 else "")
+        for prop, op, value, _ in CASES
+    ],
 )
 def test_each_comparison_on_each_type(backend, prop, op, value, expected):
     table = _seeded(backend)
@@ -125,7 +167,8 @@ def test_conditions_are_anded(backend):
 
     both = records.query(table, "p", [Where("n", "ge", 7), Where("s", "lt", "apricot")])
     three = records.query(
-        table, "p",
+        table,
+        "p",
         [Where("RowKey", "gt", "a"), Where("flag", "eq", True), Where("f", "lt", 1.0)],
     )
     none = records.query(table, "p", [Where("n", "gt", 7), Where("n", "lt", 7)])
@@ -172,7 +215,8 @@ def test_select_keeps_only_the_named_properties(backend):
     assert _row_keys(found) == ["a", "b", "c", "m"]
     for record in found[:3]:
         assert dict(record.properties) == {
-            "s": ROWS[record.row_key]["s"], "n": ROWS[record.row_key]["n"]
+            "s": ROWS[record.row_key]["s"],
+            "n": ROWS[record.row_key]["n"],
         }
     assert dict(found[3].properties) == {}
     for record in found:
@@ -218,10 +262,14 @@ def test_queries_run_past_the_service_page_of_1000(backend):
     # Given 1,100 records (Azure pages query results by 1,000), every 250th one marked
     count = 1100
     for first in range(0, count, 100):
-        records.batch(table, "p", [
-            BatchOp("insert", f"r{i:05d}", {"i": i, "marked": i % 250 == 0})
-            for i in range(first, first + 100)
-        ])
+        records.batch(
+            table,
+            "p",
+            [
+                BatchOp("insert", f"r{i:05d}", {"i": i, "marked": i % 250 == 0})
+                for i in range(first, first + 100)
+            ],
+        )
 
     # Then every page is followed, in order, with and without conditions and limits
     everything = list(records.query(table, "p"))
@@ -235,11 +283,28 @@ def test_queries_run_past_the_service_page_of_1000(backend):
 
 @pytest.mark.parametrize(
     "condition",
-    [Where("t", "eq", datetime(2030, 1, 1)), Where("t", "like", 1), Where("t", "eq", None),
-     Where("t", "eq", [1]), Where("raw", "gt", b"\x01"), Where("has-dash", "eq", 1),
-     Where("Timestamp", "eq", 1), Where("n", "eq", 2**63), Where("f", "lt", float("nan"))],
-    ids=["naive-datetime", "unknown-operator", "none", "list", "ordering-bytes", "bad-name",
-         "reserved-name", "int-beyond-64-bits", "nan"],
+    [
+        Where("t", "eq", datetime(2030, 1, 1)),
+        Where("t", "like", 1),
+        Where("t", "eq", None),
+        Where("t", "eq", [1]),
+        Where("raw", "gt", b"\x01"),
+        Where("has-dash", "eq", 1),
+        Where("Timestamp", "eq", 1),
+        Where("n", "eq", 2**63),
+        Where("f", "lt", float("nan")),
+    ],
+    ids=[
+        "naive-datetime",
+        "unknown-operator",
+        "none",
+        "list",
+        "ordering-bytes",
+        "bad-name",
+        "reserved-name",
+        "int-beyond-64-bits",
+        "nan",
+    ],
 )
 def test_a_condition_azure_cannot_express_is_invalid(backend, condition):
     table = _seeded(backend)

@@ -179,7 +179,10 @@ def test_update_with_too_large_body_is_refused(backend):
 
     with fails_with(TooLarge, status=413, code="RequestBodyTooLarge"):
         queues.update(
-            name, held.id, held.pop_receipt, visibility_seconds=0,
+            name,
+            held.id,
+            held.pop_receipt,
+            visibility_seconds=0,
             body=b"x" * (MAX_MESSAGE_BYTES + 1),
         )
 
@@ -303,8 +306,6 @@ def test_delete_with_expired_lease_before_anyone_received_it_succeeds(backend):
     assert queues.peek(name) == []
     assert queues.receive(name) == []
     assert queues.approximate_length(name) == 0
-
-
 
 
 @pytest.mark.parametrize("operation", ["delete", "update", "delete_many", "no_message_id"])

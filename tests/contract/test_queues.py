@@ -66,8 +66,17 @@ def test_list_queues_by_prefix_sorted(backend):
 
 @pytest.mark.parametrize(
     "name",
-    ["ab", "a" * 64, "Upper", "with_underscore", "-leading", "trailing-", "double--hyphen", "",
-     "dot.name"],
+    [
+        "ab",
+        "a" * 64,
+        "Upper",
+        "with_underscore",
+        "-leading",
+        "trailing-",
+        "double--hyphen",
+        "",
+        "dot.name",
+    ],
 )
 def test_invalid_queue_name_is_refused(backend, name):
     with fails_with(InvalidRequest, status=400, code="InvalidResourceName"):

@@ -53,9 +53,7 @@ def test_invalid_table_name_is_refused(backend, name):
         backend.storage.records.create_table(name)
 
 
-@pytest.mark.parametrize(
-    "operation", ["get", "insert", "replace", "merge", "upsert", "query"]
-)
+@pytest.mark.parametrize("operation", ["get", "insert", "replace", "merge", "upsert", "query"])
 def test_operations_on_missing_table_raise_not_found(backend, operation):
     records = backend.storage.records
     table = _missing_table()

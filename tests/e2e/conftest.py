@@ -30,4 +30,3 @@ def cluster(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Cluster]
         yield subject
     finally:
         subject.close()
-

@@ -266,8 +266,9 @@ class Cluster:
     ) -> T:
         return wait_until(predicate, what, timeout, explain=self.diagnostics)
 
-    def wait_event(self, event: str, count: int = 1, timeout: float = DEADLINE_SECONDS,
-                   **match: Any) -> list[dict[str, Any]]:
+    def wait_event(
+        self, event: str, count: int = 1, timeout: float = DEADLINE_SECONDS, **match: Any
+    ) -> list[dict[str, Any]]:
         """Until ``count`` matching events are logged; returns them all."""
         return self.wait_until(
             lambda: (found := self.events(event, **match)) and len(found) >= count and found,
@@ -275,8 +276,9 @@ class Cluster:
             timeout,
         )
 
-    def wait_job(self, job_id: str, states: tuple[str, ...] = ("done",),
-                 timeout: float = DEADLINE_SECONDS) -> str:
+    def wait_job(
+        self, job_id: str, states: tuple[str, ...] = ("done",), timeout: float = DEADLINE_SECONDS
+    ) -> str:
         return self.wait_until(
             lambda: (state := self.job_state(job_id)) in states and state,
             f"job {job_id} to be {' or '.join(states)}",
@@ -285,7 +287,7 @@ class Cluster:
 
     def diagnostics(self) -> str:
         parts = [worker.tail() for worker in self.workers]
-        events = (self.workdir / EVENTS_FILE)
+        events = self.workdir / EVENTS_FILE
         if events.is_file():
             last = events.read_text().splitlines()[-25:]
             parts.append("--- last events ---\n" + "\n".join(last))

@@ -104,9 +104,7 @@ def test_sigterm_flushes_releases_and_another_worker_resumes_at_once(cluster: Cl
 def test_second_signal_exits_at_once(cluster: Cluster, processes: int) -> None:
     # Given a worker (or a supervisor of two) running a chunk that never checkpoints
     cluster.submit("Stubborn", cluster.params(chunks=1, items=1, seconds=90))
-    worker = cluster.start(
-        "Stubborn", "--stop-timeout", "60", burst=False, workers=processes
-    )
+    worker = cluster.start("Stubborn", "--stop-timeout", "60", burst=False, workers=processes)
     cluster.wait_event("start")
 
     # When it gets SIGTERM, it waits for the chunk to reach a checkpoint

@@ -49,8 +49,9 @@ def test_a_cancel_stops_running_chunks_within_a_renewal_and_runs_nothing_more(
     assert status["state"] == "cancelled" and status["cancel_reason"] == "wrong input file"
     assert status["chunks"]["running"] == 0 and status["poisoned"] == []
     # the waiting chunks' messages are gone from the queue, the worker serves on
-    cluster.wait_until(lambda: cluster.queues.approximate_length(cluster.queue("items")) == 0,
-                       "the queue to empty")
+    cluster.wait_until(
+        lambda: cluster.queues.approximate_length(cluster.queue("items")) == 0, "the queue to empty"
+    )
     assert worker.alive()
     worker.send(signal.SIGTERM)
     assert worker.wait_exit() == 0

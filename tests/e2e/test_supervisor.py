@@ -44,8 +44,9 @@ def _workers(supervisor: Worker, count: int) -> list[int]:
         explain=supervisor.tail,
     )
     return wait_until(
-        lambda: _python_children(supervisor.pid) if len(_python_children(supervisor.pid)) >= 2
-        else None,
+        lambda: (
+            _python_children(supervisor.pid) if len(_python_children(supervisor.pid)) >= 2 else None
+        ),
         "2 worker processes",
         explain=supervisor.tail,
     )

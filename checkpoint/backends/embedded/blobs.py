@@ -264,5 +264,3 @@ class EmbeddedBlobs:
             if len(rows) < LIST_PAGE_SIZE:
                 return
             start, cmp = rows[-1][0], ">"
-
-
