@@ -197,6 +197,11 @@ OUTPUTS = "outputs"
 #: The Spark Connect session the chunk's current attempt runs its Spark work in (JSON
 #: text), written with the claim or by the attempt's first Spark work; "" for none.
 SPARK_SESSION = "spark_session"
+#: True while a running finalize is held by its record's ``lease_until`` alone: its
+#: queue message's pop receipt was lost to its own renewal, applied with its answer
+#: lost, so the message can no longer be renewed. A delivery of that message meanwhile
+#: hides it again instead of taking the task over. Cleared by the next claim.
+LEASE_ON_RECORD = "lease_on_record"
 PROGRESS_OF = "progress_of"
 CHECKPOINT_ON = "checkpoint_on"
 

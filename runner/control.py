@@ -18,7 +18,14 @@ from typing import Any, TypeVar
 from checkpoint import codec, retries
 from checkpoint.clock import Clock
 from checkpoint.errors import Conflict, LeaseLost, NotFound, StorageError, StorageTrouble
-from checkpoint.records import CHECKPOINT_ON, OUTPUTS, SPARK_SESSION, Progress, TaskRecord
+from checkpoint.records import (
+    CHECKPOINT_ON,
+    LEASE_ON_RECORD,
+    OUTPUTS,
+    SPARK_SESSION,
+    Progress,
+    TaskRecord,
+)
 from checkpoint.retries import Budget
 from checkpoint.settle import Writer
 from checkpoint.store import CheckpointStore
@@ -272,6 +279,20 @@ class TaskControl:
             # checkpoint writes the newest state.
             log.warning("refreshing %s %s after a renewal failed: %s", *self._name(), error)
 
+    def hold_on_record(self, lease: Lease, until: float) -> None:
+        """Hold the task by its record alone up to ``until`` (monotonic): the lease's pop
+        receipt was lost, so ``lease_until`` and :data:`LEASE_ON_RECORD` tell a
+        delivery of its message meanwhile to hide it again. Runs on the lease keeper's
+        renewal pool; raises LeaseLost when fenced, StorageError when not written (the
+        keeper retries as for a renewal). Nothing is written once the task is ending:
+        its last write carries the record's ETag."""
+        with self._lock:
+            if self._ended:
+                return
+            values = {} if self._newest is _NOTHING else {"progress": self._newest}
+            self._fenced({LEASE_ON_RECORD: True}, values, retries.once(self._clock), until)
+            self._newest = _NOTHING
+
     def _write_locked(self) -> None:
         # Forget the state only once written: after a failed write (a busy service) the
         # failure path must still flush it. Not retried in place: the user's thread goes
@@ -279,11 +300,19 @@ class TaskControl:
         self._fenced({}, {"progress": self._newest}, retries.once(self._clock))
         self._newest = _NOTHING
 
-    def _fenced(self, changes: dict[str, Any], values: dict[str, Any], budget: Budget) -> None:
+    def _fenced(
+        self,
+        changes: dict[str, Any],
+        values: dict[str, Any],
+        budget: Budget,
+        until: float | None = None,
+    ) -> None:
+        """A write fenced by the record's ETag, recording the lease's end (``until``,
+        monotonic, if given: the end it is being extended to)."""
         if self.lease.lost:
             raise LeaseLost(self.lease.why_lost(self._clock.monotonic()))
-        visible_at = self.lease.visible_at
-        changes = {"lease_until": self._lease_until(), **changes}
+        visible_at = self.lease.visible_at if until is None else until
+        changes = {"lease_until": self._lease_until(visible_at), **changes}
         if "progress" in values:
             changes = {**self.checkpoint_changes(), **changes}
         try:
@@ -301,8 +330,8 @@ class TaskControl:
             self._progress_written = self._progress
         self.writes += 1
 
-    def _lease_until(self) -> datetime:
-        remaining = max(0.0, self.lease.visible_at - self._clock.monotonic())
+    def _lease_until(self, visible_at: float) -> datetime:
+        remaining = max(0.0, visible_at - self._clock.monotonic())
         return self._clock.now() + timedelta(seconds=remaining)
 
 

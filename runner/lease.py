@@ -91,6 +91,10 @@ class Lease:
     visible_at: float
     max_seconds: float | None = None
     on_renewed: Callable[[Lease], None] | None = None
+    #: For a task that cannot hand back (finalize: no state to resume from): once the
+    #: pop receipt is lost, ``on_record(lease, until)`` holds the task by its record
+    #: alone up to ``until`` (monotonic), a fenced write, in place of the renewals.
+    on_record: Callable[[Lease, float], None] | None = None
     next_renewal_at: float = 0.0
     lost_reason: str | None = None
     #: Set once, never cleared (a plain flag: an Event per message cost more than the
@@ -140,8 +144,9 @@ class Lease:
     def must_hand_back(self, now: float) -> bool:
         """True once a lease that cannot be renewed is close to running out: the task
         should save its state and stop while the record is still its own."""
-        margin = end_margin_seconds(self.lease_seconds)
-        return self.receipt_lost and now >= self.visible_at - margin
+        if not self.receipt_lost or self.on_record is not None:
+            return False  # renewable, or held by its record from now on
+        return now >= self.visible_at - end_margin_seconds(self.lease_seconds)
 
     def budget(self, policy: retries.RetryPolicy, clock: Clock) -> Budget:
         """Retries of ``policy`` for as long as this lease lasts (renewals extend it)."""
@@ -420,6 +425,9 @@ class LeaseKeeper:
                     f"ran past max_chunk_seconds ({lease.max_seconds:g} s); lease not renewed"
                 )
                 return False
+            if lease.receipt_lost:
+                self._hold_on_record(lease, started)
+                return False  # the record was the write: nothing to refresh after it
             lease.renewing_since = started
             try:
                 receipt = self._queues.update(
@@ -445,8 +453,24 @@ class LeaseKeeper:
             lease.next_renewal_at = started + renew_after_seconds(lease.lease_seconds)
         return True
 
+    def _hold_on_record(self, lease: Lease, started: float) -> None:
+        """Extend a lease whose pop receipt was lost on its task's record alone (only a
+        lease with ``on_record`` is ever due once its receipt is lost)."""
+        assert lease.on_record is not None
+        until = started + lease.lease_seconds
+        try:
+            lease.on_record(lease, until)
+        except LeaseLost as lost:
+            lease.lose(f"holding the task on its record failed: {lost}")
+            return
+        except StorageError as error:
+            self._renewal_failed(lease, started, error)
+            return
+        lease.visible_at = until
+        lease.next_renewal_at = started + renew_after_seconds(lease.lease_seconds)
+
     def _renewal_failed(self, lease: Lease, started: float, error: StorageError) -> None:
-        if lease.receipt_lost:
+        if lease.receipt_lost and lease.on_record is None:
             return
         if started >= lease.visible_at:
             lease.lose(f"renewals failed until the lease ran out: {error}")
@@ -507,13 +531,22 @@ def _receipt_lost(lease: Lease, started: float) -> None:
     rotated by a renewal of our own that was applied although its answer was lost (the
     SDK then retried it with the old receipt). That renewal was made after ``started``,
     so the message stays invisible until at least ``started + lease_seconds``: the task
-    keeps its lease until then, and hands the chunk back shortly before.
+    keeps its lease until then, and hands the chunk back shortly before; a task that
+    cannot hand back (``on_record``) is held by its record instead, marked at once.
     """
+    then = (
+        "the task is held by its record from now on"
+        if lease.on_record is not None
+        else "the chunk is handed back before the lease runs out"
+    )
     log.warning(
         "renewing message %s: our own renewal was applied but its answer lost (the pop "
-        "receipt is unknown now); the chunk is handed back before the lease runs out",
+        "receipt is unknown now); %s",
         lease.message_id,
+        then,
     )
     lease.receipt_lost = True
     lease.visible_at = max(lease.visible_at, started + lease.lease_seconds)
-    lease.next_renewal_at = float("inf")
+    # Never renewed again through the queue; a lease held by its record is marked there
+    # at once (before the message can come back), then extended on the usual schedule.
+    lease.next_renewal_at = started if lease.on_record is not None else float("inf")

@@ -44,7 +44,14 @@ from checkpoint.errors import (
     StorageTrouble,
 )
 from checkpoint.limits import MAX_VISIBILITY_SECONDS
-from checkpoint.records import SPARK_SESSION, JobRecord, TaskKind, TaskRecord, error_properties
+from checkpoint.records import (
+    LEASE_ON_RECORD,
+    SPARK_SESSION,
+    JobRecord,
+    TaskKind,
+    TaskRecord,
+    error_properties,
+)
 from checkpoint.retries import Budget
 from checkpoint.settle import Writer
 from checkpoint.storage import NEVER_EXPIRES, QueueMessage, QueueStore
@@ -235,6 +242,19 @@ def _run_task(
     if _recorded_for_another(task, task_message):
         if _leftover(worker, task_message, lease, fresh=True):
             return False
+    if _held_on_record(worker, task, message):
+        # Its holder lost the message's pop receipt and holds the task by its record:
+        # hidden again for a lease, no claim, no attempt (docs/semantics.md §4).
+        log.info(
+            "%s %s of %s: running under its record's lease by %s; message hidden %d s",
+            kind,
+            index,
+            job.job_id,
+            task.owner,
+            job_class.lease_seconds,
+        )
+        worker.keeper.release(lease, job_class.lease_seconds)
+        return False
     verdict = _verdict(worker, task, message)
     if verdict is not None:
         log.info("%s %s of %s: %s; message deleted unrun", kind, index, job.job_id, verdict)
@@ -280,6 +300,10 @@ def _start(
         ),
     )
     lease.on_renewed = control.on_renewed
+    if claimed.kind == "final":
+        # Finalize has no state to hand back: once its message's pop receipt is lost,
+        # its record holds it (docs/semantics.md §4).
+        lease.on_record = control.hold_on_record
     with (
         task_running(worker.worker_id, worker.running, claimed, before),
         worker.holds.watching(job.job_id, control),
@@ -310,6 +334,18 @@ def _task(
     if kind == "chunk":
         return store.get_task(job.job_id, kind, index, budget)
     return store.ensure_task(job.job_id, kind, budget, job.incarnation)
+
+
+def _held_on_record(worker: Context, task: TaskRecord, message: QueueMessage) -> bool:
+    """True if the task runs on under its record's lease (:data:`LEASE_ON_RECORD`),
+    whose end has not passed: this message's last holder lost its pop receipt."""
+    return (
+        task.state == "running"
+        and task.message_id == message.id
+        and bool(task.properties.get(LEASE_ON_RECORD))
+        and task.lease_until is not None
+        and task.lease_until > worker.clock.now()
+    )
 
 
 def _verdict(worker: Context, task: TaskRecord, message: QueueMessage) -> str | None:
@@ -369,7 +405,7 @@ def _claim_changes(
     worker: Context, task: TaskRecord, message: QueueMessage, lease: Lease
 ) -> dict[str, Any]:
     now = worker.clock.now()
-    return {
+    changes: dict[str, Any] = {
         "state": "running",
         "owner": worker.worker_id,
         "message_id": message.id,
@@ -380,6 +416,9 @@ def _claim_changes(
         SPARK_SESSION: connect_session_text() or "",
         "lease_until": now + timedelta(seconds=lease.lease_seconds),
     }
+    if task.properties.get(LEASE_ON_RECORD):
+        changes[LEASE_ON_RECORD] = False  # the last holder's, now dead
+    return changes
 
 
 def _claim(

@@ -21,7 +21,7 @@ import pytest
 
 from checkpoint.backends import open_storage
 from checkpoint.clock import FakeClock
-from checkpoint.errors import StorageError, Throttled
+from checkpoint.errors import LeaseLost, StorageError, Throttled
 from checkpoint.faults import FaultyStorage, ScriptedFaults
 from checkpoint.storage import QueueStore, Storage
 from runner.lease import RENEW_FRACTION, RETRY_FRACTION, Lease, LeaseKeeper
@@ -188,6 +188,75 @@ def test_a_lease_whose_receipt_was_lost_is_never_renewed_again(world: World):
     assert world.calls("queues.update") == 1
     assert lease.must_hand_back(world.clock.monotonic())
     assert not lease.expired(world.clock.monotonic())
+
+
+class RecordHold:
+    """A task's ``on_record`` hook: records each extension asked for, failing on demand."""
+
+    def __init__(self) -> None:
+        self.until: list[float] = []
+        self.failures: list[Exception] = []
+
+    def __call__(self, lease: Lease, until: float) -> None:
+        if self.failures:
+            raise self.failures.pop(0)
+        self.until.append(until)
+
+
+def _receipt_lost_held_on_record(world: World) -> tuple[Lease, RecordHold]:
+    hold = RecordHold()
+    lease = world.held()
+    lease.on_record = hold  # as the runner sets it for a claimed finalize
+    world.faults.add("queues.update", "ambiguous")
+    world.advance_to(lease.next_renewal_at)
+    world.keeper.renew_due()
+    assert lease.receipt_lost and not lease.lost
+    return lease, hold
+
+
+def test_a_lease_held_on_its_record_is_marked_there_at_once_then_extended(world: World):
+    # Given a finalize's lease whose renewal was applied with its answer lost
+    lease, hold = _receipt_lost_held_on_record(world)
+
+    # When the keeper's next pass comes (at once), then on the usual schedule
+    marked_at = world.clock.monotonic()
+    world.keeper.renew_due()
+    assert hold.until == [pytest.approx(marked_at + LEASE_SECONDS)]
+    assert lease.visible_at == pytest.approx(marked_at + LEASE_SECONDS)
+    world.advance_to(lease.next_renewal_at)
+    extended_at = world.clock.monotonic()
+    assert extended_at == pytest.approx(marked_at + LEASE_SECONDS * RENEW_FRACTION)
+    world.keeper.renew_due()
+
+    # Then the record held it a lease at a time, with no UpdateMessage after the lost one,
+    # and the task is never asked to hand back: it goes on past the message's own end
+    assert hold.until[-1] == pytest.approx(extended_at + LEASE_SECONDS)
+    assert world.calls("queues.update") == 1
+    world.advance_to(marked_at + LEASE_SECONDS + 1)
+    assert not lease.must_hand_back(world.clock.monotonic())
+    assert not lease.expired(world.clock.monotonic()) and not lease.lost
+
+
+def test_a_lease_held_on_a_record_someone_took_over_is_lost(world: World):
+    lease, hold = _receipt_lost_held_on_record(world)
+    hold.failures.append(LeaseLost("task record changed: fenced"))
+
+    world.keeper.renew_due()
+
+    assert lease.lost and "holding the task on its record failed" in (lease.lost_reason or "")
+
+
+def test_a_record_hold_the_store_refuses_is_retried_until_the_lease_runs_out(world: World):
+    lease, hold = _receipt_lost_held_on_record(world)
+    end = lease.visible_at
+    hold.failures.extend(Throttled("busy") for _ in range(50))
+
+    while not lease.lost and world.clock.monotonic() < end + 1:
+        world.keeper.renew_due()
+        world.advance_to(lease.next_renewal_at)
+
+    assert lease.lost and "renewals failed until the lease ran out" in (lease.lost_reason or "")
+    assert hold.until == []
 
 
 def test_one_lease_whose_renewal_hook_fails_does_not_cost_the_others_their_renewal(

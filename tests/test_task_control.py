@@ -16,7 +16,7 @@ from checkpoint import layout
 from checkpoint.backends import open_storage
 from checkpoint.clock import FakeClock
 from checkpoint.errors import LeaseLost, Throttled
-from checkpoint.records import CHECKPOINT_ON, Progress, TaskRecord
+from checkpoint.records import CHECKPOINT_ON, LEASE_ON_RECORD, Progress, TaskRecord
 from checkpoint.storage import Storage
 from checkpoint.store import CheckpointStore
 from jobs.chunk import Chunk, ChunkControl
@@ -375,6 +375,34 @@ def test_an_answer_awaited_past_the_end_margin_is_given_up_on(world: World):
     assert world.control.stopping is True
     with pytest.raises(LeaseLost, match="ran out"):
         world.control.raise_if_stopped()
+
+
+def test_holding_on_the_record_writes_the_lease_end_asked_and_the_mark(world: World):
+    world.control.offer("newest")
+    until = world.clock.monotonic() + 17
+
+    world.control.hold_on_record(world.lease, until)
+
+    stored = world.stored()
+    assert stored.properties[LEASE_ON_RECORD] is True
+    assert stored.lease_until == world.clock.now() + timedelta(seconds=17)
+    assert world.stored_progress() == "newest"  # the newest state goes with it
+
+
+def test_holding_on_a_record_someone_else_wrote_is_lease_lost(world: World):
+    world.store.write_task(world.stored(), {"owner": "other"})
+
+    with pytest.raises(LeaseLost):
+        world.control.hold_on_record(world.lease, world.clock.monotonic() + 30)
+    assert world.lease.lost
+
+
+def test_nothing_is_held_on_the_record_once_the_task_is_ending(world: World):
+    ending = world.control.end()
+
+    world.control.hold_on_record(world.lease, world.clock.monotonic() + 30)
+
+    assert world.stored().etag == ending.etag  # the done mark's ETag stays valid
 
 
 def test_chunk_checkpoint_goes_through_the_control(world: World):

@@ -33,7 +33,7 @@ import pytest
 from checkpoint import layout, messages
 from checkpoint.clock import FakeClock
 from checkpoint.faults import Fault, FaultyStorage
-from checkpoint.records import SPILL_BYTES, JobRecord, TaskKind, TaskRecord
+from checkpoint.records import LEASE_ON_RECORD, SPILL_BYTES, JobRecord, TaskKind, TaskRecord
 from checkpoint.storage import ANY_ETAG, NEVER_EXPIRES, QueueMessage, QueueStore, Receipt
 from checkpoint.store import CheckpointStore
 from jobs.backoff import Backoff
@@ -680,6 +680,51 @@ def test_finalize_delivered_again_after_it_was_done_ends_the_job(world: World):
     assert world.job_record(job_id).state == "done"
     assert message.id in world.log.deleted
     assert job_id not in FINALIZED
+
+
+def _finalize_held_on_record(world: World, lease_left_seconds: float) -> tuple[str, QueueMessage]:
+    """A finalize running on another worker that lost its message's pop receipt and
+    holds the task by its record (``lease_until`` that far ahead); its message is
+    delivered here meanwhile."""
+    job_id = world.job([{"act": "ok"}])
+    world.end_chunk(job_id, "done")
+    world.store.update_job(world.job_record(job_id), state="finalizing")
+    world.send(job_id, "final")
+    message = world.receive()
+    world.set_task(
+        job_id,
+        "final",
+        state="running",
+        owner=OTHER_WORKER,
+        message_id=message.id,
+        attempt=1,
+        lease_until=world.clock.now() + timedelta(seconds=lease_left_seconds),
+        **{LEASE_ON_RECORD: True},
+    )
+    return job_id, message
+
+
+def test_a_delivery_of_a_finalize_held_on_its_record_hides_the_message_again(world: World):
+    job_id, message = _finalize_held_on_record(world, lease_left_seconds=20)
+    before = world.task(job_id, "final")
+
+    world.deliver(message)
+
+    # Not taken over, no attempt, the record untouched: the message hidden a lease
+    assert world.task(job_id, "final").etag == before.etag
+    assert world.log.visibility[message.id] == [LEASE_SECONDS]
+    assert message.id not in world.log.deleted and job_id not in FINALIZED
+
+
+def test_a_finalize_whose_record_hold_ran_out_is_taken_over_and_the_mark_cleared(world: World):
+    job_id, message = _finalize_held_on_record(world, lease_left_seconds=-1)
+
+    world.deliver(message)
+
+    final = world.task(job_id, "final")
+    assert final.state == "done" and final.attempt == 2  # the owner is cleared when done
+    assert not final.properties.get(LEASE_ON_RECORD)
+    assert job_id in FINALIZED and world.job_record(job_id).state == "done"
 
 
 # --------------------------------------------------------------------------- attempts
