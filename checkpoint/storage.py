@@ -88,11 +88,16 @@ class QueueStore(Protocol):
 
     def send_many(
         self, queue: str, bodies: Sequence[bytes], *, ttl_seconds: int | None = None
-    ) -> None:
+    ) -> list[StorageError | None]:
         """Add several messages, as :meth:`send` each (visible at once), in as few round
-        trips as the service allows. Not atomic on Azure: after an error, some may have
-        been sent, so the caller must be able to send them again (ours can). Raises as
-        :meth:`send`, before sending anything if any body is invalid."""
+        trips as the service allows.
+
+        Returns, in order, None for each body sent or the passing trouble (Throttled,
+        Unavailable) that kept it from being confirmed: send those again, and only
+        those (an ambiguous one may have been sent too; ours can take a duplicate). Not
+        atomic on Azure, which has no batch send. Raises as :meth:`send` for any other
+        error, or if the call as a whole failed (then some may have been sent), and
+        before sending anything if any body is invalid."""
         ...
 
     def receive(

@@ -10,6 +10,7 @@ page of payloads, whatever the job's size.
 from __future__ import annotations
 
 import itertools
+from collections.abc import Callable
 from typing import Any
 
 from checkpoint import messages, retries
@@ -73,6 +74,23 @@ def _enqueue(
             job.incarnation,
         )
         bodies.append(messages.encode(task))
-    # Sent again after a failure, some messages may be duplicates: the claim turns them
-    # into one run (docs/semantics.md §5).
-    budget.call(lambda: queues.send_many(job.queue, bodies, ttl_seconds=NEVER_EXPIRES))
+    budget.call(sender_of_unsent(queues, job.queue, bodies))
+
+
+def sender_of_unsent(queues: QueueStore, queue: str, bodies: list[bytes]) -> Callable[[], None]:
+    """One try at sending what is not sent yet: a retry sends again only the messages
+    whose send failed, so passing trouble on a few does not send the whole page twice
+    (with sends refused now and then, a page of 400 rarely goes through whole).
+    A failure that was applied with its answer lost still leaves a duplicate: the claim
+    turns it into one run (docs/semantics.md §5)."""
+    unsent = list(bodies)
+
+    def send() -> None:
+        nonlocal unsent
+        troubles = queues.send_many(queue, unsent, ttl_seconds=NEVER_EXPIRES)
+        failed = [(body, t) for body, t in zip(unsent, troubles, strict=True) if t is not None]
+        unsent = [body for body, _ in failed]
+        if failed:
+            raise failed[0][1]
+
+    return send

@@ -258,7 +258,7 @@ def _run_task(
     verdict = _verdict(worker, task, message)
     if verdict is not None:
         log.info("%s %s of %s: %s; message deleted unrun", kind, index, job.job_id, verdict)
-        if task.state == "done":
+        if task.state == "done" and not _followed_already(job, task.kind):
             # The last holder may have died between marking done and what follows it.
             _after_done(worker, job.job_id, task, lease.budget(retries.BOOKKEEPING, worker.clock))
         worker.keeper.delete(lease)
@@ -611,6 +611,17 @@ def _succeeded(
     # that is deleted unrun, after _after_done has run again.
     _after_done(worker, job.job_id, task, lease.budget(retries.BOOKKEEPING, worker.clock))
     worker.keeper.delete(lease)
+
+
+def _followed_already(job: JobRecord, kind: TaskKind) -> bool:
+    """True if the job's record shows that what follows a done task of this kind was
+    done (a job's state only moves on, so a record read a moment ago may tell): a
+    duplicate delivery of a done chunk then costs no completion check."""
+    if kind == "chunk":
+        return job.state in ("finalizing", "done")
+    if kind == "plan":
+        return job.state != "planning"
+    return job.state == "done"
 
 
 def _after_done(worker: Context, job_id: str, task: TaskRecord, budget: Budget) -> None:

@@ -570,6 +570,30 @@ def test_a_done_chunk_delivered_again_is_deleted_unrun_and_its_job_completed(wor
     assert [m.kind for m in world.visible()] == ["final"]
 
 
+def _record_reads(world: World) -> int:
+    calls = world.faulty.counts.calls
+    return calls["records.get"] + calls["records.query"]
+
+
+def test_a_done_chunk_delivered_again_after_its_job_moved_on_costs_no_completion_check(
+    world: World,
+):
+    # Given a job already finalizing (its completion check was made) and a duplicate
+    # message of one of its done chunks (a send retried after its answer was lost)
+    job_id = world.job([{"act": "ok"}])
+    world.end_chunk(job_id, "done")
+    world.store.update_job(world.job_record(job_id), state="finalizing")
+    world.send(job_id)
+    reads_before = _record_reads(world)
+
+    message = world.deliver()
+
+    # Then it is deleted unrun after reading the chunk's record and nothing else
+    assert message.id in world.log.deleted
+    assert _record_reads(world) - reads_before <= 2  # the job's (unless cached), the chunk's
+    assert world.visible() == []  # no second finalize message
+
+
 def test_a_poisoned_chunk_delivered_again_is_deleted_unrun(world: World):
     job_id = world.job([{"act": "ok"}, {"act": "ok"}])
     world.end_chunk(job_id, "poisoned")

@@ -32,7 +32,7 @@ def test_send_many_sends_every_body_visible_at_once(backend):
     name = backend.queue()
     bodies = [f"m{i}".encode() for i in range(40)]
 
-    queues.send_many(name, bodies, ttl_seconds=NEVER_EXPIRES)
+    assert queues.send_many(name, bodies, ttl_seconds=NEVER_EXPIRES) == [None] * 40
 
     got = _receive_all(queues, name)
     assert sorted(m.body for m in got) == sorted(bodies)
@@ -42,7 +42,7 @@ def test_send_many_sends_every_body_visible_at_once(backend):
 def test_send_many_of_nothing_sends_nothing(backend):
     queues = backend.storage.queues
     name = backend.queue()
-    queues.send_many(name, [])
+    assert queues.send_many(name, []) == []
     assert queues.peek(name) == []
 
 

@@ -24,7 +24,7 @@ from azure.storage.queue import QueueMessage as SdkMessage
 from checkpoint import limits
 from checkpoint.backends.azure.errors import being_deleted, translated
 from checkpoint.backends.azure.times import as_utc
-from checkpoint.errors import LeaseLost, StorageError, Unavailable
+from checkpoint.errors import LeaseLost, StorageError, Throttled, Unavailable
 from checkpoint.storage import QueueMessage, Receipt
 
 T = TypeVar("T")
@@ -108,16 +108,21 @@ class AzureQueues:
 
     def send_many(
         self, queue: str, bodies: Sequence[bytes], *, ttl_seconds: int | None = None
-    ) -> None:
+    ) -> list[StorageError | None]:
         """Add several messages (see ``QueueStore.send_many``): Azure has no batch send,
-        so they go as concurrent single sends."""
+        so they go as concurrent single sends, each one's passing trouble returned."""
         self._queue(queue)
         bodies = [limits.check_message_body(body) for body in bodies]
         limits.check_ttl(ttl_seconds, 0)
-        for _ in _concurrently(
-            lambda body: self.send(queue, body, ttl_seconds=ttl_seconds), bodies
-        ):
-            pass
+
+        def send(body: bytes) -> StorageError | None:
+            try:
+                self.send(queue, body, ttl_seconds=ttl_seconds)
+            except (Throttled, Unavailable) as trouble:
+                return trouble
+            return None
+
+        return list(_concurrently(send, bodies))
 
     def receive(
         self, queue: str, *, max_messages: int = 1, visibility_seconds: int = 30

@@ -181,12 +181,12 @@ class EmbeddedQueues:
 
     def send_many(
         self, queue: str, bodies: Sequence[bytes], *, ttl_seconds: int | None = None
-    ) -> None:
+    ) -> list[StorageError | None]:
         limits.check_queue_name(queue)
         bodies = [limits.check_message_body(body) for body in bodies]
         ttl_seconds = limits.check_ttl(ttl_seconds, 0)
         if not bodies:
-            return
+            return []
         now = self._now()
         expires = None if ttl_seconds == NEVER_EXPIRES else now + ttl_seconds
         rows = [
@@ -204,6 +204,7 @@ class EmbeddedQueues:
         with self._db.write() as conn:  # one transaction: all are sent or none
             self._require_queue(conn, queue)
             conn.executemany(_SEND_MANY, rows)
+        return [None] * len(bodies)
 
     def receive(
         self, queue: str, *, max_messages: int = 1, visibility_seconds: int = 30
