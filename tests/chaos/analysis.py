@@ -4,10 +4,12 @@ Items come from the sink and the event log of :mod:`tests.chaos.chaos_job`; fenc
 the workers' logs, judged against the ``start`` events: a chunk attempt stopped because
 its lease was lost, or finished but fenced, is **fenced by its own write** (a
 *self-fence*) when no other claim of that chunk (a ``start`` with a higher attempt) began
-before the fence was logged. Such a stop can only come from the worker's own earlier
-write having been applied while it was told otherwise (an ambiguous failure), or from a
-lease running out with nobody taking over. A fence of the chunk a worker held while the
-harness had it SIGSTOPped is the pause's doing and is not counted.
+before the fence was logged: it can only come from the worker's own earlier write having
+been applied while it was told otherwise (an ambiguous failure). A stop because the
+worker's own lease ran out with nobody taking over (the store did not answer its
+renewals within the lease) is a **lapse**, counted apart: the lease doing its job, not a
+write mistaken for another's. A fence of the chunk a worker held while the harness had
+it SIGSTOPped is the pause's doing and is not counted.
 """
 
 from __future__ import annotations
@@ -39,6 +41,9 @@ _CAUSES = (
     ("max_chunk_seconds", ("max_chunk_seconds",)),
 )
 
+#: Causes of a stop that mean the worker's own lease ran out (see the module's doc).
+_LAPSES = ("lease ran out", "renewals failed")
+
 
 @dataclass(frozen=True)
 class Fence:
@@ -63,6 +68,8 @@ class Fences:
     #: Self-fences after which some attempt of the chunk was claimed but never started
     #: (possibly another worker's ambiguous claim, of unknown time).
     own_with_gap: list[Fence] = field(default_factory=list)
+    #: Stops because the worker's own lease ran out, nobody taking over.
+    lapsed: list[Fence] = field(default_factory=list)
 
     def causes(self, which: list[Fence]) -> Counter[str]:
         return Counter(f"{fence.how}: {fence.cause}" for fence in which)
@@ -141,6 +148,9 @@ def judge(
         later = [s for s in of_chunk if s["attempt"] > attempt]
         if any(s["at"] < fence.at + START_TOLERANCE_SECONDS for s in later):
             judged.taken_over.append(fence)
+            continue
+        if fence.cause in _LAPSES:
+            judged.lapsed.append(fence)
             continue
         judged.own.append(fence)
         if later and min(s["attempt"] for s in later) > attempt + 1:

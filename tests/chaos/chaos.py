@@ -174,6 +174,12 @@ class RunResult:
                     not self.fences.own,
                 ),
                 (
+                    "chunks stopped by their own lease running out",
+                    "(reported)",
+                    str(len(self.fences.lapsed)),
+                    True,
+                ),
+                (
                     "re-applied items (extra applications)",
                     f"<= {bound}",
                     reapplied,
@@ -201,6 +207,12 @@ class RunResult:
                 resumed is not None and resumed <= bound_seconds,
             ),
             ("chunks fenced by their own write", "(reported)", str(len(self.fences.own)), True),
+            (
+                "chunks stopped by their own lease running out",
+                "(reported)",
+                str(len(self.fences.lapsed)),
+                True,
+            ),
             ("re-applied items (extra applications)", "(reported)", reapplied, True),
         ]
 

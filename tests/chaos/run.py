@@ -28,7 +28,9 @@ HEADING = (
     "Targets: no item lost (every item's sink file exists); finalize run exactly once; no "
     "worker exit other than the kills (a non-zero exit code); no chunk fenced by its own "
     "write (a fenced or lease-lost stop, from the worker logs, with no other claim of that "
-    "chunk started before it, the paused worker's own chunk excepted); re-applied items at "
+    "chunk started before it, the paused worker's own chunk excepted; a stop because the "
+    "worker's own lease ran out, its renewals unanswered, is reported apart, not judged: "
+    "the lease doing its job); re-applied items at "
     "most one checkpoint interval of items per kill or stop; completion within 2x the same "
     "run without faults (reported, not judged). `make test` runs a small version "
     "(tests/chaos/test_chaos.py).\n"
@@ -160,7 +162,7 @@ def details(label: str, run: RunResult) -> list[str]:
     lines = [
         f"{label}: {len(fences.all)} fenced stop(s): {len(fences.taken_over)} taken over "
         f"by another claim, {len(fences.paused)} of the paused worker, {len(fences.own)} "
-        f"by the worker's own write"
+        f"by the worker's own write, {len(fences.lapsed)} by its own lease running out"
     ]
     if fences.own:
         causes = ", ".join(f"{cause} {n}" for cause, n in fences.causes(fences.own).items())

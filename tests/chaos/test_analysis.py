@@ -19,8 +19,8 @@ LOG = "\n".join(
 )
 
 
-def _fence(chunk: int, at: float, pid: int = 1) -> Fence:
-    return Fence(chunk, pid, at, "lease lost", "record changed", "")
+def _fence(chunk: int, at: float, pid: int = 1, cause: str = "record changed") -> Fence:
+    return Fence(chunk, pid, at, "lease lost", cause, "")
 
 
 def _start(chunk: int, attempt: int, at: float, pid: int) -> dict:
@@ -58,6 +58,16 @@ def test_judges_taken_over_own_paused_and_gaps():
     assert [f.chunk for f in judged.own] == [2, 3]
     assert [f.chunk for f in judged.own_with_gap] == [3]
     assert [f.chunk for f in judged.paused] == [4]
+
+
+def test_a_lease_of_its_own_running_out_is_a_lapse_not_a_self_fence():
+    starts = [_start(5, 1, 10.0, pid=1), _start(6, 1, 10.0, pid=1)]
+    judged = judge(
+        [_fence(5, 15.0, cause="lease ran out"), _fence(6, 15.0, cause="renewals failed")],
+        starts,
+        pauses=[],
+    )
+    assert [f.chunk for f in judged.lapsed] == [5, 6] and not judged.own
 
 
 def test_a_pause_before_the_attempt_began_excuses_nothing():
