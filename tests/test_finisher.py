@@ -14,10 +14,10 @@ from checkpoint.clock import SystemClock
 from checkpoint.errors import Unavailable
 from checkpoint.records import TaskRecord
 from checkpoint.store import CheckpointStore
-from runner import finish
-from runner.completion import Completion
-from runner.finish import Ended, Finisher
-from runner.lease import Lease, LeaseKeeper
+from runner.worker import finish
+from runner.worker.completion import Completion
+from runner.worker.finish import Ended, Finisher
+from runner.worker.lease import Lease, LeaseKeeper
 
 
 class FailingBatches:

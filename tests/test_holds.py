@@ -1,4 +1,4 @@
-"""The hold watcher (runner/holds.py): a cancel or a pause reaches a worker's running
+"""The hold watcher (runner/worker/holds.py): a cancel or a pause reaches a worker's running
 tasks within 2 s whatever their lease, for one job-record read per worker and job
 about once a second (docs/semantics.md §16).
 
@@ -29,8 +29,8 @@ from jobs import manage
 from jobs.chunk import Chunk
 from jobs.job import ChunkedJob
 from jobs.submit import submit
-from runner.holds import CHECK_SECONDS, MAX_AGE_SECONDS, HoldWatcher
-from runner.loop import WorkerLoop, WorkerSettings
+from runner.worker.holds import CHECK_SECONDS, MAX_AGE_SECONDS, HoldWatcher
+from runner.worker.loop import WorkerLoop, WorkerSettings
 from tests.conftest import Backend
 from tests.test_task_lifecycle import World, make_world
 

@@ -3,7 +3,7 @@ pause within a second or two, and never once per message.
 
 Every message a worker receives needs its job's record (the job type, the queue, the
 params, and whether it is cancelled or paused), and the worker's hold watcher
-(:mod:`runner.holds`) asks about every job with running tasks about once a second. Both
+(:mod:`runner.worker.holds`) asks about every job with running tasks about once a second. Both
 read through here: a record read in the last :data:`FRESH_SECONDS` serves them all, so a
 worker running a thousand quick chunks of one job reads that job's record about once a
 second. A record this worker wrote itself (the job failed past its tolerated failures)
@@ -20,7 +20,7 @@ from checkpoint.errors import BadRecord, JobNotFound, StorageError
 from checkpoint.records import JobRecord
 from checkpoint.retries import Budget
 from checkpoint.store import CheckpointStore
-from runner.recent import Recent
+from runner.worker.recent import Recent
 
 log = logging.getLogger(__name__)
 

@@ -3,7 +3,7 @@
 One thread per worker process, apart from the lease keeper: a lease of 30 s is renewed
 only at 21 s, and a chunk shorter than that would otherwise run to its end on a
 cancelled job. For each job with tasks running here, the thread asks the worker's
-:class:`~runner.jobwatch.JobWatch` about the job every :data:`CHECK_SECONDS`, by a
+:class:`~runner.worker.jobwatch.JobWatch` about the job every :data:`CHECK_SECONDS`, by a
 record at most :data:`MAX_AGE_SECONDS` old: one job-record read per worker and job
 about once a second, however many of the job's chunks run, and shared with the
 worker's deliveries of that job. A job found cancelled, deleted (or being deleted), or
@@ -24,8 +24,8 @@ from typing import Protocol
 
 from checkpoint.clock import Clock
 from checkpoint.records import JobRecord
-from runner.jobwatch import JobWatch
-from runner.logs import in_context
+from runner.worker.jobwatch import JobWatch
+from runner.worker.logs import in_context
 
 log = logging.getLogger(__name__)
 
@@ -38,7 +38,8 @@ MAX_AGE_SECONDS = 0.5
 
 
 class Holdable(Protocol):
-    """A running task, as the watcher tells it to stop (:class:`runner.control.TaskControl`)."""
+    """A running task, as the watcher tells it to stop
+    (:class:`runner.worker.control.TaskControl`)."""
 
     def hold(self, reason: str) -> bool:
         """The task's job wants it stopped ("deleted", "cancelled" or "paused"); True if
