@@ -40,7 +40,7 @@ PAGE_ROWS = 100
 #: would (a queue serves about 2,000 messages a second, far above this).
 RELEASE_THREADS = 8
 #: How long after a resume a worker that had not seen it yet may still note a park: it
-#: decides on a job record under 1 s old (``runner.worker.jobwatch.FRESH_SECONDS``) and notes
+#: decides on a job record under 1 s old (``runner.worker.job_cache.FRESH_SECONDS``) and notes
 #: the park a moment later. A release looks at the notes again once this has passed
 #: since it began, so such a park is reached too.
 LATE_PARK_SECONDS = 2.0

@@ -26,7 +26,7 @@ from runner.cli.redrive import redrive
 from runner.cli.render import render_status
 from runner.cli.status import REPORT_COLUMNS, failure_report, job_status
 from runner.worker.holds import CHECK_SECONDS
-from runner.worker.jobwatch import FRESH_SECONDS
+from runner.worker.job_cache import FRESH_SECONDS
 from runner.worker.loop import WorkerSettings
 from runner.worker.tasks import PARK_MAX_SECONDS, PARK_MIN_SECONDS, park_seconds
 from tests.conftest import Backend

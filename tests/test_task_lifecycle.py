@@ -40,7 +40,7 @@ from jobs.backoff import Backoff
 from jobs.chunk import Chunk
 from jobs.job import ChunkedJob
 from jobs.summary import JobSummary
-from runner.worker.completion import set_job
+from runner.worker.job_completion import set_job
 from runner.worker.loop import assemble
 from runner.worker.tasks import handle
 from tests.conftest import Backend

@@ -98,7 +98,8 @@ class Lease:
     lost: bool = False
     active: bool = True
     lock: threading.Lock = field(default_factory=threading.Lock)
-    #: The chunk finished and its message is the finisher's to delete (runner.worker.finish).
+    #: The chunk finished and its message is the finisher's to delete
+    #: (runner.worker.chunk_finisher).
     handed_over: bool = False
     #: A renewal was applied but its answer lost, so the newest pop receipt is unknown:
     #: the message can be neither renewed nor deleted, only left to reappear.

@@ -26,11 +26,11 @@ from checkpoint.storage import QueueMessage, Storage
 from checkpoint.store import CheckpointStore
 from checkpoint.workers import WorkerBook
 from jobs.job import ChunkedJob
-from runner.worker.completion import Completion
-from runner.worker.finish import Finisher
+from runner.worker.chunk_finisher import Finisher
 from runner.worker.heartbeat import BEAT_SECONDS, Heartbeat, Identity
 from runner.worker.holds import HoldWatcher
-from runner.worker.jobwatch import JobWatch
+from runner.worker.job_cache import JobCache
+from runner.worker.job_completion import Completion
 from runner.worker.lease import Lease, LeaseKeeper
 from runner.worker.logs import in_context, worker_ids
 from runner.worker.poison import PoisonRouter
@@ -101,8 +101,8 @@ def assemble(
     store = CheckpointStore(storage, clock)
     keeper = LeaseKeeper(storage.queues, clock)
     classes = {cls.job_type(): cls for cls in job_classes}
-    watch = JobWatch(store, clock)
-    holds = HoldWatcher(watch, clock)
+    job_cache = JobCache(store, clock)
+    holds = HoldWatcher(job_cache, clock)
     completion = Completion(store, storage.queues, classes, failed=holds.job_changed)
     return Context(
         store=store,
@@ -114,7 +114,7 @@ def assemble(
         poison=PoisonRouter(storage.queues, keeper, clock),
         completion=completion,
         finisher=Finisher(store, keeper, completion, clock),
-        watch=watch,
+        job_cache=job_cache,
         holds=holds,
         workers=WorkerBook(storage.records),
     )

@@ -29,7 +29,7 @@ from checkpoint.errors import BadRecord, StorageError
 from checkpoint.records import TaskRecord
 from checkpoint.retries import Budget
 from checkpoint.store import CheckpointStore
-from runner.worker.completion import Completion, set_job
+from runner.worker.job_completion import Completion, set_job
 from runner.worker.lease import Lease, LeaseKeeper
 from runner.worker.logs import in_context
 

@@ -16,7 +16,7 @@ from checkpoint.retries import Budget
 from checkpoint.storage import NEVER_EXPIRES, QueueStore
 from checkpoint.store import CheckpointStore
 from jobs.job import ChunkedJob
-from runner.worker.recent import Recent
+from runner.worker.lru_map import LruMap
 
 #: Jobs whose chunk total a worker remembers (a total never changes once planned).
 TOTALS_KEPT = 1024
@@ -60,7 +60,7 @@ class Completion:
         self._job_classes = job_classes
         self._failed = failed
         #: Chunk totals of planned jobs, with the incarnation each belongs to.
-        self._totals: Recent[str, tuple[str | None, int]] = Recent(totals_kept)
+        self._totals: LruMap[str, tuple[str | None, int]] = LruMap(totals_kept)
 
     def check(
         self,
