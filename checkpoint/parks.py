@@ -1,7 +1,7 @@
 """Parked messages of paused jobs: a note of each, so that a resume reaches them at once.
 
 A worker that receives a message of a paused job parks it: it sends a fresh copy, out of
-sight for 5 minutes to an hour (``runner.tasks.park_seconds``), and deletes the
+sight for 5 minutes to an hour (``runner.worker.tasks.park_seconds``), and deletes the
 original. The send returns the copy's id and pop receipt; the worker notes them here, one
 record per task (named as the task's own record) in a partition of the job's own
 (:func:`~checkpoint.layout.park_partition`). ``runner resume`` then makes every noted
@@ -40,7 +40,7 @@ PAGE_ROWS = 100
 #: would (a queue serves about 2,000 messages a second, far above this).
 RELEASE_THREADS = 8
 #: How long after a resume a worker that had not seen it yet may still note a park: it
-#: decides on a job record under 1 s old (``runner.jobwatch.FRESH_SECONDS``) and notes
+#: decides on a job record under 1 s old (``runner.worker.job_cache.FRESH_SECONDS``) and notes
 #: the park a moment later. A release looks at the notes again once this has passed
 #: since it began, so such a park is reached too.
 LATE_PARK_SECONDS = 2.0

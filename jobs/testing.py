@@ -59,9 +59,9 @@ from jobs.job_run import (
 )
 from jobs.submit import submit
 from jobs.summary import JobSummary
-from runner.control import TaskControl
-from runner.loop import assemble
-from runner.tasks import Context, handle, hold
+from runner.worker.control import TaskControl
+from runner.worker.loop import assemble
+from runner.worker.tasks import Context, handle, hold
 
 __all__ = [
     "Call",
@@ -94,7 +94,7 @@ def run_job(
 ) -> JobRun:
     """Run a whole job in this process: submit, plan, every chunk, finalize.
 
-    The runner's own code runs it (``runner.loop.assemble``, ``runner.tasks.hold`` and
+    The runner's own code runs it (``runner.worker.loop.assemble``, ``runner.worker.tasks.hold`` and
     ``handle``, the finisher driven in this thread) on an embedded store in a temporary
     directory, on a :class:`~checkpoint.clock.FakeClock`: one message at a time, no
     threads, no sleeps. When no message is visible the clock jumps to the next one

@@ -32,11 +32,11 @@ from checkpoint.workers import WorkerBook
 from jobs.chunk import Chunk
 from jobs.job import ChunkedJob
 from jobs.submit import submit
-from runner.cli import cli
-from runner.loop import WorkerLoop, WorkerSettings
-from runner.render import render_status
-from runner.status import job_status
-from runner.tasks import handle
+from runner.cli.commands import cli
+from runner.cli.render import render_status
+from runner.cli.status import job_status
+from runner.worker.loop import WorkerLoop, WorkerSettings
+from runner.worker.tasks import handle
 from tests.conftest import Backend
 
 NOW = datetime(2030, 1, 1, tzinfo=UTC)

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from checkpoint import layout
 from checkpoint.backends import open_storage
-from runner.loop import WorkerSettings
+from runner.worker.loop import WorkerSettings
 from tests.bench import chunks, throughput
 
 CHUNKS = 24

@@ -114,7 +114,7 @@ def test_report_has_every_table_and_says_how_it_was_measured():
 def test_first_batch_comes_from_the_worker_log(tmp_path: Path):
     log = tmp_path / "worker-1.log"
     log.write_text(
-        "2026-11-25 19:24:26,912 INFO runner.supervisor: worker serving\n"
+        "2026-11-25 19:24:26,912 INFO runner.worker.supervisor: worker serving\n"
         "a line without a stamp\n"
         "2026-11-25 19:24:35,412 INFO samples.migration.job: chunk 0 batch 1 of 1: 5001 "
         "rows in, 4148 out, 18 rejected (7.9 s)\n"

@@ -7,7 +7,7 @@ import sys
 
 from click.testing import CliRunner
 
-from runner.cli import cli
+from runner.cli.commands import cli
 
 
 def test_check_embedded_directory(tmp_path):
@@ -39,7 +39,7 @@ def test_bad_location_is_one_clear_line_and_exit_1():
         [
             sys.executable,
             "-c",
-            "from runner.cli import main; main()",
+            "from runner.cli.commands import main; main()",
             "check",
             "--storage",
             "DefaultEndpointsProtocol=https;AccountKey=c2VjcmV0",
@@ -60,7 +60,7 @@ def test_unreachable_azure_is_reported_not_a_traceback():
         [
             sys.executable,
             "-c",
-            "from runner.cli import main; main()",
+            "from runner.cli.commands import main; main()",
             "check",
             "--storage",
             "DefaultEndpointsProtocol=http;AccountName=devstoreaccount1;AccountKey=c2VjcmV0;"

@@ -17,7 +17,7 @@ from jobs.errors import JobModuleFailed
 from jobs.registry import load_job_class
 from tests.e2e.processes import ROOT
 
-ENTRY = [sys.executable, "-c", "from runner.entry import main; main()"]
+ENTRY = [sys.executable, "-c", "from runner.cli.entry import main; main()"]
 
 
 def _runner(folder: Path, *args: str, path: str = "") -> subprocess.CompletedProcess[str]:

@@ -21,9 +21,9 @@ from click.testing import CliRunner
 from checkpoint.backends import open_storage
 from checkpoint.clock import FakeClock
 from checkpoint.store import CheckpointStore
-from runner import supervisor
-from runner.cli import cli
-from runner.loop import EXIT_OK, WorkerSettings
+from runner.cli.commands import cli
+from runner.worker import supervisor
+from runner.worker.loop import EXIT_OK, WorkerSettings
 from tests.e2e.processes import ROOT, runner_command, wait_until
 from tests.test_cli_errors import _runner
 

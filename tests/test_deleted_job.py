@@ -12,8 +12,8 @@ from collections.abc import Iterator
 import pytest
 
 from jobs import retention
-from runner.holds import CHECK_SECONDS
-from runner.jobwatch import FRESH_SECONDS
+from runner.worker.holds import CHECK_SECONDS
+from runner.worker.job_cache import FRESH_SECONDS
 from tests.conftest import Backend
 from tests.test_task_lifecycle import World, make_world
 

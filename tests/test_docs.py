@@ -96,10 +96,10 @@ class DocumentRun:
 
 @pytest.fixture(scope="session")
 def bin_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """``runner`` (the console script's entry point, ``runner.cli:main``) and ``python``,
+    """``runner`` (the console script's entry point, ``runner.cli.commands:main``) and ``python``,
     both of this interpreter."""
     folder = tmp_path_factory.mktemp("docs-bin")
-    main = "import sys; from runner.cli import main; sys.argv[0] = 'runner'; main()"
+    main = "import sys; from runner.cli.commands import main; sys.argv[0] = 'runner'; main()"
     scripts = {
         "runner": f'exec {shlex.quote(sys.executable)} -c {shlex.quote(main)} "$@"',
         "python": f'exec {shlex.quote(sys.executable)} "$@"',

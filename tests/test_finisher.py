@@ -14,10 +14,10 @@ from checkpoint.clock import SystemClock
 from checkpoint.errors import Unavailable
 from checkpoint.records import TaskRecord
 from checkpoint.store import CheckpointStore
-from runner import finish
-from runner.completion import Completion
-from runner.finish import Ended, Finisher
-from runner.lease import Lease, LeaseKeeper
+from runner.worker import chunk_finisher
+from runner.worker.chunk_finisher import Ended, Finisher
+from runner.worker.job_completion import Completion
+from runner.worker.lease import Lease, LeaseKeeper
 
 
 class FailingBatches:
@@ -164,7 +164,7 @@ def test_the_thread_writes_what_is_handed_over_and_stop_flushes_it(backend):
 
 def test_a_slot_waits_while_too_many_chunks_are_pending(backend, monkeypatch):
     # Given a finisher whose store write is stuck, with room for 2 pending chunks
-    monkeypatch.setattr(finish, "MAX_PENDING", 2)
+    monkeypatch.setattr(chunk_finisher, "MAX_PENDING", 2)
     job = Job(backend, chunks=4)
     finisher = job.finisher
     job.records.block = True

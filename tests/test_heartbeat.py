@@ -1,4 +1,4 @@
-"""Workers' heartbeats (runner/heartbeat.py, checkpoint/workers.py): written, read by
+"""Workers' heartbeats (runner/worker/heartbeat.py, checkpoint/workers.py): written, read by
 status, shown gone when they stop coming, removed by the workers themselves after an hour.
 
 Both backends, on a FakeClock: the records' times are the worker's own clock, so time is
@@ -34,11 +34,11 @@ from checkpoint.workers import (
 from jobs.chunk import Chunk
 from jobs.job import ChunkedJob
 from jobs.submit import submit
-from runner.heartbeat import Heartbeat, Identity, RunningTasks
-from runner.json_form import utc
-from runner.logs import TaskIds
-from runner.loop import WorkerLoop, WorkerSettings
-from runner.snapshot import read_report, read_snapshot, read_workers
+from runner.cli.json_form import utc
+from runner.cli.snapshot import read_report, read_snapshot, read_workers
+from runner.worker.heartbeat import Heartbeat, Identity, RunningTasks
+from runner.worker.logs import TaskIds
+from runner.worker.loop import WorkerLoop, WorkerSettings
 from tests.conftest import Backend
 
 BEAT = 5.0

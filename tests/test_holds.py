@@ -1,4 +1,4 @@
-"""The hold watcher (runner/holds.py): a cancel or a pause reaches a worker's running
+"""The hold watcher (runner/worker/holds.py): a cancel or a pause reaches a worker's running
 tasks within 2 s whatever their lease, for one job-record read per worker and job
 about once a second (docs/semantics.md §16).
 
@@ -29,8 +29,8 @@ from jobs import manage
 from jobs.chunk import Chunk
 from jobs.job import ChunkedJob
 from jobs.submit import submit
-from runner.holds import CHECK_SECONDS, MAX_AGE_SECONDS, HoldWatcher
-from runner.loop import WorkerLoop, WorkerSettings
+from runner.worker.holds import CHECK_SECONDS, MAX_AGE_SECONDS, HoldWatcher
+from runner.worker.loop import WorkerLoop, WorkerSettings
 from tests.conftest import Backend
 from tests.test_task_lifecycle import World, make_world
 
@@ -100,7 +100,7 @@ def test_a_record_a_delivery_read_just_now_serves_the_look(world: World):
     holds = world.worker.holds
     with holds.watching(job_id, FakeTask()):
         world.clock.advance(MAX_AGE_SECONDS / 2)
-        world.worker.watch.job(job_id, retries.once(world.clock), fresh=True)  # a delivery
+        world.worker.job_cache.job(job_id, retries.once(world.clock), fresh=True)  # a delivery
         world.clock.advance(MAX_AGE_SECONDS / 2)
         assert holds.check_due() == pytest.approx(CHECK_SECONDS)  # looked at, no read
     assert reads == {job_id: 1}
@@ -132,7 +132,7 @@ def test_a_look_the_store_does_not_answer_goes_by_the_record_known(world: World)
     storage = world.backend.storage
     known, unknown = world.job([{"act": "ok"}]), world.job([{"act": "ok"}])
     manage.pause(known, storage=storage, clock=world.clock)
-    world.worker.watch.job(known, retries.once(world.clock), fresh=True)
+    world.worker.job_cache.job(known, retries.once(world.clock), fresh=True)
     manage.resume(known, storage=storage, clock=world.clock)
     manage.cancel(unknown, storage=storage, clock=world.clock)
     told_known, told_unknown = FakeTask(), FakeTask()
@@ -174,7 +174,7 @@ def test_a_job_this_worker_failed_stops_its_tasks_and_deliveries_here_at_once(wo
 
     assert task.told == ["cancelled"]
     # the noted record answers the next delivery, without a read
-    assert world.worker.watch.job(job_id, retries.once(world.clock)).state == "failed"
+    assert world.worker.job_cache.job(job_id, retries.once(world.clock)).state == "failed"
     assert reads == {}
 
 
@@ -203,7 +203,7 @@ class Stubborn:
 
 def test_the_watcher_thread_looks_on_its_own_and_outlives_a_bad_pass(world: World):
     job_id = world.job([{"act": "ok"}])
-    holds = HoldWatcher(world.worker.watch, world.clock, check_seconds=0.05)
+    holds = HoldWatcher(world.worker.job_cache, world.clock, check_seconds=0.05)
     task = Stubborn()
     manage.cancel(job_id, storage=world.backend.storage, clock=world.clock)
     with holds.watching(job_id, task):

@@ -21,14 +21,14 @@ from jobs import ChunkFailed, manage
 from jobs.errors import JobEnded
 from jobs.retention import delete as delete_job
 from jobs.submit import submit
-from runner import cli
-from runner.holds import CHECK_SECONDS
-from runner.jobwatch import FRESH_SECONDS
-from runner.loop import WorkerSettings
-from runner.redrive import redrive
-from runner.render import render_status
-from runner.status import REPORT_COLUMNS, failure_report, job_status
-from runner.tasks import PARK_MAX_SECONDS, PARK_MIN_SECONDS, park_seconds
+from runner.cli import commands as cli
+from runner.cli.redrive import redrive
+from runner.cli.render import render_status
+from runner.cli.status import REPORT_COLUMNS, failure_report, job_status
+from runner.worker.holds import CHECK_SECONDS
+from runner.worker.job_cache import FRESH_SECONDS
+from runner.worker.loop import WorkerSettings
+from runner.worker.tasks import PARK_MAX_SECONDS, PARK_MIN_SECONDS, park_seconds
 from tests.conftest import Backend
 from tests.test_task_lifecycle import FINALIZED, Verdicts, World, make_world
 

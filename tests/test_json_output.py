@@ -1,5 +1,5 @@
 """Every ``--json`` output keeps one convention (docs/cli.md, "JSON output";
-runner/json_form.py): snake_case keys, times in UTC ending in ``Z`` under keys ending in
+runner/cli/json_form.py): snake_case keys, times in UTC ending in ``Z`` under keys ending in
 ``_on``, ``_at`` or ``_until``, durations in ``*_seconds``, fractions 0-1 in
 ``*_fraction``, and the user's values as JSON, tagged where JSON cannot hold them.
 
@@ -29,10 +29,10 @@ from checkpoint.backends import open_storage
 from checkpoint.records import CHECKPOINT_ON
 from checkpoint.storage import ANY_ETAG
 from checkpoint.store import CheckpointStore
-from runner import cli
-from runner.json_form import user_value, utc
-from runner.render import render_report
-from runner.status import REPORT_COLUMNS, failure_report
+from runner.cli import commands as cli
+from runner.cli.json_form import user_value, utc
+from runner.cli.render import render_report
+from runner.cli.status import REPORT_COLUMNS, failure_report
 from tests.conftest import Backend
 from tests.test_task_lifecycle import Verdicts, World, make_world
 

@@ -3,14 +3,17 @@
 ``checkpoint`` is the lowest layer (errors, the clock, storage, its limits), ``jobs``
 builds on it and ``runner`` on both; ``jobs.testing`` alone sits above ``runner``,
 because a whole job run in a test's own process must run the worker's own code, not a
-copy of it. No module imports inside a function or under ``TYPE_CHECKING`` to dodge a
-cycle: the graph of our modules has none. Third-party imports may be deferred (PySpark,
-azure-identity are optional extras).
+copy of it. Inside ``runner`` the command line (``runner.cli``) drives the engine
+(``runner.worker``), and the engine never imports the command line, not even by way of
+another module. No module imports inside a function or under ``TYPE_CHECKING`` to dodge
+a cycle: the graph of our modules has none. Third-party imports may be deferred
+(PySpark, azure-identity are optional extras).
 """
 
 from __future__ import annotations
 
 import ast
+import functools
 from pathlib import Path
 
 import pytest
@@ -23,13 +26,15 @@ MAY_IMPORT = {
     "jobs": {"checkpoint", "jobs"},
     "runner": {"checkpoint", "jobs", "runner"},
 }
+#: Inside ``runner``: the engine, and the command line that drives it (never the reverse).
+ENGINE, COMMAND_LINE = "runner.worker", "runner.cli"
 #: Modules above the layer their package is in, and what that adds.
 ABOVE_THEIR_PACKAGE = {"jobs.testing": {"runner"}}
 #: Imports of ours deferred on purpose, and why (never to break a cycle).
 DEFERRED = {
     ("checkpoint.backends", "checkpoint.backends.azure"): "the Azure SDKs load only for Azure",
     ("checkpoint.backends", "checkpoint.backends.embedded"): "likewise sqlite for the embedded",
-    ("runner.entry", "runner.cli"): "imported once no package of the user's hides ours",
+    ("runner.cli.entry", "runner.cli.commands"): "once no package of the user's hides ours",
 }
 
 
@@ -91,11 +96,49 @@ def test_our_imports_are_at_module_level(module):
     assert not deferred, f"{module} defers imports of ours (a cycle dodged?): {deferred}"
 
 
-def test_no_module_imports_itself_round_a_cycle():
-    graph = {
+def _within(module: str, package: str) -> bool:
+    return module == package or module.startswith(package + ".")
+
+
+@functools.cache
+def _graph() -> dict[str, set[str]]:
+    """Each module of ours and the modules of ours it imports."""
+    return {
         module: {imported for imported, _, _ in _imports(path) if imported in MODULES}
         for module, path in MODULES.items()
     }
+
+
+@pytest.mark.parametrize("module", sorted(m for m in MODULES if _within(m, ENGINE)))
+def test_the_engine_never_imports_the_command_line(module):
+    # Followed through every module of ours on the way, so no third module (in runner,
+    # jobs or checkpoint) can carry the command line into the engine.
+    graph, seen, trail = _graph(), {module}, {module: [module]}
+    todo = [module]
+    while todo:
+        current = todo.pop()
+        for imported in sorted(graph[current] - seen):
+            seen.add(imported)
+            trail[imported] = trail[current] + [imported]
+            todo.append(imported)
+    reached = sorted(" -> ".join(trail[m]) for m in seen if _within(m, COMMAND_LINE))
+    assert not reached, f"{module} imports the command line: {reached}"
+
+
+def test_runner_is_the_engine_and_the_command_line():
+    # A third part of runner would be a way round the rule above.
+    stray = [
+        m
+        for m in MODULES
+        if _within(m, "runner")
+        and m != "runner"
+        and not (_within(m, ENGINE) or _within(m, COMMAND_LINE))
+    ]
+    assert not stray, f"runner modules in neither {ENGINE} nor {COMMAND_LINE}: {stray}"
+
+
+def test_no_module_imports_itself_round_a_cycle():
+    graph = _graph()
     done: set[str] = set()
 
     def visit(module: str, trail: list[str]) -> None:
@@ -116,6 +159,9 @@ def test_no_module_imports_itself_round_a_cycle():
 
 def test_the_rules_see_what_they_check():
     # Guards the checks above against passing vacuously (a parsing slip finding nothing).
-    imports = {imported for imported, _, _ in _imports(MODULES["runner.tasks"])}
-    assert {"checkpoint.store", "jobs.job", "runner.lease"} <= imports
+    imports = {imported for imported, _, _ in _imports(MODULES["runner.worker.tasks"])}
+    assert {"checkpoint.store", "jobs.job", "runner.worker.lease"} <= imports
     assert len(MODULES) > 40
+    # ... and that the engine and the command line are both there, one importing the other.
+    assert {"runner.worker.loop", "runner.cli.commands"} <= set(MODULES)
+    assert "runner.worker.loop" in _graph()["runner.cli.commands"]

@@ -21,7 +21,7 @@ from checkpoint.backends import open_storage
 from checkpoint.clock import FakeClock, SystemClock
 from checkpoint.errors import LeaseLost, NotFound, Throttled, Unavailable
 from checkpoint.storage import QueueMessage, QueueStore, Receipt, Storage
-from runner.lease import (
+from runner.worker.lease import (
     RENEW_FRACTION,
     RETRY_FRACTION,
     Lease,
@@ -654,7 +654,7 @@ def test_a_renewal_that_raises_unexpectedly_is_logged_and_tried_again_later(
     harness.clock.advance(7)
 
     # When the keeper makes its pass
-    with caplog.at_level(logging.ERROR, logger="runner.lease"):
+    with caplog.at_level(logging.ERROR, logger="runner.worker.lease"):
         wait = harness.keeper.renew_due()
 
     # Then the failure is logged, the lease kept, and the renewal tried again a tenth of

@@ -24,7 +24,7 @@ from checkpoint.clock import FakeClock
 from checkpoint.errors import LeaseLost, StorageError, Throttled
 from checkpoint.faults import FaultyStorage, ScriptedFaults
 from checkpoint.storage import QueueStore, Storage
-from runner.lease import RENEW_FRACTION, RETRY_FRACTION, Lease, LeaseKeeper
+from runner.worker.lease import RENEW_FRACTION, RETRY_FRACTION, Lease, LeaseKeeper
 from tests.conftest import BACKENDS
 
 LEASE_SECONDS = 60
@@ -272,7 +272,7 @@ def test_one_lease_whose_renewal_hook_fails_does_not_cost_the_others_their_renew
     world.advance_to(max(bad.next_renewal_at, good.next_renewal_at))
 
     # When the keeper makes its pass
-    with caplog.at_level(logging.ERROR, logger="runner.lease"):
+    with caplog.at_level(logging.ERROR, logger="runner.worker.lease"):
         world.keeper.renew_due()
 
     # Then both were renewed, whichever came first, and the failure was logged
@@ -320,7 +320,7 @@ def test_a_delete_still_busy_when_the_lease_runs_out_says_so_and_keeps_the_messa
 
     # When the message is deleted, the budget allows no second try: no exception, one
     # warning line (storage trouble is not a bug in the task that asked)
-    with caplog.at_level(logging.WARNING, logger="runner.lease"):
+    with caplog.at_level(logging.WARNING, logger="runner.worker.lease"):
         assert world.keeper.delete(lease) is False
 
     # Then the message is still there (it reappears), and the keeper no longer holds it
@@ -429,7 +429,7 @@ def test_delete_many_past_the_leases_goes_on_with_the_next_queue(
     world.faults.add("queues.delete_many", "busy")
 
     # When both are deleted
-    with caplog.at_level(logging.WARNING, logger="runner.lease"):
+    with caplog.at_level(logging.WARNING, logger="runner.worker.lease"):
         world.keeper.delete_many([first, second])
 
     # Then the busy queue's message stays (it reappears), the other queue's is deleted,
@@ -480,7 +480,7 @@ def test_delete_many_logs_a_message_that_failed_for_another_reason(
     queues = OneFailingDelete(world.storage.queues, failing.message_id, Throttled("busy"))
     keeper = LeaseKeeper(queues, world.clock)  # type: ignore[arg-type]
 
-    with caplog.at_level(logging.WARNING, logger="runner.lease"):
+    with caplog.at_level(logging.WARNING, logger="runner.worker.lease"):
         keeper.delete_many([failing, kept])
 
     assert f"deleting message {failing.message_id} failed: busy" in caplog.text
@@ -526,7 +526,7 @@ def test_the_keeper_thread_outlives_a_pass_that_fails(
     keeper.start_due = start_due  # type: ignore[method-assign]
 
     # When it runs
-    with caplog.at_level(logging.ERROR, logger="runner.lease"):
+    with caplog.at_level(logging.ERROR, logger="runner.worker.lease"):
         keeper.start()
         try:
             # Then it logs the failure and makes another pass half a second later

@@ -1,4 +1,4 @@
-"""The log formats and the ids a line carries (runner/logs.py), without a worker."""
+"""The log formats and the ids a line carries (runner/worker/logs.py), without a worker."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from collections.abc import Iterator
 import pytest
 
 from jobs.submit import submit
-from runner.logs import (
+from runner.worker.logs import (
     ContextFilter,
     JsonFormatter,
     TaskIds,
@@ -112,9 +112,9 @@ def test_the_text_format_shows_the_ids_compactly_in_its_bracket():
     line = formatter.format(record)
     assert line.endswith("INFO [worker-1 vm:42:ab12 job-x#3 a2] jobs.mine: hello x")
 
-    bare = logging.LogRecord("runner.loop", logging.INFO, __file__, 1, "idle", (), None)
+    bare = logging.LogRecord("runner.worker.loop", logging.INFO, __file__, 1, "idle", (), None)
     bare.processName = "MainProcess"
-    assert formatter.format(bare).endswith("INFO [MainProcess] runner.loop: idle")
+    assert formatter.format(bare).endswith("INFO [MainProcess] runner.worker.loop: idle")
     planning = TaskIds("job-x", "plan", 0, 1)
     assert str(planning) == "job-x:plan a1"
 

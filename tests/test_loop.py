@@ -1,4 +1,4 @@
-"""The worker loop's own decisions (runner/loop.py), in this process on the embedded
+"""The worker loop's own decisions (runner/worker/loop.py), in this process on the embedded
 store and the real clock: here, when a burst worker may stop.
 """
 
@@ -12,7 +12,7 @@ from jobs import manage
 from jobs.chunk import Chunk
 from jobs.job import ChunkedJob
 from jobs.submit import submit
-from runner.loop import WorkerLoop, WorkerSettings
+from runner.worker.loop import WorkerLoop, WorkerSettings
 
 #: How long another consumer keeps the ended job's message hidden.
 HIDDEN_SECONDS = 1

@@ -1,10 +1,10 @@
-"""What a running chunk shows the outside (runner/observe.py): its start, resume, finish,
+"""What a running chunk shows the outside (runner/worker/observe.py): its start, resume, finish,
 failure and lost lease as log lines carrying its ids, the ids on the job's own log lines,
 and its ``progress=`` stored with its checkpoints and shown by ``runner status``.
 
 In this process, on both backends, with a worker assembled as the loop does and a
 FakeClock (as tests/test_task_lifecycle.py does): a message is sent, received and handed
-to ``runner.tasks.handle``.
+to ``runner.worker.tasks.handle``.
 """
 
 from __future__ import annotations
@@ -25,12 +25,12 @@ from checkpoint.store import CheckpointStore
 from jobs.backoff import Backoff
 from jobs.chunk import Chunk
 from jobs.job import ChunkedJob
-from runner.json_form import utc
-from runner.logs import ContextFilter
-from runner.loop import assemble
-from runner.render import render_status
-from runner.status import job_status
-from runner.tasks import Context, handle
+from runner.cli.json_form import utc
+from runner.cli.render import render_status
+from runner.cli.status import job_status
+from runner.worker.logs import ContextFilter
+from runner.worker.loop import assemble
+from runner.worker.tasks import Context, handle
 from tests.conftest import Backend
 
 WORKER = "worker-a"
@@ -122,9 +122,9 @@ def test_a_chunk_logs_its_start_and_finish_and_the_jobs_own_lines_carry_its_ids(
 
     lines = world.lines(job_id)
     said = [(r.name, r.levelname, r.getMessage()) for r in lines]
-    assert said[0] == ("runner.tasks", "INFO", f"chunk 0 of {job_id} started (attempt 1)")
+    assert said[0] == ("runner.worker.tasks", "INFO", f"chunk 0 of {job_id} started (attempt 1)")
     assert said[1] == ("tests.user_job", "INFO", "counting from None")
-    assert said[-1][:2] == ("runner.tasks", "INFO")
+    assert said[-1][:2] == ("runner.worker.tasks", "INFO")
     assert said[-1][2].startswith(f"chunk 0 of {job_id} finished in ")
     assert said[-1][2].endswith(" s (attempt 1)")
     # Every line logged while it ran, the job's own included, carries its ids

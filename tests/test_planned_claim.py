@@ -19,7 +19,7 @@ from jobs.backoff import Backoff
 from jobs.chunk import Chunk
 from jobs.job import ChunkedJob
 from jobs.submit import submit
-from runner.loop import WorkerLoop, WorkerSettings
+from runner.worker.loop import WorkerLoop, WorkerSettings
 
 #: Chunk indexes that fail on their first attempt (set by the test).
 FAIL_FIRST: set[int] = set()

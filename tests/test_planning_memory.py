@@ -1,6 +1,6 @@
 """Planning memory stays bounded: a job of many more chunks takes no more memory to plan.
 
-``split`` is consumed a page at a time (:data:`runner.plan.PAGE_CHUNKS`), so planning
+``split`` is consumed a page at a time (:data:`runner.worker.plan.PAGE_CHUNKS`), so planning
 holds one page of payloads, never the job's. Measured with tracemalloc (Python
 allocations, deterministic enough to compare; no time is asserted): the peak while a
 worker plans a small job and a job several pages larger must be about the same, where
@@ -18,7 +18,7 @@ from typing import Any
 from jobs.chunk import Chunk
 from jobs.job import ChunkedJob
 from jobs.submit import submit
-from runner.plan import PAGE_CHUNKS
+from runner.worker.plan import PAGE_CHUNKS
 from tests.bench.throughput import plan_only_loop
 from tests.conftest import Backend
 

@@ -6,7 +6,7 @@ import threading
 
 import pytest
 
-from runner.pool import DaemonPool
+from runner.worker.pool import DaemonPool
 
 
 def test_runs_calls_on_at_most_its_size_of_daemon_threads_reusing_idle_ones():

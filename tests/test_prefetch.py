@@ -18,8 +18,8 @@ from checkpoint.clock import FakeClock
 from jobs.chunk import Chunk
 from jobs.job import ChunkedJob
 from jobs.submit import submit
-from runner.loop import WorkerLoop, WorkerSettings
-from runner.prefetch import BUFFER_SECONDS, MAX_PREFETCH, SMOOTHING, Prefetch, adaptive_depth
+from runner.worker.loop import WorkerLoop, WorkerSettings
+from runner.worker.prefetch import BUFFER_SECONDS, MAX_PREFETCH, SMOOTHING, Prefetch, adaptive_depth
 
 # --------------------------------------------------------------------------- the numbers
 

@@ -3,7 +3,7 @@ worker does with a deleted job's leftover messages (docs/semantics.md §17), in 
 process on both backends.
 
 A worker is driven as in tests/test_task_lifecycle.py (:class:`World`: one worker
-serving a fresh queue, messages received and handed to ``runner.tasks.handle``).
+serving a fresh queue, messages received and handed to ``runner.worker.tasks.handle``).
 """
 
 from __future__ import annotations
@@ -28,10 +28,10 @@ from checkpoint.storage import ANY_ETAG, NEVER_EXPIRES, QueueMessage, Storage
 from checkpoint.store import CheckpointStore
 from jobs import delete, purge, submit
 from jobs.retention import parse_age
-from runner.cli import cli
-from runner.loop import assemble
-from runner.redrive import redrive
-from runner.tasks import handle
+from runner.cli.commands import cli
+from runner.cli.redrive import redrive
+from runner.worker.loop import assemble
+from runner.worker.tasks import handle
 from tests.conftest import Backend
 from tests.e2e.processes import ROOT
 from tests.test_task_lifecycle import FINALIZED, LEASE_SECONDS, VERDICTS, Verdicts, World
@@ -172,7 +172,7 @@ def test_a_deleted_jobs_id_runs_again_and_its_old_messages_are_deleted_unrun(
     received = world.receive_all()
     leftovers = [m for m in received if m.id in {h.id for h in held}]
     assert len(leftovers) == 2 and len(received) == 4
-    caplog.set_level(logging.INFO, logger="runner.tasks")
+    caplog.set_level(logging.INFO, logger="runner.worker.tasks")
     for message in leftovers:
         handle(world.worker, world.queue, message, world.clock.monotonic())
 
@@ -524,7 +524,7 @@ def _runner(*args: str) -> subprocess.CompletedProcess[str]:
     """The real console entry point, as a user runs it."""
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     return subprocess.run(
-        [sys.executable, "-c", "from runner.entry import main; main()", *args],
+        [sys.executable, "-c", "from runner.cli.entry import main; main()", *args],
         cwd=ROOT,
         env=env,
         capture_output=True,

@@ -11,8 +11,8 @@ import pytest
 
 from checkpoint.backends import open_storage
 from checkpoint.errors import ConfigurationError
-from runner import faults
-from runner.faults import injected_faults, report_path
+from runner.worker import faults
+from runner.worker.faults import injected_faults, report_path
 
 
 def test_no_spec_leaves_storage_alone(tmp_path):

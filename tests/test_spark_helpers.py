@@ -310,7 +310,7 @@ _WITHOUT_PYSPARK = textwrap.dedent(
     for name in [m for m in sys.modules if m.partition(".")[0] in ("pyspark", "py4j")]:
         del sys.modules[name]
 
-    import jobs, jobs.spark, jobs.planning, jobs.chunk_output, jobs.testing, runner.cli
+    import jobs, jobs.spark, jobs.planning, jobs.chunk_output, jobs.testing, runner.cli.commands
     assert not [m for m in sys.modules if m.startswith(("pyspark", "py4j"))]
     try:
         jobs.spark.spark_session()
@@ -403,7 +403,7 @@ def test_a_connect_group_tags_the_thread_and_interrupts_until_left():
 def _start(tmp_path, *options):
     from click.testing import CliRunner
 
-    from runner.cli import cli
+    from runner.cli.commands import cli
 
     return CliRunner().invoke(
         cli,

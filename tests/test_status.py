@@ -12,9 +12,9 @@ import pytest
 from checkpoint.clock import FakeClock
 from checkpoint.store import CheckpointStore
 from jobs import manage
-from runner.json_form import VALUE_JSON_BYTES, user_value, utc
-from runner.render import render_status
-from runner.status import PROGRESS_CHARS, job_status
+from runner.cli.json_form import VALUE_JSON_BYTES, user_value, utc
+from runner.cli.render import render_status
+from runner.cli.status import PROGRESS_CHARS, job_status
 from tests.conftest import Backend
 
 

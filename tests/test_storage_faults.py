@@ -27,7 +27,7 @@ from jobs.chunk import Chunk
 from jobs.job import ChunkedJob
 from jobs.submit import submit
 from jobs.summary import JobSummary
-from runner.loop import WorkerLoop, WorkerSettings
+from runner.worker.loop import WorkerLoop, WorkerSettings
 from tests.conftest import BACKENDS
 
 ITEMS_PER_CHUNK = 10

@@ -17,8 +17,8 @@ from checkpoint.errors import StoreNotFound
 from jobs import manage
 from jobs.retention import delete, purge
 from jobs.submit import submit
-from runner import checking
-from runner.cli import cli
+from runner.cli import checking
+from runner.cli.commands import cli
 from tests import azurite as azurite_process
 from tests.conftest import started_azurite
 from tests.test_cli_errors import _one_line, _runner

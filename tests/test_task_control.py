@@ -21,8 +21,8 @@ from checkpoint.storage import Storage
 from checkpoint.store import CheckpointStore
 from jobs.chunk import Chunk, ChunkControl
 from jobs.errors import ChunkStopped
-from runner.control import TaskControl
-from runner.lease import Lease
+from runner.worker.control import TaskControl
+from runner.worker.lease import Lease
 
 JOB = "job-ctl"
 LEASE_SECONDS = 30
@@ -610,7 +610,7 @@ def test_a_hold_told_by_the_watcher_stops_the_chunk_at_its_next_checkpoint(world
     chunk.checkpoint(2)  # kept in memory: the interval has not passed
     assert not chunk.stopping
 
-    control.hold(hold)  # the worker's hold watcher (runner.holds), no renewal needed
+    control.hold(hold)  # the worker's hold watcher (runner.worker.holds), no renewal needed
 
     # Then the chunk is told (a Spark job group's watcher polls this) ...
     assert chunk.stopping

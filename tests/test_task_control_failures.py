@@ -21,8 +21,8 @@ from checkpoint.faults import FaultyStorage, ScriptedFaults
 from checkpoint.settle import Writer
 from checkpoint.store import CheckpointStore
 from jobs.errors import ChunkStopped
-from runner.control import TaskControl, runner_side
-from runner.lease import Lease
+from runner.worker.control import TaskControl, runner_side
+from runner.worker.lease import Lease
 from tests.conftest import Backend
 
 LEASE_SECONDS = 30
@@ -89,7 +89,7 @@ def test_a_stop_whose_flush_finds_the_store_busy_to_the_end_still_stops(
     world.stopping.set()
 
     # When the chunk reaches its checkpoint, it stops
-    with caplog.at_level(logging.WARNING, logger="runner.control"):
+    with caplog.at_level(logging.WARNING, logger="runner.worker.control"):
         with pytest.raises(ChunkStopped):
             world.control.raise_if_stopped()
 

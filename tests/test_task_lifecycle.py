@@ -1,10 +1,10 @@
-"""Every branch of a task's life (runner/tasks.py), and of the finisher and the completion
+"""Every branch of a task's life (runner/worker/tasks.py), and of the finisher and the completion
 check that follow it, run in this process on both backends with a FakeClock
 (docs/semantics.md §2-§8).
 
 Each test records a job with CheckpointStore calls, puts a message on the job's queue,
-receives it as the worker loop does and hands it to ``runner.tasks.handle`` on a worker
-built by ``runner.loop.assemble``. What happens meanwhile (another worker's write, a store
+receives it as the worker loop does and hands it to ``runner.worker.tasks.handle`` on a worker
+built by ``runner.worker.loop.assemble``. What happens meanwhile (another worker's write, a store
 outage) is injected at the storage protocol just before a given call of the worker's
 (:class:`Meanwhile`, a fault plan).
 
@@ -40,9 +40,9 @@ from jobs.backoff import Backoff
 from jobs.chunk import Chunk
 from jobs.job import ChunkedJob
 from jobs.summary import JobSummary
-from runner.completion import set_job
-from runner.loop import assemble
-from runner.tasks import handle
+from runner.worker.job_completion import set_job
+from runner.worker.loop import assemble
+from runner.worker.tasks import handle
 from tests.conftest import Backend
 
 LEASE_SECONDS = 30

@@ -26,8 +26,8 @@ from jobs.errors import ChunkStopped
 from jobs.job import ChunkedJob
 from jobs.summary import JobSummary
 from jobs.testing import ChunkEnvironment, CrashAt, JobDidNotFinish, JobRun, run_job
-from runner.control import TaskControl
-from runner.lease import Lease
+from runner.worker.control import TaskControl
+from runner.worker.lease import Lease
 
 
 class CountRows(ChunkedJob):

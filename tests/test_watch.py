@@ -1,6 +1,6 @@
-"""``runner status --watch``: the view drawn from a snapshot (runner/watch_view.py, a pure
+"""``runner status --watch``: the view drawn from a snapshot (runner/cli/watch_view.py, a pure
 function rendered to a recording console, no terminal), rates and ETAs
-(runner/watch.py), and the command itself in a subprocess: refreshing without a terminal,
+(runner/cli/watch.py), and the command itself in a subprocess: refreshing without a terminal,
 redrawn on a pseudo-terminal, ending cleanly on Ctrl-C."""
 
 from __future__ import annotations
@@ -27,12 +27,12 @@ from checkpoint.errors import Throttled
 from checkpoint.records import CHECKPOINT_ON, Progress
 from checkpoint.store import CheckpointStore
 from checkpoint.workers import WorkerBook
-from runner.heartbeat import Heartbeat, Identity, RunningTasks
-from runner.logs import TaskIds
-from runner.snapshot import read_snapshot
-from runner.watch import Rates, watch
-from runner.watch_lines import plain_lines
-from runner.watch_view import duration, render_watch
+from runner.cli.snapshot import read_snapshot
+from runner.cli.watch import Rates, watch
+from runner.cli.watch_lines import plain_lines
+from runner.cli.watch_view import duration, render_watch
+from runner.worker.heartbeat import Heartbeat, Identity, RunningTasks
+from runner.worker.logs import TaskIds
 from tests.conftest import Backend
 from tests.e2e.processes import ROOT, runner_command
 

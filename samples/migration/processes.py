@@ -28,7 +28,7 @@ def runner_command() -> list[str]:
     script = Path(sys.executable).parent / "runner"
     if script.is_file():
         return [str(script)]
-    return [sys.executable, "-c", "from runner.cli import main; main()"]
+    return [sys.executable, "-c", "from runner.cli.commands import main; main()"]
 
 
 @dataclass

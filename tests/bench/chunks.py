@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from checkpoint.backends import open_storage
-from runner.loop import WorkerSettings
+from runner.worker.loop import WorkerSettings
 from tests import azurite as azurite_process
 from tests.bench import throughput
 from tests.bench.chunks_report import (
@@ -235,7 +235,7 @@ def report(results: Results, args: argparse.Namespace, load: str) -> list[str]:
         "*End to end* includes planning (`split`, chunk records, one message per chunk). "
         "*Planning alone*: a loop of one slot and no prefetch, stopped as it asks for more "
         "work; *processing alone*: a fresh loop then runs the planned chunks. Prefetch "
-        "adapts to the time chunks take unless a setting names it (`runner/prefetch.py`: "
+        "adapts to the time chunks take unless a setting names it (`runner/worker/prefetch.py`: "
         "up to 32 for trivial chunks, growing 0, 1, 3, 7 ... from the first chunk). "
         "Embedded: a fresh store directory per job, real clock." + azurite,
         "",

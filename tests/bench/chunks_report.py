@@ -6,7 +6,7 @@ import statistics
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from runner.loop import DEFAULT_POLL_MAX_SECONDS
+from runner.worker.loop import DEFAULT_POLL_MAX_SECONDS
 from tests.bench.chunk_jobs import Checkpointing
 from tests.bench.planning_memory import PlanningRun, bounded_line
 from tests.bench.raw_loop import RawTimes

@@ -57,7 +57,7 @@ def _runner() -> list[str]:
     script = Path(sys.executable).parent / "runner"
     if script.is_file():
         return [str(script)]
-    return [sys.executable, "-c", "from runner.cli import main; main()"]
+    return [sys.executable, "-c", "from runner.cli.commands import main; main()"]
 
 
 def _start(location: str, log_path: Path) -> subprocess.Popen[bytes]:

@@ -24,7 +24,7 @@ from checkpoint.backends import open_storage
 from checkpoint.storage import Storage
 from jobs.job import ChunkedJob
 from jobs.submit import submit
-from runner.loop import WorkerLoop, WorkerSettings
+from runner.worker.loop import WorkerLoop, WorkerSettings
 from tests.bench.chunk_jobs import Trivial
 from tests.bench.counting import Flag, Tally, counted
 

@@ -29,7 +29,7 @@ from pathlib import Path
 
 from checkpoint.errors import StorageError
 from checkpoint.faults import Outage
-from runner.supervisor import FAULTS_ENV, FAULTS_REPORT_ENV
+from runner.worker.supervisor import FAULTS_ENV, FAULTS_REPORT_ENV
 from tests import azurite as azurite_process
 from tests.chaos import analysis
 from tests.chaos.chaos_job import Chaos

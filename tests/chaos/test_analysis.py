@@ -5,16 +5,18 @@ from __future__ import annotations
 from tests.chaos.analysis import Fence, count_items, judge, log_time, parse_fences
 
 JOB = "e2e-x-chaos-20261125-1"
-_AT = "WARNING [MainProcess] runner.tasks:"
+_AT = "WARNING [MainProcess] runner.worker.tasks:"
 LOG = "\n".join(
     [
         f"2026-11-25 13:08:22,636 {_AT} chunk 5 of {JOB} stopped: lease lost (task record of "
         "chunk 5 changed: fenced)",
-        f"2026-11-25 13:08:23,058 WARNING [MainProcess] runner.finish: chunk 7 of {JOB} finished "
-        "but fenced: chunk record changed before it was marked done (...)",
+        "2026-11-25 13:08:23,058 WARNING [MainProcess] runner.worker.chunk_finisher: "
+        f"chunk 7 of {JOB} finished but fenced: chunk record changed before it was marked "
+        "done (...)",
         f"2026-11-25 13:08:24,000 {_AT} chunk 8 of {JOB}: finished but fenced (renewal refused: x)",
         f"2026-11-25 13:08:25,000 {_AT} chunk 9 of other-job stopped: lease lost (x)",
-        f"2026-11-25 13:08:26,000 INFO [MainProcess] runner.tasks: chunk 3 of {JOB}: already done",
+        "2026-11-25 13:08:26,000 INFO [MainProcess] runner.worker.tasks: "
+        f"chunk 3 of {JOB}: already done",
     ]
 )
 

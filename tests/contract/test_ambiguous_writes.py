@@ -25,9 +25,9 @@ from checkpoint.records import TaskRecord
 from checkpoint.settle import WRITER, Writer
 from checkpoint.store import CheckpointStore
 from jobs.errors import ChunkStopped
-from runner.control import TaskControl
-from runner.lease import Lease, LeaseKeeper
-from runner.tasks import _stopped
+from runner.worker.control import TaskControl
+from runner.worker.lease import Lease, LeaseKeeper
+from runner.worker.tasks import _stopped
 
 LEASE_SECONDS = 30
 

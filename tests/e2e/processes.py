@@ -29,7 +29,7 @@ def runner_command() -> list[str]:
     script = Path(sys.executable).parent / "runner"
     if script.is_file():
         return [str(script)]
-    return [sys.executable, "-c", "from runner.entry import main; main()"]
+    return [sys.executable, "-c", "from runner.cli.entry import main; main()"]
 
 
 def wait_until(

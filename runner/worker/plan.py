@@ -20,7 +20,7 @@ from checkpoint.retries import Budget
 from checkpoint.storage import NEVER_EXPIRES, QueueStore
 from checkpoint.store import CheckpointStore
 from jobs.job import ChunkedJob
-from runner.control import TaskControl, runner_side
+from runner.worker.control import TaskControl, runner_side
 
 #: Chunks recorded and enqueued per step (16 shards x 25 rows per batch).
 PAGE_CHUNKS = 400

@@ -125,7 +125,8 @@ class ContextFilter(logging.Filter):
 
 
 class TextFormatter(logging.Formatter):
-    """:data:`TEXT_FORMAT`: ``... INFO [worker-1 host:4711:9ff4 job-x#3 a1] runner.tasks: ...``."""
+    """:data:`TEXT_FORMAT`, as in
+    ``... INFO [worker-1 host:4711:9ff4 job-x#3 a1] runner.worker.tasks: ...``."""
 
     def __init__(self) -> None:
         super().__init__(TEXT_FORMAT)

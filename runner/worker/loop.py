@@ -26,16 +26,16 @@ from checkpoint.storage import QueueMessage, Storage
 from checkpoint.store import CheckpointStore
 from checkpoint.workers import WorkerBook
 from jobs.job import ChunkedJob
-from runner.completion import Completion
-from runner.finish import Finisher
-from runner.heartbeat import BEAT_SECONDS, Heartbeat, Identity
-from runner.holds import HoldWatcher
-from runner.jobwatch import JobWatch
-from runner.lease import Lease, LeaseKeeper
-from runner.logs import in_context, worker_ids
-from runner.poison import PoisonRouter
-from runner.prefetch import Prefetch
-from runner.tasks import Context, handle, hold
+from runner.worker.chunk_finisher import Finisher
+from runner.worker.heartbeat import BEAT_SECONDS, Heartbeat, Identity
+from runner.worker.holds import HoldWatcher
+from runner.worker.job_cache import JobCache
+from runner.worker.job_completion import Completion
+from runner.worker.lease import Lease, LeaseKeeper
+from runner.worker.logs import in_context, worker_ids
+from runner.worker.poison import PoisonRouter
+from runner.worker.prefetch import Prefetch
+from runner.worker.tasks import Context, handle, hold
 
 log = logging.getLogger(__name__)
 
@@ -58,7 +58,7 @@ class WorkerSettings:
     Attributes:
         concurrency: chunks run at once in this process (threads).
         prefetch: messages received ahead of a free slot (leased and renewed while they
-            wait). None: adapt to how long chunks take (:mod:`runner.prefetch`): none
+            wait). None: adapt to how long chunks take (:mod:`runner.worker.prefetch`): none
             for long chunks, so idle workers elsewhere can take the work, up to 32 for
             chunks of milliseconds, so one receive feeds many of them.
         poll_max_seconds: longest wait between receives while the queues are empty
@@ -67,7 +67,7 @@ class WorkerSettings:
         stop_timeout_seconds: on a stop request, how long running chunks get to reach
             their next checkpoint before the process exits anyway.
         heartbeat_seconds: how often the worker's heartbeat record is written
-            (:mod:`runner.heartbeat`).
+            (:mod:`runner.worker.heartbeat`).
     """
 
     concurrency: int = DEFAULT_CONCURRENCY
@@ -101,8 +101,8 @@ def assemble(
     store = CheckpointStore(storage, clock)
     keeper = LeaseKeeper(storage.queues, clock)
     classes = {cls.job_type(): cls for cls in job_classes}
-    watch = JobWatch(store, clock)
-    holds = HoldWatcher(watch, clock)
+    job_cache = JobCache(store, clock)
+    holds = HoldWatcher(job_cache, clock)
     completion = Completion(store, storage.queues, classes, failed=holds.job_changed)
     return Context(
         store=store,
@@ -114,7 +114,7 @@ def assemble(
         poison=PoisonRouter(storage.queues, keeper, clock),
         completion=completion,
         finisher=Finisher(store, keeper, completion, clock),
-        watch=watch,
+        job_cache=job_cache,
         holds=holds,
         workers=WorkerBook(storage.records),
     )
@@ -173,7 +173,7 @@ class WorkerLoop:
 
     def run(self) -> int:
         """Serve until stopped; returns an exit code. Every line logged by its threads
-        carries the worker id (:mod:`runner.logs`)."""
+        carries the worker id (:mod:`runner.worker.logs`)."""
         with worker_ids(self.worker_id):
             return self._run()
 

@@ -17,7 +17,7 @@ K = TypeVar("K")
 V = TypeVar("V")
 
 
-class Recent(Generic[K, V]):
+class LruMap(Generic[K, V]):
     """At most ``size`` entries; the least recently used goes first. Thread-safe."""
 
     def __init__(self, size: int):

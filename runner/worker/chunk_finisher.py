@@ -5,7 +5,7 @@ finisher's thread takes everything handed over since its last pass and, per job 
 shard, writes the chunks' done marks with the shard's counter in one atomic batch
 (:meth:`~checkpoint.store.CheckpointStore.count_chunks`), sees whether the job is
 complete, and only then deletes the messages, in one call per queue. That is the order
-of :mod:`runner.tasks` (done before delete, completion checked before delete), so a
+of :mod:`runner.worker.tasks` (done before delete, completion checked before delete), so a
 crash at any point is as harmless as it was chunk by chunk; it only makes one write and
 one delete serve many chunks. A group is whatever finished while the previous one was
 being written, plus what finishes in the next :data:`LINGER_SECONDS`.
@@ -29,9 +29,9 @@ from checkpoint.errors import BadRecord, StorageError
 from checkpoint.records import TaskRecord
 from checkpoint.retries import Budget
 from checkpoint.store import CheckpointStore
-from runner.completion import Completion, set_job
-from runner.lease import Lease, LeaseKeeper
-from runner.logs import in_context
+from runner.worker.job_completion import Completion, set_job
+from runner.worker.lease import Lease, LeaseKeeper
+from runner.worker.logs import in_context
 
 log = logging.getLogger(__name__)
 
@@ -171,7 +171,7 @@ class Finisher:
         except BadRecord as bad:
             # A garbled shard counter: no chunk of the shard can be counted again, so
             # the job can never complete. Say so on the job; the chunks are poisoned
-            # once their attempts are spent (runner.tasks).
+            # once their attempts are spent (runner.worker.tasks).
             log.error("marking %d chunk(s) of %s done failed: %s", len(chunks), job_id, bad)
             try:
                 set_job(self._store, job_id, budget, state="failed", error=str(bad))
@@ -207,7 +207,7 @@ class Finisher:
             self._completion.check(job_id, budget, shard, counts)
         except StorageError as error:
             # Kept, not deleted: the messages come back, are found done, and the check
-            # is made again then (runner.tasks._after_done).
+            # is made again then (runner.worker.tasks._after_done).
             log.warning("checking whether %s is complete failed: %s", job_id, error)
             for lease in done:
                 self._keeper.drop(lease)

@@ -33,8 +33,8 @@ from checkpoint.clock import Clock
 from checkpoint.errors import LeaseLost, StorageError
 from checkpoint.retries import Budget
 from checkpoint.storage import QueueMessage, QueueStore
-from runner.logs import in_context
-from runner.pool import DaemonPool
+from runner.worker.logs import in_context
+from runner.worker.pool import DaemonPool
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -102,7 +102,8 @@ class Lease:
     lost: bool = False
     active: bool = True
     lock: threading.Lock = field(default_factory=threading.Lock)
-    #: The chunk finished and its message is the finisher's to delete (runner.finish).
+    #: The chunk finished and its message is the finisher's to delete
+    #: (runner.worker.chunk_finisher).
     handed_over: bool = False
     #: A renewal was applied but its answer lost, so the newest pop receipt is unknown:
     #: the message can be neither renewed nor deleted, only left to reappear.

@@ -5,7 +5,7 @@
 (the spec's seed plus the pid, so workers sharing one spec fail differently), and keeps
 the counts of calls and faults in a JSON file while the worker runs: every few seconds
 and once more at a clean exit, so the counts of a SIGKILLed worker are mostly kept.
-The environment itself is read by :mod:`runner.supervisor`, in one place.
+The environment itself is read by :mod:`runner.worker.supervisor`, in one place.
 """
 
 from __future__ import annotations

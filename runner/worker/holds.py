@@ -3,7 +3,7 @@
 One thread per worker process, apart from the lease keeper: a lease of 30 s is renewed
 only at 21 s, and a chunk shorter than that would otherwise run to its end on a
 cancelled job. For each job with tasks running here, the thread asks the worker's
-:class:`~runner.jobwatch.JobWatch` about the job every :data:`CHECK_SECONDS`, by a
+:class:`~runner.worker.job_cache.JobCache` about the job every :data:`CHECK_SECONDS`, by a
 record at most :data:`MAX_AGE_SECONDS` old: one job-record read per worker and job
 about once a second, however many of the job's chunks run, and shared with the
 worker's deliveries of that job. A job found cancelled, deleted (or being deleted), or
@@ -24,8 +24,8 @@ from typing import Protocol
 
 from checkpoint.clock import Clock
 from checkpoint.records import JobRecord
-from runner.jobwatch import JobWatch
-from runner.logs import in_context
+from runner.worker.job_cache import JobCache
+from runner.worker.logs import in_context
 
 log = logging.getLogger(__name__)
 
@@ -38,7 +38,8 @@ MAX_AGE_SECONDS = 0.5
 
 
 class Holdable(Protocol):
-    """A running task, as the watcher tells it to stop (:class:`runner.control.TaskControl`)."""
+    """A running task, as the watcher tells it to stop
+    (:class:`runner.worker.control.TaskControl`)."""
 
     def hold(self, reason: str) -> bool:
         """The task's job wants it stopped ("deleted", "cancelled" or "paused"); True if
@@ -50,12 +51,12 @@ class HoldWatcher:
 
     def __init__(
         self,
-        watch: JobWatch,
+        job_cache: JobCache,
         clock: Clock,
         check_seconds: float = CHECK_SECONDS,
         max_age_seconds: float = MAX_AGE_SECONDS,
     ):
-        self._watch = watch
+        self._job_cache = job_cache
         self._clock = clock
         self.check_seconds = check_seconds
         self._max_age_seconds = max_age_seconds
@@ -87,7 +88,7 @@ class HoldWatcher:
     def job_changed(self, job: JobRecord) -> None:
         """This worker wrote ``job`` (failed it past its tolerated failures): its next
         delivery of the job, and its running tasks, act on it now, not after a look."""
-        self._watch.note(job)
+        self._job_cache.note(job)
         if job.hold is not None:
             self._tell(job.job_id, job.hold)
 
@@ -97,7 +98,7 @@ class HoldWatcher:
         with self._guard:
             due = [job for job, at in self._looked_at.items() if now - at >= self.check_seconds]
         for job_id in due:
-            hold = self._watch.hold(job_id, self._max_age_seconds)  # never raises
+            hold = self._job_cache.hold(job_id, self._max_age_seconds)  # never raises
             with self._guard:
                 if job_id in self._looked_at:
                     self._looked_at[job_id] = self._clock.monotonic()

@@ -12,7 +12,7 @@ from checkpoint.store import CheckpointStore
 from jobs.chunk import Chunk
 from jobs.job import ChunkedJob
 from jobs.summary import JobSummary, PoisonedChunk
-from runner.control import TaskControl, runner_side
+from runner.worker.control import TaskControl, runner_side
 
 
 def run_user_code(

@@ -1,7 +1,7 @@
 """``runner status --watch``: read a snapshot every few seconds and draw it.
 
 On a terminal the view is redrawn in place (rich's ``Live``); anywhere else (a pipe, a
-file, CI) each refresh prints one plain line per job (:mod:`runner.watch_lines`), so
+file, CI) each refresh prints one plain line per job (:mod:`runner.cli.watch_lines`), so
 ``--watch`` also works as a progress log. The rate of each job (chunks per second,
 counting the fractions running chunks said they are done) is measured over the last
 :data:`RATE_WINDOW_SECONDS` of refreshes, and the ETA is what is left at that rate. A
@@ -26,9 +26,9 @@ from rich.live import Live
 
 from checkpoint.errors import RunnerError
 from checkpoint.store import CheckpointStore
-from runner.snapshot import read_snapshot
-from runner.watch_lines import active_jobs, plain_lines
-from runner.watch_view import ENDED_STATES, render_watch
+from runner.cli.snapshot import read_snapshot
+from runner.cli.watch_lines import active_jobs, plain_lines
+from runner.cli.watch_view import ENDED_STATES, render_watch
 
 DEFAULT_INTERVAL_SECONDS = 2.0
 MIN_INTERVAL_SECONDS = 0.2

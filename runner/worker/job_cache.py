@@ -3,11 +3,11 @@ pause within a second or two, and never once per message.
 
 Every message a worker receives needs its job's record (the job type, the queue, the
 params, and whether it is cancelled or paused), and the worker's hold watcher
-(:mod:`runner.holds`) asks about every job with running tasks about once a second. Both
+(:mod:`runner.worker.holds`) asks about every job with running tasks about once a second. Both
 read through here: a record read in the last :data:`FRESH_SECONDS` serves them all, so a
 worker running a thousand quick chunks of one job reads that job's record about once a
 second. A record this worker wrote itself (the job failed past its tolerated failures)
-is noted at once (:meth:`JobWatch.note`), so its next delivery of the job acts on it.
+is noted at once (:meth:`JobCache.note`), so its next delivery of the job acts on it.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from checkpoint.errors import BadRecord, JobNotFound, StorageError
 from checkpoint.records import JobRecord
 from checkpoint.retries import Budget
 from checkpoint.store import CheckpointStore
-from runner.recent import Recent
+from runner.worker.lru_map import LruMap
 
 log = logging.getLogger(__name__)
 
@@ -30,13 +30,13 @@ FRESH_SECONDS = 1.0
 JOBS_KEPT = 256
 
 
-class JobWatch:
+class JobCache:
     """Fresh-enough job records, shared by a worker's threads."""
 
     def __init__(self, store: CheckpointStore, clock: Clock, jobs_kept: int = JOBS_KEPT):
         self._store = store
         self._clock = clock
-        self._known: Recent[str, tuple[float, JobRecord]] = Recent(jobs_kept)
+        self._known: LruMap[str, tuple[float, JobRecord]] = LruMap(jobs_kept)
 
     def job(
         self,

@@ -11,12 +11,12 @@ The order of the steps is the product's correctness, so it is spelled out here:
    that): poison it.
 4. Claim: a conditional write marking the task running under this message. Losing that
    race releases the message for later.
-5. Run the user's code; checkpoints are fenced writes (see :mod:`runner.control`).
+5. Run the user's code; checkpoints are fenced writes (see :mod:`runner.worker.control`).
 6. Success: mark done (with the shard's counter, atomically) *before* deleting the
    message, then see whether the job is complete. For chunks the slot hands that to
-   the :class:`~runner.finish.Finisher`, which does it for many chunks at once. Failure:
-   record the error and make the message visible again after a backoff, or poison it
-   on the last attempt.
+   the :class:`~runner.worker.chunk_finisher.Finisher`, which does it for many chunks at
+   once. Failure: record the error and make the message visible again after a backoff,
+   or poison it on the last attempt.
 """
 
 from __future__ import annotations
@@ -61,18 +61,18 @@ from jobs.backoff import compute_backoff
 from jobs.errors import ChunkFailed, ChunkStopped, JobCancelled, JobDeleted, JobPaused
 from jobs.job import ChunkedJob
 from jobs.spark_session import connect_session_text
-from runner.completion import Completion, set_job
-from runner.control import TaskControl
-from runner.finish import Ended, Finisher
-from runner.heartbeat import RunningTasks
-from runner.holds import HoldWatcher
-from runner.jobwatch import JobWatch
-from runner.lease import Lease, LeaseKeeper
-from runner.observe import finished_line, task_running
-from runner.plan import run_plan
-from runner.poison import PoisonRouter
-from runner.takeover import takeover_of
-from runner.work import run_user_code
+from runner.worker.chunk_finisher import Ended, Finisher
+from runner.worker.control import TaskControl
+from runner.worker.heartbeat import RunningTasks
+from runner.worker.holds import HoldWatcher
+from runner.worker.job_cache import JobCache
+from runner.worker.job_completion import Completion, set_job
+from runner.worker.lease import Lease, LeaseKeeper
+from runner.worker.observe import finished_line, task_running
+from runner.worker.plan import run_plan
+from runner.worker.poison import PoisonRouter
+from runner.worker.takeover import takeover_of
+from runner.worker.user_code import run_user_code
 
 log = logging.getLogger(__name__)
 
@@ -93,7 +93,7 @@ DELIVERIES_PER_ATTEMPT = 4
 @dataclass
 class Context:
     """What every task of one worker process shares; assembled by the worker loop
-    (:func:`runner.loop.assemble`), each part given only what it uses."""
+    (:func:`runner.worker.loop.assemble`), each part given only what it uses."""
 
     store: CheckpointStore
     queues: QueueStore
@@ -104,7 +104,7 @@ class Context:
     poison: PoisonRouter
     completion: Completion
     finisher: Finisher
-    watch: JobWatch
+    job_cache: JobCache
     #: Tells running tasks of a cancelled or paused job to stop (its own thread).
     holds: HoldWatcher
     #: Heartbeats, read when a claim takes over a chunk whose attempt ran Spark work.
@@ -192,9 +192,9 @@ def _handle_held(worker: Context, queue: str, message: QueueMessage, lease: Leas
 
 
 def _job(worker: Context, job_id: str, lease: Lease) -> JobRecord:
-    # Fresh within a second (runner.jobwatch): a cancel or a pause counts at once.
+    # Fresh within a second (runner.worker.job_cache): a cancel or a pause counts at once.
     try:
-        return worker.watch.job(job_id, lease.budget(retries.READ, worker.clock))
+        return worker.job_cache.job(job_id, lease.budget(retries.READ, worker.clock))
     except JobNotFound as missing:
         raise BadMessage(f"no job {job_id!r} in the checkpoint store") from missing
     except BadRecord as bad:
@@ -873,7 +873,7 @@ def _job_now(
 ) -> JobRecord | None:
     """The job record to judge a message by, None if there is none (BadRecord raised).
 
-    A record read in the last second (:mod:`runner.jobwatch`) serves a chunk it does not
+    A record read in the last second (:mod:`runner.worker.job_cache`) serves a chunk it does not
     condemn. Planning and finalize are judged by the stored record (they would record
     their task anew for a job gone: ``ensure_task``), and so is a chunk the remembered
     record condemns: it may be of a job deleted and submitted again since.
@@ -881,9 +881,9 @@ def _job_now(
     budget = lease.budget(retries.READ, worker.clock)
     fresh = fresh or task_message.kind != "chunk"
     try:
-        job = worker.watch.job(task_message.job_id, budget, fresh=fresh)
+        job = worker.job_cache.job(task_message.job_id, budget, fresh=fresh)
         if not fresh and leftover_reason(task_message, job) is not None:
-            job = worker.watch.job(task_message.job_id, budget, fresh=True)
+            job = worker.job_cache.job(task_message.job_id, budget, fresh=True)
     except JobNotFound:
         return None
     return job

@@ -31,7 +31,7 @@ from checkpoint.settle import Writer
 from checkpoint.store import CheckpointStore
 from jobs.chunk import Takeover
 from jobs.errors import ChunkStopped, JobCancelled, JobDeleted, JobPaused
-from runner.lease import Lease
+from runner.worker.lease import Lease
 
 _NOTHING = object()
 T = TypeVar("T")
@@ -67,7 +67,7 @@ class TaskControl:
         self.taken_over = taken_over
         self._outputs: dict[str, Any] | None = None  # read from the record when first asked
         #: Why the job stopped wanting this task ("cancelled", "paused"), or None:
-        #: told by the worker's hold watcher (:mod:`runner.holds`).
+        #: told by the worker's hold watcher (:mod:`runner.worker.holds`).
         self.held: str | None = None
         self.writer = writer or Writer()
         self._clock = clock

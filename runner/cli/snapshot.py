@@ -1,4 +1,4 @@
-"""Everything ``runner status`` shows, read at once: the jobs (:mod:`runner.status`) and
+"""Everything ``runner status`` shows, read at once: the jobs (:mod:`runner.cli.status`) and
 the workers, from their heartbeats (:mod:`checkpoint.workers`).
 
 A job's report lists the workers serving its queue (``workers``); ``runner status
@@ -15,9 +15,9 @@ from checkpoint.errors import BadRecord
 from checkpoint.records import JobRecord
 from checkpoint.store import CheckpointStore
 from checkpoint.workers import WorkerBook, WorkerRecord
-from runner.json_form import utc
-from runner.selection import select_jobs
-from runner.status import job_status, unreadable_job
+from runner.cli.json_form import utc
+from runner.cli.selection import select_jobs
+from runner.cli.status import job_status, unreadable_job
 
 
 def read_report(
@@ -29,7 +29,7 @@ def read_report(
     limit: int | None = None,
 ) -> list[dict[str, Any]]:
     """The status of one job (``job_id``) or of every job (newest first, only those in
-    ``states`` if given, at most ``limit``: :func:`runner.selection.select_jobs`), each
+    ``states`` if given, at most ``limit``: :func:`runner.cli.selection.select_jobs`), each
     with the workers serving it (from ``workers`` if given, else read now).
 
     Raises:

@@ -1,8 +1,8 @@
 """What a running task shows the outside: its ids on every log line, its start, resume
 and end lines, and its place among the worker's running tasks (the heartbeat's).
 
-The lines (``runner.tasks`` logger, with the ids of :mod:`runner.logs`), the last two at
-WARNING::
+The lines (``runner.worker.tasks`` logger, with the ids of :mod:`runner.worker.logs`), the
+last two at WARNING::
 
     chunk 3 of job-x started (attempt 1)
     chunk 3 of job-x resumed (attempt 2) from its checkpoint of 2026-11-22T01:50:10+00:00,
@@ -21,11 +21,11 @@ from datetime import datetime
 
 from checkpoint.errors import BadRecord
 from checkpoint.records import CHECKPOINT_ON, Progress, TaskRecord
-from runner.heartbeat import RunningTasks
-from runner.logs import TaskIds, task_ids
+from runner.worker.heartbeat import RunningTasks
+from runner.worker.logs import TaskIds, task_ids
 
-#: The logger of a task's lines: the one ``runner.tasks`` logs its other lines with.
-log = logging.getLogger("runner.tasks")
+#: The logger of a task's lines: the one ``runner.worker.tasks`` logs its other lines with.
+log = logging.getLogger("runner.worker.tasks")
 
 
 def ids_of(task: TaskRecord) -> TaskIds:

@@ -34,21 +34,21 @@ from jobs.retention import parse_age
 from jobs.retention import purge as purge_jobs
 from jobs.spark_settings import CONF_ENV, MASTER_ENV, REMOTE_ENV, check_remote
 from jobs.submit import submit as submit_job
-from runner.checking import check_location
-from runner.json_form import utc
-from runner.logs import LOG_FORMATS, LogFormat
-from runner.loop import (
+from runner.cli.checking import check_location
+from runner.cli.json_form import utc
+from runner.cli.redrive import redrive
+from runner.cli.render import render_poisoned, render_report, render_status, report_csv_row
+from runner.cli.snapshot import read_report
+from runner.cli.status import REPORT_COLUMNS, failure_report, poisoned_chunks
+from runner.cli.watch import DEFAULT_INTERVAL_SECONDS, MIN_INTERVAL_SECONDS, watch_status
+from runner.worker.logs import LOG_FORMATS, LogFormat
+from runner.worker.loop import (
     DEFAULT_CONCURRENCY,
     DEFAULT_POLL_MAX_SECONDS,
     DEFAULT_STOP_TIMEOUT_SECONDS,
     WorkerSettings,
 )
-from runner.redrive import redrive
-from runner.render import render_poisoned, render_report, render_status, report_csv_row
-from runner.snapshot import read_report
-from runner.status import REPORT_COLUMNS, failure_report, poisoned_chunks
-from runner.supervisor import StartOptions, configure_logging, run_workers
-from runner.watch import DEFAULT_INTERVAL_SECONDS, MIN_INTERVAL_SECONDS, watch_status
+from runner.worker.supervisor import StartOptions, configure_logging, run_workers
 
 STORAGE_HELP = (
     "Azure Storage connection string (AccountName=... or UseDevelopmentStorage=true), "

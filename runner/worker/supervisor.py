@@ -34,10 +34,10 @@ from checkpoint.backends import open_storage
 from checkpoint.errors import RunnerError
 from jobs.backoff import Backoff, compute_backoff
 from jobs.registry import load_job_class
-from runner import logs
-from runner.faults import injected_faults
-from runner.logs import LogFormat
-from runner.loop import EXIT_ERROR, EXIT_FORCED, EXIT_OK, WorkerLoop, WorkerSettings
+from runner.worker import logs
+from runner.worker.faults import injected_faults
+from runner.worker.logs import LogFormat
+from runner.worker.loop import EXIT_ERROR, EXIT_FORCED, EXIT_OK, WorkerLoop, WorkerSettings
 
 log = logging.getLogger(__name__)
 
@@ -58,7 +58,7 @@ _PR_SET_PDEATHSIG = 1
 
 
 def configure_logging(level: str, log_format: LogFormat = "text") -> None:
-    """Log at ``level`` to stderr in ``log_format`` (:mod:`runner.logs`); the Azure SDK's
+    """Log at ``level`` to stderr in ``log_format`` (:mod:`runner.worker.logs`); the Azure SDK's
     per-request HTTP logs only at DEBUG (at INFO they bury the runner's own lines under
     ~20 lines per storage call)."""
     logging.basicConfig(level=level, handlers=[logs.handler(log_format)], force=True)

@@ -27,7 +27,7 @@ from checkpoint import retries
 from checkpoint.clock import Clock
 from checkpoint.errors import StorageError
 from checkpoint.workers import WorkerBook, WorkerRecord, WorkerState
-from runner.logs import TaskIds, in_context
+from runner.worker.logs import TaskIds, in_context
 
 log = logging.getLogger(__name__)
 

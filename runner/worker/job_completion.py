@@ -16,7 +16,7 @@ from checkpoint.retries import Budget
 from checkpoint.storage import NEVER_EXPIRES, QueueStore
 from checkpoint.store import CheckpointStore
 from jobs.job import ChunkedJob
-from runner.recent import Recent
+from runner.worker.lru_map import LruMap
 
 #: Jobs whose chunk total a worker remembers (a total never changes once planned).
 TOTALS_KEPT = 1024
@@ -44,7 +44,7 @@ class Completion:
     ``failed`` is told the job's record when this worker finds it failed past its
     tolerated failures (it failed it, or found it so): the worker stops its own
     deliveries and running tasks of the job at once, before its cached record of the
-    job would let it start another chunk (:meth:`runner.holds.HoldWatcher.job_changed`).
+    job would let it start another chunk (:meth:`runner.worker.holds.HoldWatcher.job_changed`).
     """
 
     def __init__(
@@ -60,7 +60,7 @@ class Completion:
         self._job_classes = job_classes
         self._failed = failed
         #: Chunk totals of planned jobs, with the incarnation each belongs to.
-        self._totals: Recent[str, tuple[str | None, int]] = Recent(totals_kept)
+        self._totals: LruMap[str, tuple[str | None, int]] = LruMap(totals_kept)
 
     def check(
         self,

@@ -12,9 +12,10 @@ import importlib.util
 import sys
 from pathlib import Path
 
-#: The top-level packages chunkrunner installs beside this one.
+#: The top-level packages chunkrunner installs (``runner`` holds this module).
 OUR_PACKAGES = ("jobs", "checkpoint", "runner")
-_OUR_ROOT = Path(__file__).resolve().parent.parent
+#: The directory holding them: this file is runner/cli/entry.py in it.
+_OUR_ROOT = Path(__file__).resolve().parents[2]
 
 
 def hidden_package() -> str | None:
@@ -36,6 +37,6 @@ def main() -> None:
     if problem is not None:
         print(f"runner: error: {problem}", file=sys.stderr)
         sys.exit(1)
-    from runner.cli import main as cli_main  # only now that `jobs` is known to be ours
+    from runner.cli.commands import main as cli_main  # only now that `jobs` is known to be ours
 
     cli_main()

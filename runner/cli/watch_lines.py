@@ -3,7 +3,7 @@
 Piped, redirected or in CI there is no screen to redraw: the live view would be printed
 whole at each refresh, wrapped at 80 columns, its bars blank. A progress log wants one
 whole line a job instead, that ``grep`` and ``tail -f`` read: when, which job, its
-state, its counts, its rate and ETA. Like :func:`runner.watch_view.render_watch` this is
+state, its counts, its rate and ETA. Like :func:`runner.cli.watch_view.render_watch` this is
 a pure function of a snapshot.
 """
 
@@ -13,8 +13,8 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-from runner.render import chunk_counts
-from runner.watch_view import ENDED_STATES, MAX_ENDED_JOBS, rate_words
+from runner.cli.render import chunk_counts
+from runner.cli.watch_view import ENDED_STATES, MAX_ENDED_JOBS, rate_words
 
 
 def plain_lines(snapshot: Mapping[str, Any], active_before: set[str], first: bool) -> list[str]:

@@ -9,7 +9,7 @@ from checkpoint.clock import Clock
 from checkpoint.errors import StorageError
 from checkpoint.layout import POISON_SUFFIX
 from checkpoint.storage import NEVER_EXPIRES, QueueStore
-from runner.lease import Lease, LeaseKeeper
+from runner.worker.lease import Lease, LeaseKeeper
 
 log = logging.getLogger(__name__)
 

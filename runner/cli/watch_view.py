@@ -1,6 +1,6 @@
 """The live view of ``runner status --watch``, drawn from one snapshot.
 
-:func:`render_watch` is a pure function: a snapshot (:func:`runner.snapshot.read_snapshot`,
+:func:`render_watch` is a pure function: a snapshot (:func:`runner.cli.snapshot.read_snapshot`,
 with the watcher's ``rates`` added) in, a rich renderable out. Every time shown is
 relative to the snapshot's own ``taken_on``, so the same snapshot always draws the same
 view, and a test renders it to a recording console without a terminal.
@@ -17,7 +17,7 @@ from rich.progress_bar import ProgressBar
 from rich.table import Table
 from rich.text import Text
 
-from runner.render import chunk_counts
+from runner.cli.render import chunk_counts
 
 #: How the states are coloured (a terminal only; recorded text has none).
 STATE_STYLES = {

@@ -18,7 +18,7 @@ from checkpoint import checks
 from checkpoint.errors import BadRecord, NotFound
 from checkpoint.records import CHECKPOINT_ON, JobRecord, Progress, TaskKind, TaskRecord
 from checkpoint.store import CheckpointStore
-from runner.json_form import bounded_user_value, utc
+from runner.cli.json_form import bounded_user_value, utc
 
 #: Longest progress text shown per running chunk.
 PROGRESS_CHARS = 80
