@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from checkpoint.errors import NotFound, StorageError, Throttled, Unavailable
-from runner.plan import sender_of_unsent
+from runner.worker.plan import sender_of_unsent
 
 
 class SometimesRefused:
