@@ -1,11 +1,12 @@
-"""The import rules of docs/architecture.md, checked on the source.
+"""The import rules of docs/architecture.md, and its size rule for classes, checked on
+the source.
 
 ``checkpoint`` is the lowest layer (errors, the clock, storage, its limits), ``jobs``
 builds on it and ``runner`` on both; ``jobs.testing`` alone sits above ``runner``,
 because a whole job run in a test's own process must run the worker's own code, not a
 copy of it. No module imports inside a function or under ``TYPE_CHECKING`` to dodge a
 cycle: the graph of our modules has none. Third-party imports may be deferred (PySpark,
-azure-identity are optional extras).
+azure-identity are optional extras). No class spans more than :data:`MAX_CLASS_LINES`.
 """
 
 from __future__ import annotations
@@ -31,6 +32,9 @@ DEFERRED = {
     ("checkpoint.backends", "checkpoint.backends.embedded"): "likewise sqlite for the embedded",
     ("runner.entry", "runner.cli"): "imported once no package of the user's hides ours",
 }
+#: The most lines one class of ours may span, its docstring and comments included: a
+#: class past it holds more than one concern, to be split into parts of one each.
+MAX_CLASS_LINES = 300
 
 
 def _modules() -> dict[str, Path]:
@@ -114,8 +118,40 @@ def test_no_module_imports_itself_round_a_cycle():
         visit(module, [])
 
 
+def _class_lines(path: Path) -> dict[str, int]:
+    """Lines each class in ``path`` spans (nested ones too, by qualified name)."""
+    tree = ast.parse(path.read_text(), str(path))
+    found = {}
+
+    def visit(node: ast.AST, prefix: str) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.ClassDef):
+                name = prefix + child.name
+                first = min([child.lineno, *(d.lineno for d in child.decorator_list)])
+                found[name] = (child.end_lineno or child.lineno) - first + 1
+                visit(child, name + ".")
+            else:
+                visit(child, prefix)
+
+    visit(tree, "")
+    return found
+
+
+@pytest.mark.parametrize("module", sorted(MODULES))
+def test_no_class_is_longer_than_the_limit(module):
+    too_long = {
+        name: lines
+        for name, lines in _class_lines(MODULES[module]).items()
+        if lines > MAX_CLASS_LINES
+    }
+    assert not too_long, f"{module}: classes over {MAX_CLASS_LINES} lines: {too_long}"
+
+
 def test_the_rules_see_what_they_check():
     # Guards the checks above against passing vacuously (a parsing slip finding nothing).
     imports = {imported for imported, _, _ in _imports(MODULES["runner.tasks"])}
     assert {"checkpoint.store", "jobs.job", "runner.lease"} <= imports
     assert len(MODULES) > 40
+    # and the class sizes, a decorated class counted from its decorator
+    sizes = _class_lines(MODULES["runner.lease"])
+    assert sizes["Lease"] > 60 and sizes["LeaseKeeper"] > 100
