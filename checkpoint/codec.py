@@ -63,3 +63,12 @@ def _limits(data: bytes) -> dict[str, int]:
         "max_array_len": size,
         "max_map_len": size // 2,
     }
+
+
+def round_trip(value: Any, what: str = "value") -> Any:
+    """``value`` after a msgpack round trip: what a reader of it stored gets back.
+
+    Raises:
+        CodecError: ``value`` is not msgpack-able.
+    """
+    return decode(encode(value, what), what)

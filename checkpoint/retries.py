@@ -152,3 +152,8 @@ def _log_retry(state: RetryCallState, what: str) -> None:
 def once(clock: Clock) -> Budget:
     """A budget of exactly one try (the caller has a retry of its own, or none is due)."""
     return Budget(CHECKPOINT, clock)
+
+
+def given(budget: Budget | None, clock: Clock) -> Budget:
+    """The caller's budget, or :data:`STANDALONE`'s on ``clock`` if it gave none."""
+    return budget if budget is not None else Budget(STANDALONE, clock)

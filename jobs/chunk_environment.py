@@ -33,29 +33,20 @@ from __future__ import annotations
 
 import secrets
 import threading
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from checkpoint import codec
 from checkpoint.clock import FakeClock
+from checkpoint.codec import round_trip
 from checkpoint.errors import LeaseLost
 from checkpoint.records import Progress
 from jobs.chunk import Chunk, Takeover
 from jobs.errors import ChunkStopped
 from jobs.job import ChunkedJob
-from jobs.summary import JobSummary
+from jobs.job_steps import run_finalize, run_split
+from jobs.simulated_worker import SimulatedCheckpoints, SimulatedWorker
 
 _UNSET: Any = object()
-_NOTHING: Any = object()
-
-
-def round_trip(value: Any, what: str) -> Any:
-    """``value`` after a msgpack round trip: what a worker would read back.
-
-    Raises:
-        CodecError: ``value`` is not msgpack-able.
-    """
-    return codec.decode(codec.encode(value, what), what)
 
 
 class ChunkEnvironment:
@@ -140,20 +131,13 @@ class ChunkEnvironment:
         self.on_checkpoint = on_checkpoint
         self.checkpoints: list[Any] = []
         self.progress: list[Progress | None] = []
-        self.durable: list[Any] = []
-        self.durable_progress: Progress | None = None
-        self._newest_progress: Progress | None = None
         self.result: Any = None
         self._lock = threading.RLock()
-        self._lost = threading.Event()
-        self._lost_reason = ""
-        self._stopping = threading.Event()
-        self._newest: Any = _NOTHING
+        #: The lease, the stop and the checkpoint writes (:mod:`jobs.simulated_worker`).
+        self._worker = SimulatedWorker(self.clock, self.job_class, self._lock)
+        self._writes = SimulatedCheckpoints(self.clock, self.interval_seconds, self._worker)
+        self.durable = self._writes.durable
         self._offered: Any = None
-        self._passed = 0
-        self._lose_after: int | None = None
-        self._stop_after: int | None = None
-        self._started_at = self._written_at = self.clock.monotonic()
         self._ran = False
 
     # ----------------------------------------------------------------- simulating
@@ -161,33 +145,28 @@ class ChunkEnvironment:
     def lose_lease(self, reason: str = "lease lost (simulated by the test)") -> None:
         """Lose the chunk's lease now, as when a renewal is refused or another worker
         claimed the chunk: its next checkpoint raises LeaseLost and writes nothing."""
-        with self._lock:
-            if not self._lost.is_set():
-                self._lost_reason = reason
-                self._lost.set()
+        self._worker.lose_lease(reason)
 
     def lose_lease_after(self, checkpoints: int) -> None:
         """Lose the lease once the chunk got past ``checkpoints`` checkpoints (0: before
         it starts); the next one raises LeaseLost."""
-        self._lose_after = checkpoints
-        self._apply_schedule()
+        self._worker.lose_lease_after(checkpoints)
 
     def stop(self) -> None:
         """Stop the worker now (SIGTERM): the chunk's next checkpoint flushes the newest
         state and raises ChunkStopped."""
-        self._stopping.set()
+        self._worker.stop()
 
     def stop_after(self, checkpoints: int) -> None:
         """Stop the worker once the chunk got past ``checkpoints`` checkpoints (0: before
         it starts); the next one flushes and raises ChunkStopped."""
-        self._stop_after = checkpoints
-        self._apply_schedule()
+        self._worker.stop_after(checkpoints)
 
     @property
     def lease_lost(self) -> bool:
         """True once the lease is lost (simulated, or past ``max_chunk_seconds``)."""
-        self._check_deadline()
-        return self._lost.is_set()
+        self._worker.check_deadline()
+        return self._worker.lost
 
     # ----------------------------------------------------------------- ChunkControl
 
@@ -205,13 +184,8 @@ class ChunkEnvironment:
         with self._lock:
             self.checkpoints.append(snapshot)
             self.progress.append(progress)
-            if progress is not None:
-                self._newest_progress = progress
             self._offered = snapshot
-            self._newest = snapshot
-            self._check_deadline()
-            if self.clock.monotonic() - self._written_at >= self.interval_seconds:
-                self._write_locked()
+            self._writes.offer(snapshot, progress)
 
     def raise_if_stopped(self) -> None:
         """Raise LeaseLost (writing nothing) if the lease is lost; flush the newest state
@@ -219,26 +193,23 @@ class ChunkEnvironment:
 
         Part of :class:`~jobs.chunk.ChunkControl`, called by ``chunk.checkpoint``.
         """
-        self._check_deadline()
-        if self._lost.is_set():
+        self._worker.check_deadline()
+        if self._worker.lost:
             # Not flushed: the chunk may be someone else's now.
-            raise LeaseLost(self._lost_reason)
-        if self._stopping.is_set():
+            raise LeaseLost(self._worker.lost_reason)
+        if self._worker.stopping:
             self._flush()
             raise ChunkStopped("worker is stopping; progress saved, chunk released")
         with self._lock:
-            self._passed += 1
             offered = self._offered
-        if self.on_checkpoint is not None:
-            self.on_checkpoint(offered)
-        self._apply_schedule()
+        self._worker.passed_checkpoint(offered, self.on_checkpoint)
 
     @property
     def stopping(self) -> bool:
         """True once the chunk should stop at its next checkpoint (lease lost, worker
         stopping). Part of :class:`~jobs.chunk.ChunkControl`."""
-        self._check_deadline()
-        return self._stopping.is_set() or self._lost.is_set()
+        self._worker.check_deadline()
+        return self._worker.stopping or self._worker.lost
 
     def publish(self, name: str, record: Mapping[str, Any]) -> None:
         """Publish output ``name`` as a worker does: a fenced write made at once (with
@@ -247,9 +218,9 @@ class ChunkEnvironment:
         Part of :class:`~jobs.chunk.ChunkControl`, called by ``chunk.publish``."""
         snapshot = round_trip(dict(record), "published output")
         with self._lock:
-            self._check_deadline()
-            if self._lost.is_set():
-                raise LeaseLost(self._lost_reason)
+            self._worker.check_deadline()
+            if self._worker.lost:
+                raise LeaseLost(self._worker.lost_reason)
             self._flush()
             self.published_outputs[name] = snapshot
 
@@ -261,8 +232,8 @@ class ChunkEnvironment:
     def record_spark_session(self, session: str) -> None:
         """Part of :class:`~jobs.chunk.ChunkControl`: a fenced write of the session."""
         with self._lock:
-            if self._lost.is_set():
-                raise LeaseLost(self._lost_reason)
+            if self._worker.lost:
+                raise LeaseLost(self._worker.lost_reason)
             self.spark_session = session
 
     # ----------------------------------------------------------------- running
@@ -292,20 +263,26 @@ class ChunkEnvironment:
             attempt=self.attempt,
             control=self,
         )
-        self._started_at = self._written_at = self.clock.monotonic()  # the claim
+        self._worker.start()
+        self._writes.claimed()
         try:
             result = self._instance().process(chunk)
             round_trip(result, "chunk result")
         except LeaseLost:
             raise
         except Exception:
-            if not self._lost.is_set():
+            if not self._worker.lost:
                 self._flush()
             raise
-        if not self._lost.is_set():
+        if not self._worker.lost:
             self._flush()  # marked done together with the newest state
         self.result = result
         return result
+
+    @property
+    def durable_progress(self) -> Progress | None:
+        """The progress written with the last durable state (see the class's docstring)."""
+        return self._writes.progress_written
 
     @property
     def durable_state(self) -> Any:
@@ -334,92 +311,34 @@ class ChunkEnvironment:
         )
 
     def plan(self, params: Any = _UNSET, *, check_deterministic: bool = True) -> list[Any]:
-        """Run ``split`` as planning does and return the chunk payloads it yields.
+        """Run ``split`` as planning does and return the chunk payloads it yields, as
+        ``process`` will see them (:func:`~jobs.job_steps.run_split`: ``split`` is run
+        twice to check that it is deterministic unless ``check_deterministic`` is False).
 
-        Args:
-            params: the job's parameters; this environment's ``params`` if not given.
-            check_deterministic: run ``split`` twice and require the same payloads, as
-                resumed planning relies on (it skips the payloads already enqueued).
-
-        Returns:
-            The payloads, each as ``process`` will see it (after a msgpack round trip).
-
-        Raises:
-            CodecError: a payload is not msgpack-able; the message names its index.
-            AssertionError: ``split`` yielded different payloads the second time.
+        ``params``: the job's parameters; this environment's ``params`` if not given.
         """
         params = self.params if params is _UNSET else round_trip(params, "params")
-        encoded = self._split_encoded(params)
-        if check_deterministic and self._split_encoded(params) != encoded:
-            raise AssertionError(
-                f"{self.job_class.__qualname__}.split is not deterministic: a second run "
-                "yielded other payloads, so resumed planning would lose or repeat chunks"
-            )
-        return [codec.decode(data, "chunk payload") for data in encoded]
-
-    def _split_encoded(self, params: Any) -> list[bytes]:
-        return [
-            codec.encode(payload, f"payload {index} of split")
-            for index, payload in enumerate(self._instance().split(params))
-        ]
+        return run_split(self._instance, params, check_deterministic)
 
     def finalize(
         self, params: Any = _UNSET, results: Sequence[Any] | Mapping[int, Any] = ()
     ) -> Any:
-        """Run ``finalize`` with a summary of a job whose chunks are all done.
+        """Run ``finalize`` with a summary of a job whose chunks are all done, with
+        ``results`` (a sequence, index = position, or a mapping from index to result),
+        and return what it returned (:func:`~jobs.job_steps.run_finalize`).
 
-        Args:
-            params: the job's parameters; this environment's ``params`` if not given.
-            results: the chunks' results: a sequence (index = position) or a mapping
-                from index to result. ``summary.total`` and ``summary.done`` are its length.
-
-        Returns:
-            What ``finalize`` returned.
+        ``params``: the job's parameters; this environment's ``params`` if not given.
         """
         params = self.params if params is _UNSET else round_trip(params, "params")
-        items = results.items() if isinstance(results, Mapping) else enumerate(results)
-        stored = sorted((index, round_trip(result, "chunk result")) for index, result in items)
-
-        def read_results() -> Iterator[tuple[int, Any]]:
-            return iter(stored)
-
         # The outputs this environment's attempts published, as chunk ``index``'s.
         outputs = [(self.index, self.published())] if self.published_outputs else []
-        summary = JobSummary(
-            self.job_id, len(stored), len(stored), read_results, _outputs=lambda: iter(outputs)
-        )
-        return self._instance().finalize(params, summary)
+        return run_finalize(self._instance, self.job_id, params, results, outputs)
 
     # ----------------------------------------------------------------- internals
 
     def _instance(self) -> ChunkedJob:
         return self.job() if isinstance(self.job, type) else self.job
 
-    def _apply_schedule(self) -> None:
-        with self._lock:
-            passed = self._passed
-        if self._lose_after is not None and passed >= self._lose_after:
-            self.lose_lease(f"lease lost after {self._lose_after} checkpoint(s) (simulated)")
-        if self._stop_after is not None and passed >= self._stop_after:
-            self.stop()
-
-    def _check_deadline(self) -> None:
-        # The worker's lease keeper stops renewing past max_chunk_seconds (at its next
-        # renewal, so a real chunk may run a little longer than this).
-        cap = self.job_class.max_chunk_seconds
-        if cap is not None and self._ran and self.clock.monotonic() - self._started_at >= cap:
-            self.lose_lease(f"ran past max_chunk_seconds ({cap:g} s); lease not renewed")
-
     def _flush(self) -> None:
         with self._lock:
-            if self._newest is not _NOTHING:
-                self._write_locked()
-
-    def _write_locked(self) -> None:
-        if self._lost.is_set():
-            raise LeaseLost(self._lost_reason)  # a fenced write: refused, nothing written
-        # Encoded now, as the worker encodes at write time (not when it was offered).
-        self.durable.append(round_trip(self._newest, "checkpoint state"))
-        self.durable_progress = self._newest_progress
-        self._newest = _NOTHING
-        self._written_at = self.clock.monotonic()
+            self._writes.flush()

@@ -40,13 +40,14 @@ from typing import Any, cast
 
 from checkpoint.backends import open_storage
 from checkpoint.clock import FakeClock
+from checkpoint.codec import round_trip
 from checkpoint.errors import NotFound
 from checkpoint.location import StorageLocation
 from checkpoint.records import Progress, TaskKind, TaskRecord
 from checkpoint.storage import BlobStore, QueueStore, RecordStore, Storage
 from checkpoint.store import CheckpointStore
 from jobs.chunk import Chunk, ChunkControl, Takeover
-from jobs.chunk_environment import ChunkEnvironment, round_trip
+from jobs.chunk_environment import ChunkEnvironment
 from jobs.job import ChunkedJob
 from jobs.job_run import (
     Call,

@@ -1,4 +1,5 @@
-"""The import rules of docs/architecture.md, checked on the source.
+"""The import rules of docs/architecture.md, and its size rule for classes, checked on
+the source.
 
 ``checkpoint`` is the lowest layer (errors, the clock, storage, its limits), ``jobs``
 builds on it and ``runner`` on both; ``jobs.testing`` alone sits above ``runner``,
@@ -7,7 +8,8 @@ copy of it. Inside ``runner`` the command line (``runner.cli``) drives the engin
 (``runner.worker``), and the engine never imports the command line, not even by way of
 another module. No module imports inside a function or under ``TYPE_CHECKING`` to dodge
 a cycle: the graph of our modules has none. Third-party imports may be deferred
-(PySpark, azure-identity are optional extras).
+(PySpark, azure-identity are optional extras). No class spans
+more than :data:`MAX_CLASS_LINES`.
 """
 
 from __future__ import annotations
@@ -36,6 +38,9 @@ DEFERRED = {
     ("checkpoint.backends", "checkpoint.backends.embedded"): "likewise sqlite for the embedded",
     ("runner.cli.entry", "runner.cli.commands"): "once no package of the user's hides ours",
 }
+#: The most lines one class of ours may span, its docstring and comments included: a
+#: class past it holds more than one concern, to be split into parts of one each.
+MAX_CLASS_LINES = 300
 
 
 def _modules() -> dict[str, Path]:
@@ -157,6 +162,35 @@ def test_no_module_imports_itself_round_a_cycle():
         visit(module, [])
 
 
+def _class_lines(path: Path) -> dict[str, int]:
+    """Lines each class in ``path`` spans (nested ones too, by qualified name)."""
+    tree = ast.parse(path.read_text(), str(path))
+    found = {}
+
+    def visit(node: ast.AST, prefix: str) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.ClassDef):
+                name = prefix + child.name
+                first = min([child.lineno, *(d.lineno for d in child.decorator_list)])
+                found[name] = (child.end_lineno or child.lineno) - first + 1
+                visit(child, name + ".")
+            else:
+                visit(child, prefix)
+
+    visit(tree, "")
+    return found
+
+
+@pytest.mark.parametrize("module", sorted(MODULES))
+def test_no_class_is_longer_than_the_limit(module):
+    too_long = {
+        name: lines
+        for name, lines in _class_lines(MODULES[module]).items()
+        if lines > MAX_CLASS_LINES
+    }
+    assert not too_long, f"{module}: classes over {MAX_CLASS_LINES} lines: {too_long}"
+
+
 def test_the_rules_see_what_they_check():
     # Guards the checks above against passing vacuously (a parsing slip finding nothing).
     imports = {imported for imported, _, _ in _imports(MODULES["runner.worker.tasks"])}
@@ -165,3 +199,6 @@ def test_the_rules_see_what_they_check():
     # ... and that the engine and the command line are both there, one importing the other.
     assert {"runner.worker.loop", "runner.cli.commands"} <= set(MODULES)
     assert "runner.worker.loop" in _graph()["runner.cli.commands"]
+    # and the class sizes, a decorated class counted from its decorator
+    sizes = _class_lines(MODULES["runner.worker.lease"])
+    assert sizes["Lease"] > 60 and sizes["LeaseKeeper"] > 100

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from checkpoint import layout
-from checkpoint.errors import ConfigurationError, Conflict, JobNotFound, NotFound
+from checkpoint.errors import ConfigurationError, Conflict, JobNotEnded, JobNotFound, NotFound
 from checkpoint.records import SPILL_BYTES
 from checkpoint.storage import ANY_ETAG, Storage
 from checkpoint.store import CheckpointStore
@@ -129,6 +129,17 @@ def test_update_job_is_fenced(store: CheckpointStore):
     with pytest.raises(Conflict):
         store.update_job(job, state="failed")
     assert store.get_job(job_id).state == "running"
+
+
+def test_delete_job_refuses_a_job_not_ended_and_leaves_it_unmarked(store: CheckpointStore):
+    # Called straight (jobs.retention checks first, so this is its check's backstop)
+    job_id = _new_job(store, chunks=1)
+
+    with pytest.raises(JobNotEnded, match=f"job '{job_id}' is planning: only a job that is"):
+        store.delete_job(job_id)
+
+    assert store.get_job(job_id).deleting_on is None
+    assert store.get_task(job_id, "chunk", 0).state == "waiting"
 
 
 # --------------------------------------------------------------------------- chunks
@@ -426,10 +437,25 @@ def test_count_chunk_can_take_a_poisoned_count_back(store: CheckpointStore):
     poisoned, _ = store.count_chunk(_claim(store, job_id, 0), {"state": "poisoned"}, {}, "poisoned")
     assert store.counts(job_id) == {"done": 0, "poisoned": 1}
 
-    _, counts = store.count_chunk(poisoned, {"state": "waiting"}, {}, "-poisoned")
+    _, counts = store.count_chunk(poisoned, {"state": "waiting"}, {}, "poisoned", take_off=True)
 
     assert counts == {"done": 0, "poisoned": 0}
     assert store.get_task(job_id, "chunk", 0).state == "waiting"
+
+
+@pytest.mark.parametrize("counter", ["-poisoned", "-done", "failed"])
+def test_a_counter_is_named_plainly_and_any_other_name_writes_nothing(
+    store: CheckpointStore, counter: str
+):
+    # A sign in the name once meant "take one off": that is take_off=True now
+    job_id = _new_job(store, chunks=1)
+    claimed = _claim(store, job_id, 0)
+
+    with pytest.raises(ValueError, match=f"no counter '{counter}'"):
+        store.count_chunk(claimed, {"state": "waiting"}, {}, counter)  # type: ignore[arg-type]
+
+    assert store.counts(job_id) == {"done": 0, "poisoned": 0}
+    assert store.get_task(job_id, "chunk", 0).etag == claimed.etag
 
 
 def test_poisoned_tasks_lists_chunks_in_order_then_planning_and_finalize(

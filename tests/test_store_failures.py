@@ -17,8 +17,7 @@ from typing import Any
 
 import pytest
 
-from checkpoint import layout, settle
-from checkpoint import store as store_module
+from checkpoint import layout, reading, settle
 from checkpoint.clock import FakeClock
 from checkpoint.errors import (
     AlreadyExists,
@@ -484,14 +483,14 @@ def test_a_busy_done_batch_at_the_budgets_end_raises_and_writes_nothing(world: W
 
 
 def test_the_remembered_counter_rows_are_bounded(world: World):
-    world.store._counters.update({f"p{n}": None for n in range(4097)})  # type: ignore[misc]
+    world.store._counting._rows.update({f"p{n}": None for n in range(4097)})  # type: ignore[misc]
     (task,) = world.chunks(1)
     writer = Writer()
     claimed = claim(world, task, writer)
 
     world.store.count_chunk(claimed, {"state": "done"}, {}, "done", token=writer.next())
 
-    assert list(world.store._counters) == [layout.shard_partition(world.job_id, 0)]
+    assert list(world.store._counting._rows) == [layout.shard_partition(world.job_id, 0)]
 
 
 # --------------------------------------------------------------------------- reading
@@ -514,10 +513,10 @@ def test_a_scan_reads_page_by_page_and_retries_a_busy_page_where_it_stopped(
     world: World, monkeypatch: pytest.MonkeyPatch
 ):
     # Given pages of 3 rows, 8 chunks in one shard, and a busy reply to its second page
-    monkeypatch.setattr(store_module, "QUERY_PAGE_ROWS", 3)
+    monkeypatch.setattr(reading, "QUERY_PAGE_ROWS", 3)
     world.chunks(8)
     asked: list[Any] = []
-    real_page = world.store._page
+    real_page = world.store._reading._page
 
     def page(partition: str, where: Any) -> list[Record]:
         if partition.endswith("~00"):
@@ -526,7 +525,7 @@ def test_a_scan_reads_page_by_page_and_retries_a_busy_page_where_it_stopped(
                 world.faults.add("records.query", "busy")
         return real_page(partition, where)
 
-    monkeypatch.setattr(world.store, "_page", page)
+    monkeypatch.setattr(world.store._reading, "_page", page)
 
     # When the job's chunks are read
     indexes = [task.index for task in world.store.chunks(world.job_id)]

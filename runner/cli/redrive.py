@@ -82,7 +82,7 @@ def _reset_poisoned(
             continue
         try:
             if task.kind == "chunk":
-                store.count_chunk(task, _RESET, {}, "-poisoned")
+                store.count_chunk(task, _RESET, {}, "poisoned", take_off=True)
             else:
                 store.write_task(task, _RESET)
         except Conflict:

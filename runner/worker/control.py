@@ -1,10 +1,10 @@
 """The runner's side of a running task: throttled, fenced checkpoints and the stop signal.
 
-Checkpoints are coalesced: ``offer`` keeps only the newest state and writes it when a
-checkpoint interval has passed since the last write, so calling ``chunk.checkpoint``
-in a tight loop costs a memory store, not a round trip. Every write is conditional on
-the ETag of the previous one (fencing): if anyone else wrote the record, the write
-fails, the lease is marked lost and ``LeaseLost`` is raised.
+Checkpoints are coalesced (:mod:`checkpoint.throttle`): ``offer`` keeps only the newest
+state and writes it when a checkpoint interval has passed since the last write, so
+calling ``chunk.checkpoint`` in a tight loop costs a memory store, not a round trip.
+Every write is conditional on the ETag of the previous one (fencing): if anyone else
+wrote the record, the write fails, the lease is marked lost and ``LeaseLost`` is raised.
 """
 
 from __future__ import annotations
@@ -29,11 +29,11 @@ from checkpoint.records import (
 from checkpoint.retries import Budget
 from checkpoint.settle import Writer
 from checkpoint.store import CheckpointStore
+from checkpoint.throttle import CheckpointThrottle
 from jobs.chunk import Takeover
 from jobs.errors import ChunkStopped, JobCancelled, JobDeleted, JobPaused
 from runner.worker.lease import Lease
 
-_NOTHING = object()
 T = TypeVar("T")
 log = logging.getLogger(__name__)
 
@@ -71,16 +71,13 @@ class TaskControl:
         self.held: str | None = None
         self.writer = writer or Writer()
         self._clock = clock
-        self._interval = interval_seconds
         self._worker_stopping = worker_stopping
         self._lock = threading.Lock()
         self.task = task
         self.lease = lease
-        self._newest: Any = _NOTHING
-        #: How far the chunk said it got, newest first; written with the newest state.
-        self._progress: Progress | None = None
-        self._progress_written: Progress | None = None
-        self._written_at = self.started_at = clock.monotonic()
+        #: The newest state (and how far the chunk said it got) and when it is due.
+        self._throttle = CheckpointThrottle(clock, interval_seconds)
+        self.started_at = clock.monotonic()
         self._recorded_visible_at = lease.visible_at  # the claim wrote this deadline
         self.writes = 0
         self._ended = False
@@ -122,10 +119,7 @@ class TaskControl:
         # value msgpack cannot hold fails here, at the checkpoint that gave it.
         state = codec.decode(codec.encode(state, "checkpoint state"), "checkpoint state")
         with self._lock:
-            self._newest = state
-            if progress is not None:
-                self._progress = progress
-            if self._clock.monotonic() - self._written_at >= self._interval:
+            if self._throttle.offer(state, progress):
                 try:
                     self._write_locked()
                 except LeaseLost:
@@ -133,8 +127,7 @@ class TaskControl:
                 except StorageError as error:
                     # A transient fault must not fail the chunk: keep the state and try
                     # again at the next checkpoint (the lease deadline still applies).
-                    self._newest = state
-                    self._written_at = self._clock.monotonic()
+                    self._throttle.postpone()
                     log.warning(
                         "checkpoint of %s %s not written, will retry: %s", *self._name(), error
                     )
@@ -208,45 +201,44 @@ class TaskControl:
     @property
     def newest_state(self) -> Any:
         """The newest offered state, or the state the task started from."""
-        if self._newest is _NOTHING:
+        if not self._throttle.unwritten:
             return self._store.value(self.task.properties, "progress")
-        return self._newest
+        return self._throttle.newest
 
     @property
     def has_unwritten_state(self) -> bool:
-        return self._newest is not _NOTHING
+        return self._throttle.unwritten
 
     @property
     def progress(self) -> Progress | None:
         """How far the chunk last said it got in this attempt (None: it has not said)."""
-        return self._progress
+        return self._throttle.progress
 
     def checkpoint_changes(self) -> dict[str, Any]:
         """What goes with the newest state in the write that stores it: when, and how
         far the chunk said it got if that changed since the last write (a few bytes in
         the same write, never a write of their own)."""
         changes: dict[str, Any] = {CHECKPOINT_ON: self._clock.now()}
-        if self._progress is not None and self._progress != self._progress_written:
-            changes.update(self._progress.properties())
+        progress = self._throttle.unwritten_progress()
+        if progress is not None:
+            changes.update(progress.properties())
         return changes
 
     def flush(self) -> None:
         """Write the newest state now if it was not written yet (retried in place while
         the lease lasts)."""
         with self._lock:
-            if self._newest is not _NOTHING:
-                self._fenced({}, {"progress": self._newest}, self.lease_budget())
-                self._newest = _NOTHING
+            if self._throttle.unwritten:
+                self._fenced({}, {"progress": self._throttle.newest}, self.lease_budget())
 
     def write(self, changes: dict[str, Any], values: dict[str, Any] | None = None) -> TaskRecord:
         """A fenced write of other fields (state, error, ...) with the newest state,
         retried in place while the lease lasts."""
         with self._lock:
             values = dict(values or {})
-            if self._newest is not _NOTHING:
-                values.setdefault("progress", self._newest)
+            if self._throttle.unwritten:
+                values.setdefault("progress", self._throttle.newest)
             self._fenced(changes, values, self.lease_budget())
-            self._newest = _NOTHING
             return self.task
 
     def end(self) -> TaskRecord:
@@ -269,9 +261,9 @@ class TaskControl:
             with self._lock:
                 if self._ended:
                     return
-                values = {} if self._newest is _NOTHING else {"progress": self._newest}
+                unwritten = self._throttle.unwritten
+                values = {"progress": self._throttle.newest} if unwritten else {}
                 self._fenced({}, values, retries.once(self._clock))
-                self._newest = _NOTHING
         except LeaseLost:
             pass  # the lease is marked lost; the chunk learns at its next checkpoint
         except StorageError as error:
@@ -289,16 +281,15 @@ class TaskControl:
         with self._lock:
             if self._ended:
                 return
-            values = {} if self._newest is _NOTHING else {"progress": self._newest}
+            unwritten = self._throttle.unwritten
+            values = {"progress": self._throttle.newest} if unwritten else {}
             self._fenced({LEASE_ON_RECORD: True}, values, retries.once(self._clock), until)
-            self._newest = _NOTHING
 
     def _write_locked(self) -> None:
         # Forget the state only once written: after a failed write (a busy service) the
         # failure path must still flush it. Not retried in place: the user's thread goes
         # on, and the next due checkpoint writes the newest state.
-        self._fenced({}, {"progress": self._newest}, retries.once(self._clock))
-        self._newest = _NOTHING
+        self._fenced({}, {"progress": self._throttle.newest}, retries.once(self._clock))
 
     def _fenced(
         self,
@@ -324,10 +315,9 @@ class TaskControl:
             raise LeaseLost(
                 f"task record of {self.task.kind} {self.task.index} changed: fenced"
             ) from fenced
-        self._written_at = self._clock.monotonic()
+        # Every write carries the newest unwritten state, as "progress", if there is one.
+        self._throttle.wrote(state="progress" in values)
         self._recorded_visible_at = visible_at
-        if "progress" in values:
-            self._progress_written = self._progress
         self.writes += 1
 
     def _lease_until(self, visible_at: float) -> datetime:

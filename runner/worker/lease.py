@@ -187,13 +187,9 @@ class LeaseKeeper:
         self._next_pass_at = float("inf")  # until the first pass: wake on every hold
         # Threads start on first use (daemons: a call hanging at exit is dropped).
         self._renewals = DaemonPool(renewal_threads, "lease-renewal")
-        self._refreshes = DaemonPool(refresh_threads, "lease-refresh")
+        self._refreshes = Refreshes(refresh_threads)
         #: Leases handed to the renewal pool and not back yet (under ``_guard``).
         self._renewing: set[Lease] = set()
-        #: Leases with a refresh queued or running (under ``_guard``), and those of them
-        #: renewed again meanwhile, to be refreshed once more.
-        self._refreshing: set[Lease] = set()
-        self._refresh_again: set[Lease] = set()
 
     # ----------------------------------------------------------------- holding
 
@@ -371,8 +367,9 @@ class LeaseKeeper:
     def _renew_in_pool(self, lease: Lease) -> Future[None] | None:
         refresh = None
         try:
-            if self._renew(lease):
-                refresh = self._queue_refresh(lease)
+            # Stopped: the refresh pool takes no more work, and nobody waits for it.
+            if self._renew(lease) and not self._stopped.is_set():
+                refresh = self._refreshes.queue(lease)
         except Exception:  # a bug: logged, tried again later, the other leases unharmed
             log.exception("renewing message %s failed", lease.message_id)
             lease.next_renewal_at = self._clock.monotonic() + lease.lease_seconds * RETRY_FRACTION
@@ -383,36 +380,6 @@ class LeaseKeeper:
             if wake:
                 self._wake.set()
         return refresh
-
-    def _queue_refresh(self, lease: Lease) -> Future[None] | None:
-        """Run the lease's ``on_renewed`` on the refresh pool. A lease whose refresh is
-        queued or running already gets no second one meanwhile: its refresh runs once
-        more when done (it reads the lease as renewed by then), so a refresh that hangs
-        holds one thread of the pool, never more."""
-        if lease.on_renewed is None or self._stopped.is_set():
-            return None  # stopped: the pool takes no more work, and nobody waits for it
-        with self._guard:
-            if lease in self._refreshing:
-                self._refresh_again.add(lease)
-                return None
-            self._refreshing.add(lease)
-        return _submit(self._refreshes, self._refresh, lease)
-
-    def _refresh(self, lease: Lease) -> None:
-        while True:
-            hook = lease.on_renewed
-            if hook is not None and lease.active:  # not for a lease let go meanwhile
-                try:
-                    hook(lease)
-                except Exception:  # a bug in a hook; the lease itself was renewed
-                    log.exception(
-                        "after renewing message %s, its on_renewed hook failed", lease.message_id
-                    )
-            with self._guard:
-                if lease not in self._refresh_again:
-                    self._refreshing.discard(lease)
-                    return
-                self._refresh_again.discard(lease)
 
     def _renew(self, lease: Lease) -> bool:
         """Renew the lease now if it is still held; True if it was renewed."""
@@ -427,7 +394,7 @@ class LeaseKeeper:
                 )
                 return False
             if lease.receipt_lost:
-                self._hold_on_record(lease, started)
+                _hold_on_record(lease, started)
                 return False  # the record was the write: nothing to refresh after it
             lease.renewing_since = started
             try:
@@ -444,7 +411,7 @@ class LeaseKeeper:
                 lease.lose(f"renewal refused: {lost}")
                 return False
             except StorageError as error:
-                self._renewal_failed(lease, started, error)
+                _renewal_failed(lease, started, error)
                 return False
             finally:
                 lease.renewing_since = None
@@ -453,32 +420,6 @@ class LeaseKeeper:
             lease.visible_at = started + lease.lease_seconds
             lease.next_renewal_at = started + renew_after_seconds(lease.lease_seconds)
         return True
-
-    def _hold_on_record(self, lease: Lease, started: float) -> None:
-        """Extend a lease whose pop receipt was lost on its task's record alone (only a
-        lease with ``on_record`` is ever due once its receipt is lost)."""
-        assert lease.on_record is not None
-        until = started + lease.lease_seconds
-        try:
-            lease.on_record(lease, until)
-        except LeaseLost as lost:
-            lease.lose(f"holding the task on its record failed: {lost}")
-            return
-        except StorageError as error:
-            self._renewal_failed(lease, started, error)
-            return
-        lease.visible_at = until
-        lease.next_renewal_at = started + renew_after_seconds(lease.lease_seconds)
-
-    def _renewal_failed(self, lease: Lease, started: float, error: StorageError) -> None:
-        if lease.receipt_lost and lease.on_record is None:
-            return
-        if started >= lease.visible_at:
-            lease.lose(f"renewals failed until the lease ran out: {error}")
-            return
-        log.warning("renewing message %s failed, retrying: %s", lease.message_id, error)
-        retry_at = started + lease.lease_seconds * RETRY_FRACTION
-        lease.next_renewal_at = min(retry_at, lease.visible_at)
 
     # ----------------------------------------------------------------- thread
 
@@ -518,11 +459,91 @@ class LeaseKeeper:
         self._refreshes.shutdown()
 
 
+class Refreshes:
+    """What follows the renewals: each lease's ``on_renewed`` hook, run on a pool of its
+    own (the task record's refresh, the job's hold), off the renewals' pool.
+
+    A lease whose refresh is queued or running already gets no second one meanwhile:
+    its refresh runs once more when done (it reads the lease as renewed by then), so a
+    refresh that hangs holds one thread of the pool, never more.
+    """
+
+    def __init__(self, threads: int):
+        self._pool = DaemonPool(threads, "lease-refresh")
+        self._guard = threading.Lock()
+        #: Leases with a refresh queued or running (under ``_guard``), and those of them
+        #: renewed again meanwhile, to be refreshed once more.
+        self._refreshing: set[Lease] = set()
+        self._again: set[Lease] = set()
+
+    def queue(self, lease: Lease) -> Future[None] | None:
+        """Run the lease's ``on_renewed`` on the pool; returns that run, if one was
+        queued (none for a lease with no hook, or one whose refresh is under way)."""
+        if lease.on_renewed is None:
+            return None
+        with self._guard:
+            if lease in self._refreshing:
+                self._again.add(lease)
+                return None
+            self._refreshing.add(lease)
+        return _submit(self._pool, self._refresh, lease)
+
+    def _refresh(self, lease: Lease) -> None:
+        while True:
+            hook = lease.on_renewed
+            if hook is not None and lease.active:  # not for a lease let go meanwhile
+                try:
+                    hook(lease)
+                except Exception:  # a bug in a hook; the lease itself was renewed
+                    log.exception(
+                        "after renewing message %s, its on_renewed hook failed", lease.message_id
+                    )
+            with self._guard:
+                if lease not in self._again:
+                    self._refreshing.discard(lease)
+                    return
+                self._again.discard(lease)
+
+    def shutdown(self) -> None:
+        self._pool.shutdown()
+
+
 def _submit(pool: DaemonPool, call: Callable[[Lease], T], lease: Lease) -> Future[T]:
     """``call(lease)`` on ``pool``, with the ids of the log context of this thread (each
     call gets its own copy: a context cannot be entered by two threads at once)."""
     context = contextvars.copy_context()
     return pool.submit(lambda: context.run(call, lease))
+
+
+def _hold_on_record(lease: Lease, started: float) -> None:
+    """Extend a lease whose pop receipt was lost on its task's record alone (only a
+    lease with ``on_record`` is ever due once its receipt is lost)."""
+    assert lease.on_record is not None
+    until = started + lease.lease_seconds
+    try:
+        lease.on_record(lease, until)
+    except LeaseLost as lost:
+        lease.lose(f"holding the task on its record failed: {lost}")
+        return
+    except StorageError as error:
+        _renewal_failed(lease, started, error)
+        return
+    lease.visible_at = until
+    lease.next_renewal_at = started + renew_after_seconds(lease.lease_seconds)
+
+
+def _renewal_failed(lease: Lease, started: float, error: StorageError) -> None:
+    """A renewal (or a hold on the record) failed for the store's trouble: retried
+    shortly, unless the lease has run out meanwhile (lost) or its receipt is lost with
+    no record to hold it (no renewal can be made)."""
+    if lease.receipt_lost and lease.on_record is None:
+        return
+    if started >= lease.visible_at:
+        lease.lose(f"renewals failed until the lease ran out: {error}")
+        return
+    log.warning("renewing message %s failed, retrying: %s", lease.message_id, error)
+    retry_at = started + lease.lease_seconds * RETRY_FRACTION
+    lease.next_renewal_at = min(retry_at, lease.visible_at)
 
 
 def _receipt_lost(lease: Lease, started: float) -> None:

@@ -1,0 +1,268 @@
+"""Shard counters: a chunk's final state and its shard's count, written in one batch.
+
+Each shard of a job has a counter row (:data:`~checkpoint.layout.COUNTS_ROW`) counting
+its done and poisoned chunks. A chunk's final state and the counter change in one atomic
+batch, so a count is never off by a chunk a crash left half-written; completion sums
+the shards' counters instead of reading every chunk (:mod:`runner.completion`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import replace
+from typing import Any, Literal
+
+from checkpoint import checks, layout, retries, settle
+from checkpoint.clock import Clock
+from checkpoint.errors import BadRecord, BatchFailed, Conflict, NotFound, StorageError
+from checkpoint.records import TaskRecord
+from checkpoint.retries import TRANSIENT, Budget
+from checkpoint.settle import WRITER, token_of
+from checkpoint.storage import BatchOp, Record, Storage
+from checkpoint.task_records import BATCH_ROWS
+from checkpoint.values import Values, refused
+
+#: The counts a shard's counter row holds.
+COUNTERS = ("done", "poisoned")
+#: A counter of a shard's row: chunks done, or poisoned.
+CounterName = Literal["done", "poisoned"]
+#: Bytes of records per batch, under Azure's 4 MiB per batch with room for the counter.
+BATCH_BYTES = 3 * 1024 * 1024
+#: Counter rows remembered at most (one per shard of the jobs a worker ends chunks of).
+REMEMBERED_ROWS = 4096
+
+
+class ShardCounters:
+    """The counter rows of the jobs of one storage account, and the batches that end
+    chunks and count them.
+
+    Args:
+        storage: where the rows are.
+        clock: the clock of the default retry budget.
+        values: deletes the blobs of chunks not written, and those a write replaced.
+    """
+
+    def __init__(self, storage: Storage, clock: Clock, values: Values):
+        self._records = storage.records
+        self._clock = clock
+        self._values = values
+        #: The last counter row seen per partition, so a worker that ends most of a
+        #: shard's chunks updates the counter without reading it first.
+        self._rows: dict[str, Record] = {}
+
+    def create(self, job_id: str, budget: Budget) -> None:
+        """A counter row at zero in each shard of the job (one there already is kept)."""
+        for shard in range(layout.SHARDS):
+            settle.insert(
+                self._records,
+                layout.TASKS_TABLE,
+                layout.shard_partition(job_id, shard),
+                layout.COUNTS_ROW,
+                {"done": 0, "poisoned": 0, WRITER: settle.one_off()},
+                budget,
+            )
+
+    def forget(self, job_id: str) -> None:
+        """Forget the job's rows as last seen (the job is being deleted)."""
+        for shard in range(layout.SHARDS):
+            self._rows.pop(layout.shard_partition(job_id, shard), None)
+
+    def count_chunks(
+        self,
+        ended: Sequence[tuple[TaskRecord, Mapping[str, Any]]],
+        counter: CounterName,
+        budget: Budget | None = None,
+        *,
+        take_off: bool = False,
+    ) -> tuple[list[TaskRecord | StorageError], dict[str, int]]:
+        """Merge each chunk's final properties (from
+        :meth:`~checkpoint.task_records.TaskRecords.final_changes`) and add the number
+        written to ``counter`` of their shard (or, if ``take_off``, take it off: a
+        poisoned chunk redriven), in atomic batches.
+
+        All chunks must be of one job and one shard. Returns, in order, each chunk's new
+        record, or the error that kept it from being written (Conflict: someone else
+        wrote it since it was read; NotFound: it is gone), and the shard's counts. A
+        concurrent change to the counter is retried: it only means another chunk of the
+        shard ended at the same moment. Spilled blobs of chunks not written are deleted.
+        """
+        if not ended:
+            raise ValueError("no chunks to count")
+        if counter not in COUNTERS:
+            raise ValueError(f"no counter {counter!r}: a shard counts {' and '.join(COUNTERS)}")
+        job_id, shard = ended[0][0].job_id, layout.shard_of(ended[0][0].index)
+        if any(t.job_id != job_id or layout.shard_of(t.index) != shard for t, _ in ended):
+            raise ValueError("count_chunks takes chunks of one job and one shard")
+        outcome: dict[int, TaskRecord | StorageError] = {}  # by position in ``ended``
+        counts: dict[str, int] = {}
+        budget = retries.given(budget, self._clock)
+        step = -1 if take_off else 1
+        groups = list(_batches(range(len(ended)), [_size(final) for _, final in ended]))
+        for number, group in enumerate(groups):
+            try:
+                counts = self._count_batch(list(ended), group, counter, step, outcome, budget)
+            except (StorageError, BadRecord) as error:
+                # Groups not sent are not written, nor is this one if it was refused,
+                # nor a chunk someone else wrote (its error is its outcome).
+                first_unsent = number if refused(error) else number + 1
+                unsent = {i for later in groups[first_unsent:] for i in later}
+                self._values.drop_unwritten(
+                    final
+                    for i, (_, final) in enumerate(ended)
+                    if isinstance(outcome.get(i), StorageError)
+                    or (i in unsent and i not in outcome)
+                )
+                raise
+        # Each batch gives every chunk of its group an outcome, or raises.
+        results = [outcome[position] for position in range(len(ended))]
+        for (task, final), result in zip(ended, results, strict=True):
+            if isinstance(result, StorageError):
+                self._values.drop_unwritten([final])
+            else:
+                self._values.drop_replaced(task.properties, final)
+        return results, counts
+
+    def _count_batch(
+        self,
+        ended: list[tuple[TaskRecord, Mapping[str, Any]]],
+        group: list[int],
+        counter: CounterName,
+        step: int,
+        outcome: dict[int, TaskRecord | StorageError],
+        budget: Budget,
+    ) -> dict[str, int]:
+        """One batch: the chunks in ``group`` (positions in ``ended``) and the counter,
+        moved by ``step`` a chunk. A chunk someone else wrote is taken out and the rest
+        sent again; a chunk an earlier write of ours changed is sent again on top of
+        that write."""
+        first = ended[group[0]][0]
+        partition = layout.shard_partition(first.job_id, layout.shard_of(first.index))
+        counts = self._rows.get(partition) or self._read_counts(partition, budget)
+        while True:
+            if not group:
+                return counts_of(counts, first.job_id, layout.shard_of(first.index))
+            old = counts_of(counts, first.job_id, layout.shard_of(first.index))[counter]
+            new_counts = {**counts.properties, counter: old + step * len(group)}
+            new_counts[WRITER] = settle.one_off()
+            ops = [
+                BatchOp("merge", layout.chunk_row(ended[i][0].index), ended[i][1], ended[i][0].etag)
+                for i in group
+            ]
+            ops.append(BatchOp("merge", layout.COUNTS_ROW, new_counts, counts.etag))
+            try:
+                written = budget.call(lambda: self._batch_settled(partition, ops))  # noqa: B023
+            except BatchFailed as failed:
+                if failed.index == len(group) and isinstance(failed.reason, Conflict):
+                    counts = self._read_counts(partition, budget)  # another chunk ended
+                    continue
+                if failed.index >= len(group) or not isinstance(
+                    failed.reason, (Conflict, NotFound)
+                ):
+                    raise failed.reason from failed
+                position = group[failed.index]
+                if self._ours_applied(partition, ended, position, failed.reason, budget):
+                    continue  # an earlier write of ours changed it: go again on top
+                outcome[group.pop(failed.index)] = failed.reason
+                continue
+            counts = written[-1]
+            self._rows[partition] = counts
+            for i, record in zip(group, written[:-1], strict=True):
+                task = ended[i][0]
+                # A merge's answer holds only what it changed; a read, the whole record.
+                whole = replace(record, properties={**task.properties, **record.properties})
+                outcome[i] = TaskRecord.from_record(task.job_id, "chunk", task.index, whole)
+            return counts_of(counts, first.job_id, layout.shard_of(first.index))
+
+    def _batch_settled(self, partition: str, ops: list[BatchOp]) -> list[Record]:
+        """Apply ``ops`` as one batch; returns each row as written. After a failure that
+        leaves it unknown, the first row is read: the batch is atomic, so carrying this
+        batch's token there means all of it was applied."""
+        try:
+            etags = self._records.batch(layout.TASKS_TABLE, partition, ops)
+        except TRANSIENT as lost:
+            if not self._batch_applied(partition, ops):
+                raise lost
+        except BatchFailed as failed:
+            if not isinstance(failed.reason, Conflict) or not self._batch_applied(partition, ops):
+                raise
+        else:
+            return [
+                Record(partition, op.row_key, dict(op.properties), etag)
+                for op, etag in zip(ops, etags, strict=True)
+            ]
+        # Applied, the answer lost: the rows as they now stand (ETags included).
+        return [self._records.get(layout.TASKS_TABLE, partition, op.row_key) for op in ops]
+
+    def _batch_applied(self, partition: str, ops: list[BatchOp]) -> bool:
+        try:
+            found = self._records.get(layout.TASKS_TABLE, partition, ops[0].row_key)
+        except NotFound:
+            return False
+        return token_of(found.properties) == token_of(ops[0].properties)
+
+    def _ours_applied(
+        self,
+        partition: str,
+        ended: list[tuple[TaskRecord, Mapping[str, Any]]],
+        position: int,
+        reason: StorageError,
+        budget: Budget,
+    ) -> bool:
+        """Whether the chunk at ``position`` was last changed by an earlier write of its
+        own claim (then it is updated to that record, to be written again on top)."""
+        if not isinstance(reason, Conflict):
+            return False
+        task, final = ended[position]
+        found = budget.call(
+            lambda: self._records.get(layout.TASKS_TABLE, partition, layout.chunk_row(task.index))
+        )
+        if not settle.same_claim(token_of(final), token_of(found.properties)):
+            return False
+        ended[position] = (replace(task, etag=found.etag, properties=dict(found.properties)), final)
+        return True
+
+    def _read_counts(self, partition: str, budget: Budget) -> Record:
+        record = budget.call(
+            lambda: self._records.get(layout.TASKS_TABLE, partition, layout.COUNTS_ROW)
+        )
+        if len(self._rows) > REMEMBERED_ROWS:
+            self._rows.clear()
+        self._rows[partition] = record
+        return record
+
+
+def counts_of(record: Record, job_id: str, shard: int) -> dict[str, int]:
+    """A counter row's counts (its other properties, such as the writer, left out).
+
+    Raises:
+        BadRecord: a count is not a whole number, or the row cannot be read at all (a
+            hand edit, another version): nobody knows the right count, so nothing can
+            be counted on top of it.
+    """
+    if record.unreadable is not None:
+        raise BadRecord(f"shard {shard} counter of job {job_id!r}: {record.unreadable}")
+    properties: Mapping[str, Any] = record.properties  # checked whole just below
+    counts = {name: properties.get(name, 0) for name in COUNTERS}
+    if not all(checks.is_whole(value) for value in counts.values()):
+        raise BadRecord(f"shard {shard} counter of job {job_id!r}: {counts!r} is not counts")
+    return counts
+
+
+def _size(properties: Mapping[str, Any]) -> int:
+    """A generous estimate of a merge's size on the wire (for splitting batches)."""
+    return 1024 + sum(len(v) for v in properties.values() if isinstance(v, (bytes, str)))
+
+
+def _batches(positions: range, sizes: list[int]) -> Iterator[list[int]]:
+    """``positions`` cut into runs that fit one batch beside the counter row: at most
+    BATCH_ROWS - 1 operations and BATCH_BYTES."""
+    group: list[int] = []
+    total = 0
+    for position in positions:
+        if group and (len(group) == BATCH_ROWS - 1 or total + sizes[position] > BATCH_BYTES):
+            yield group
+            group, total = [], 0
+        group.append(position)
+        total += sizes[position]
+    if group:
+        yield group

@@ -1,0 +1,213 @@
+"""Job records: created with their shard counters, read, changed by compare-and-swap,
+and deleted with everything of the job.
+
+Every write settles the ambiguous case (:mod:`checkpoint.settle`): an insert or an
+update applied although it failed is recognised by its writer token as this call's own.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Callable
+from typing import Any
+
+from checkpoint import deletion, layout, retries, settle
+from checkpoint.clock import Clock
+from checkpoint.counting import ShardCounters
+from checkpoint.deletion import Deleted
+from checkpoint.errors import (
+    BadRecord,
+    Conflict,
+    JobNotEnded,
+    JobNotFound,
+    NotFound,
+    StorageError,
+)
+from checkpoint.records import JobRecord
+from checkpoint.retries import Budget
+from checkpoint.settle import WRITER
+from checkpoint.storage import ANY_ETAG, Record, Storage
+from checkpoint.values import Values, refused
+
+
+class JobRecords:
+    """The job records of one storage account.
+
+    Args:
+        storage: where the records are (and, to delete a job, its blobs and messages).
+        clock: stamps each write; the clock of the default retry budget.
+        values: stores a job's parameters, spilled to a blob if large.
+        counters: the shard counters a job is created with and deleted with.
+        ensure: creates the tables and the blob container if not done yet.
+    """
+
+    def __init__(
+        self,
+        storage: Storage,
+        clock: Clock,
+        values: Values,
+        counters: ShardCounters,
+        ensure: Callable[[Budget], None],
+    ):
+        self._storage = storage
+        self._records = storage.records
+        self._clock = clock
+        self._values = values
+        self._counters = counters
+        self._ensure = ensure
+
+    def create_job(
+        self,
+        job_id: str,
+        job_type: str,
+        queue: str,
+        params: Any,
+        budget: Budget | None = None,
+    ) -> tuple[JobRecord, bool]:
+        """Record a new job; if ``job_id`` exists already, return that one (and False).
+
+        An insert that was applied although it failed is recognised by its writer
+        token: the job is then this call's own (True), not "already there"."""
+        budget = retries.given(budget, self._clock)
+        self._ensure(budget)
+        layout.check_job_id(job_id)
+        now = self._clock.now()
+        properties = {
+            "job_type": job_type,
+            "queue": queue,
+            "state": "planning",
+            "created_on": now,
+            "updated_on": now,
+            # Carried in every message of the job: a message of an earlier job of this
+            # id (deleted since) is never taken for this one.
+            "incarnation": secrets.token_hex(8),
+            WRITER: settle.one_off(),
+            **self._values.put((job_id, "job", 0), "params", params),
+        }
+        # Counters first: a job record never exists without them, even after a submit
+        # that died half-way (its re-submit would otherwise find the job and stop there).
+        try:
+            self._counters.create(job_id, budget)
+            mine = settle.insert(
+                self._records, layout.JOBS_TABLE, layout.JOBS_PARTITION, job_id, properties, budget
+            )
+        except StorageError as error:
+            if refused(error):
+                self._values.drop_unwritten([properties])
+            raise
+        if mine is None:
+            self._values.drop_unwritten([properties])
+            return self.get_job(job_id, budget), False
+        return JobRecord.from_record(mine), True
+
+    def get_job(self, job_id: str, budget: Budget | None = None) -> JobRecord:
+        """Raises JobNotFound if there is no such job."""
+        budget = retries.given(budget, self._clock)
+        self._ensure(budget)
+        try:
+            record = budget.call(
+                lambda: self._records.get(layout.JOBS_TABLE, layout.JOBS_PARTITION, job_id)
+            )
+        except NotFound as missing:
+            raise JobNotFound(f"no job {job_id!r} in {self._storage.description}") from missing
+        return JobRecord.from_record(record)
+
+    def scan_jobs(self, budget: Budget | None = None) -> list[tuple[str, JobRecord | BadRecord]]:
+        """``(job id, job)`` of every job, with a BadRecord saying why for a record that
+        cannot be read."""
+        budget = retries.given(budget, self._clock)
+        self._ensure(budget)
+        records = budget.call(
+            lambda: list(self._records.query(layout.JOBS_TABLE, layout.JOBS_PARTITION))
+        )
+        found: list[tuple[str, JobRecord | BadRecord]] = []
+        for record in records:
+            try:
+                found.append((record.row_key, JobRecord.from_record(record)))
+            except BadRecord as bad:
+                found.append((record.row_key, bad))
+        return found
+
+    def change_job(
+        self,
+        job_id: str,
+        decide: Callable[[JobRecord], dict[str, Any] | None],
+        budget: Budget | None = None,
+    ) -> JobRecord | None:
+        """Apply the changes ``decide`` asks for on the job as it is now, deciding again
+        on the fresh record after losing a race; returns the job as written, or None if
+        ``decide`` asked for nothing. An update applied with its answer lost counts as
+        made (:mod:`checkpoint.settle`)."""
+        while True:
+            job = self.get_job(job_id, budget)
+            changes = decide(job)
+            if changes is None:
+                return None
+            try:
+                return self.update_job(job, budget, **changes)
+            except Conflict:
+                continue
+
+    def update_job(self, job: JobRecord, budget: Budget | None = None, **changes: Any) -> JobRecord:
+        """Merge ``changes`` into the job if nobody changed it since ``job`` was read.
+
+        Raises Conflict if someone else did (never for this call's own applied write)."""
+        changes = {**changes, "updated_on": self._clock.now(), WRITER: settle.one_off()}
+        written = settle.merge(
+            self._records,
+            layout.JOBS_TABLE,
+            Record(layout.JOBS_PARTITION, job.job_id, job.properties, job.etag),
+            changes,
+            retries.given(budget, self._clock),
+        )
+        return JobRecord.from_record(written)
+
+    def delete_job(self, job_id: str, budget: Budget | None = None) -> Deleted:
+        """Delete an ended job: its task records, its blobs, its visible messages (in its
+        queue and poison queue), then its record.
+
+        The job is first marked as being deleted, so workers delete its messages unrun
+        and stop its running tasks; its record goes last, so a deletion that dies midway
+        leaves the job listed, and deleting it again finishes it.
+
+        Raises:
+            JobNotFound: no such job.
+            JobNotEnded: it is not done, failed or cancelled (and not being deleted).
+        """
+        budget = retries.given(budget, self._clock)
+        job = self._mark_deleting(job_id, budget)
+        records = sum(
+            deletion.delete_partition(self._records, partition, budget)
+            for partition in deletion.task_partitions(job_id)
+        )
+        self._counters.forget(job_id)
+        blobs = deletion.delete_blobs(self._storage.blobs, job_id, budget)
+        swept = sum(
+            deletion.sweep(self._storage.queues, queue, job_id, budget)
+            for queue in (job.queue, job.queue + layout.POISON_SUFFIX)
+        )
+        budget.call(
+            lambda: self._records.delete(
+                layout.JOBS_TABLE, layout.JOBS_PARTITION, job_id, etag=ANY_ETAG
+            )
+        )
+        return Deleted(job_id, job.state, job.updated_on, records + 1, blobs, swept)
+
+    def _mark_deleting(self, job_id: str, budget: Budget) -> JobRecord:
+        """The job as it was before its deletion began, marked ``deleting_on`` now (a
+        job marked already is left as it is)."""
+        before: list[JobRecord] = []
+
+        def decide(job: JobRecord) -> dict[str, Any] | None:
+            before[:] = [job]
+            if job.deleting_on is not None:
+                return None
+            if not job.ended:
+                raise JobNotEnded(
+                    f"job {job_id!r} is {job.state}: only a job that is done, failed or "
+                    "cancelled can be deleted"
+                )
+            return {"deleting_on": self._clock.now()}
+
+        self.change_job(job_id, decide, budget)
+        return before[0]
