@@ -299,7 +299,7 @@ def test_status_shows_unreadable_records_without_a_traceback(
         ]
         # and the good chunk is still counted
         report = job_status(store, store.get_job(good), NOW)
-        assert report["chunks"]["waiting"] == 2
+        assert report.chunks.waiting == 2
         assert "unreadable" in render_status([report])
         # and a worker's list of jobs leaves the unreadable one out
         assert bad not in {j.job_id for j in store.list_jobs()}

@@ -34,7 +34,7 @@ from checkpoint.workers import (
 from jobs.chunk import Chunk
 from jobs.job import ChunkedJob
 from jobs.submit import submit
-from runner.cli.json_form import utc
+from runner.cli.json_form import to_json, utc
 from runner.cli.snapshot import read_report, read_snapshot, read_workers
 from runner.worker.heartbeat import Heartbeat, Identity, RunningTasks
 from runner.worker.logs import TaskIds
@@ -71,7 +71,7 @@ class World:
 
     def mine(self) -> dict[str, dict[str, Any]]:
         """This test's workers as status reads them, by id."""
-        found = read_workers(self.store, self.clock.now())
+        found = to_json(read_workers(self.store, self.clock.now()))
         return {w["worker_id"]: w for w in found if w["worker_id"] in self.made}
 
     def clean_up(self) -> None:
@@ -165,10 +165,10 @@ def test_status_lists_the_workers_serving_each_jobs_queue(world: World):
     serving.beat()
     elsewhere.beat()
 
-    (report,) = read_report(world.store, job.job_id)
+    (report,) = to_json(read_report(world.store, job.job_id))
 
     assert [w["worker_id"] for w in report["workers"]] == [serving._identity.worker_id]
-    snapshot = read_snapshot(world.store, job.job_id)
+    snapshot = to_json(read_snapshot(world.store, job.job_id))
     assert [w["worker_id"] for w in snapshot["workers"]] == [serving._identity.worker_id]
     assert snapshot["taken_on"] == utc(world.clock.now())
 

@@ -22,6 +22,7 @@ from jobs.errors import JobEnded
 from jobs.retention import delete as delete_job
 from jobs.submit import submit
 from runner.cli import commands as cli
+from runner.cli.json_form import to_json
 from runner.cli.redrive import redrive
 from runner.cli.render import render_status
 from runner.cli.status import REPORT_COLUMNS, failure_report, job_status
@@ -477,7 +478,7 @@ def test_past_its_tolerated_failures_a_job_fails_at_once_and_drops_the_rest(worl
         "the remaining chunks were cancelled"
     )
     # and status counts what happened
-    counts = job_status(world.store, job, world.clock.now())["chunks"]
+    counts = to_json(job_status(world.store, job, world.clock.now()))["chunks"]
     assert (counts["poisoned"], counts["done"], counts["running"]) == (3, 0, 0)
 
 
@@ -499,12 +500,13 @@ def test_a_retrying_planning_shows_its_error_attempt_and_next_try(world: World):
     world.send(job_id, "plan")
     world.deliver()
 
-    status = job_status(world.store, world.job_record(job_id), world.clock.now())
+    typed = job_status(world.store, world.job_record(job_id), world.clock.now())
+    status = to_json(typed)
 
     (failed,) = status["failed"]
     assert failed["kind"] == "plan" and failed["attempt"] == 1 and failed["max_attempts"] == 2
     assert failed["error_message"] == "split failed" and failed["retry_at"] is not None
-    text = render_status([status])
+    text = render_status([typed])
     assert "failed  planning attempt 1 of 2, next try at " in text
     assert "ValueError: split failed" in text
 
@@ -513,11 +515,11 @@ def test_status_shows_a_pause_and_a_cancel(world: World):
     job_id = world.job([{"act": "ok"}])
     manage.pause(job_id, drain=True, storage=world.backend.storage, clock=world.clock)
     paused = job_status(world.store, world.job_record(job_id), world.clock.now())
-    assert paused["paused"] and paused["drain"]
+    assert paused.paused and paused.drain
     assert "(paused since " in render_status([paused])
     _cancel(world, job_id, "input was wrong")
     cancelled = job_status(world.store, world.job_record(job_id), world.clock.now())
-    assert cancelled["state"] == "cancelled" and cancelled["cancel_reason"] == "input was wrong"
+    assert cancelled.state == "cancelled" and cancelled.cancel_reason == "input was wrong"
     assert ": input was wrong" in render_status([cancelled])
 
 

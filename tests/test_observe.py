@@ -25,9 +25,10 @@ from checkpoint.store import CheckpointStore
 from jobs.backoff import Backoff
 from jobs.chunk import Chunk
 from jobs.job import ChunkedJob
-from runner.cli.json_form import utc
+from runner.cli.json_form import to_json, utc
 from runner.cli.render import render_status
 from runner.cli.status import job_status
+from runner.cli.status_types import JobStatus
 from runner.worker.logs import ContextFilter
 from runner.worker.loop import assemble
 from runner.worker.tasks import Context, handle
@@ -198,7 +199,7 @@ def test_a_running_chunk_is_among_the_workers_running_tasks(world: World):
 def test_progress_is_stored_with_each_checkpoint_and_shown_by_status(world: World):
     # Given a job of two chunks, the first running and checkpointing its progress
     job_id = world.job([{}, {}])
-    shown: dict[int, dict[str, Any]] = {}
+    shown: dict[int, JobStatus] = {}
 
     def look(step: int) -> None:
         if step == 4:
@@ -209,7 +210,7 @@ def test_progress_is_stored_with_each_checkpoint_and_shown_by_status(world: Worl
     world.run_chunk(job_id)
 
     # Then status showed the chunk's progress, and the job's: 4/10 of one of two chunks
-    report = shown[4]
+    report = to_json(shown[4])
     (running,) = report["running"]
     assert (running["progress_fraction"], running["progress_done"], running["progress_total"]) == (
         0.4,
@@ -220,11 +221,11 @@ def test_progress_is_stored_with_each_checkpoint_and_shown_by_status(world: Worl
     assert running["checkpoint_on"] == utc(world.clock.now() - timedelta(seconds=2))
     assert running["started_on"] is not None
     assert report["progress_fraction"] == pytest.approx(0.2)
-    text = render_status([report])
+    text = render_status([shown[4]])
     assert "progress 4, 40% done (4/10)" in text
     assert "[###" in text and " 20%" in text
     # And once done the chunk counts whole; the record keeps what it said last
-    after = job_status(world.store, world.store.get_job(job_id), world.clock.now())
+    after = to_json(job_status(world.store, world.store.get_job(job_id), world.clock.now()))
     assert after["progress_fraction"] == pytest.approx(0.5) and after["running"] == []
     stored = world.store.get_task(job_id, "chunk", 0)
     assert Progress.from_properties(stored.properties, "x") == Progress(1.0, 10, 10)

@@ -12,7 +12,7 @@ import pytest
 from checkpoint.clock import FakeClock
 from checkpoint.store import CheckpointStore
 from jobs import manage
-from runner.cli.json_form import VALUE_JSON_BYTES, user_value, utc
+from runner.cli.json_form import VALUE_JSON_BYTES, to_json, user_value, utc
 from runner.cli.render import render_status
 from runner.cli.status import PROGRESS_CHARS, job_status
 from tests.conftest import Backend
@@ -47,7 +47,7 @@ def test_a_plain_state_is_given_as_itself(store: CheckpointStore):
 
     report = job_status(store, store.get_job(job_id), datetime.now(UTC))
 
-    running = {chunk["index"]: chunk for chunk in report["running"]}
+    running = {chunk["index"]: chunk for chunk in to_json(report)["running"]}
     assert running[0]["progress"] == state and not running[0]["progress_omitted"]
     assert running[1]["progress"] == 42
     assert running[2]["progress"] is None and not running[2]["progress_omitted"]
@@ -68,7 +68,7 @@ def test_a_plain_state_is_given_as_itself(store: CheckpointStore):
 def test_a_state_json_cannot_hold_is_given_tagged_not_mangled(store: CheckpointStore, state):
     job_id = _running_job(store, [state])
 
-    (chunk,) = job_status(store, store.get_job(job_id), datetime.now(UTC))["running"]
+    (chunk,) = to_json(job_status(store, store.get_job(job_id), datetime.now(UTC)))["running"]
 
     assert chunk["progress"] == user_value(state) and chunk["progress_omitted"] is False
     assert chunk["progress"] != state  # each of these needs a $-tag
@@ -78,7 +78,7 @@ def test_a_state_json_cannot_hold_is_given_tagged_not_mangled(store: CheckpointS
 def test_a_state_over_the_json_limit_is_omitted(store: CheckpointStore):
     job_id = _running_job(store, [["x" * VALUE_JSON_BYTES]])
 
-    (chunk,) = job_status(store, store.get_job(job_id), datetime.now(UTC))["running"]
+    (chunk,) = to_json(job_status(store, store.get_job(job_id), datetime.now(UTC)))["running"]
 
     assert chunk["progress"] is None and chunk["progress_omitted"] is True
     assert chunk["progress_text"]  # people still see something
@@ -112,14 +112,15 @@ def test_a_cancelled_job_has_nothing_waiting_and_nothing_to_retry(backend: Backe
 
     # When status is read a minute later
     clock.advance(60)
-    status = job_status(store, store.get_job(job_id), clock.now())
+    typed = job_status(store, store.get_job(job_id), clock.now())
+    status = to_json(typed)
 
     # Then the 7 chunks never claimed are cancelled, not waiting, and chunk 1 has no
     # next try (its message is deleted unrun when it surfaces)
     assert status["chunks"]["waiting"] == 0 and status["chunks"]["cancelled"] == 7
     (failed,) = status["failed"]
     assert failed["retry_at"] is None and failed["retry_due"] is False
-    text = render_status([status])
+    text = render_status([typed])
     assert "running 0  cancelled 7  failed 1  poisoned 0" in text
     assert "failed  chunk #1 attempt 1 of 5, not retried (cancelled): ValueError" in text
     assert "next try" not in text
@@ -128,10 +129,11 @@ def test_a_cancelled_job_has_nothing_waiting_and_nothing_to_retry(backend: Backe
 def test_a_running_jobs_unclaimed_chunks_are_waiting_not_cancelled(store: CheckpointStore):
     job_id = _running_job(store, [None], waiting=2)
 
-    status = job_status(store, store.get_job(job_id), datetime.now(UTC))
+    typed = job_status(store, store.get_job(job_id), datetime.now(UTC))
+    status = to_json(typed)
 
     assert (status["chunks"]["waiting"], status["chunks"]["cancelled"]) == (2, 0)
-    assert "running 1  waiting 2  failed 0  poisoned 0" in render_status([status])
+    assert "running 1  waiting 2  failed 0  poisoned 0" in render_status([typed])
 
 
 def test_a_retry_that_is_due_says_it_waits_for_a_worker(store: CheckpointStore):
@@ -140,7 +142,8 @@ def test_a_retry_that_is_due_says_it_waits_for_a_worker(store: CheckpointStore):
     job_id = _running_job(store, [None, None])
     _retrying(store, job_id, 1, now - timedelta(seconds=65))
 
-    status = job_status(store, store.get_job(job_id), now)
+    typed = job_status(store, store.get_job(job_id), now)
+    status = to_json(typed)
 
     (failed,) = status["failed"]
     assert failed["retry_due"] is True
@@ -148,4 +151,4 @@ def test_a_retry_that_is_due_says_it_waits_for_a_worker(store: CheckpointStore):
     assert (
         f"failed  chunk #1 attempt 1 of 5, next try due since {failed['retry_at']} "
         "(waiting for a worker): ValueError: row 130"
-    ) in render_status([status])
+    ) in render_status([typed])

@@ -14,6 +14,7 @@ import subprocess
 import sys
 import time
 import uuid
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -28,6 +29,18 @@ from checkpoint.records import CHECKPOINT_ON, Progress
 from checkpoint.store import CheckpointStore
 from checkpoint.workers import WorkerBook
 from runner.cli.snapshot import read_snapshot
+from runner.cli.status_types import (
+    AnyJob,
+    ChunkCounts,
+    FailedTask,
+    JobStatus,
+    Rate,
+    RunningChunk,
+    Snapshot,
+    UnreadableJob,
+    WatchFrame,
+    WorkerStatus,
+)
 from runner.cli.watch import Rates, watch
 from runner.cli.watch_lines import plain_lines
 from runner.cli.watch_view import duration, render_watch
@@ -39,8 +52,8 @@ from tests.e2e.processes import ROOT, runner_command
 NOW = datetime(2030, 1, 1, 12, 0, 0, tzinfo=UTC)
 
 
-def _at(seconds: float) -> str:
-    return (NOW + timedelta(seconds=seconds)).isoformat()
+def _at(seconds: float) -> datetime:
+    return NOW + timedelta(seconds=seconds)
 
 
 def _text(renderable: Any, width: int = 120) -> str:
@@ -49,100 +62,134 @@ def _text(renderable: Any, width: int = 120) -> str:
     return console.export_text()
 
 
-def _job(job_id: str = "copy-rows-1", **changes: Any) -> dict[str, Any]:
-    job: dict[str, Any] = {
-        "job_id": job_id,
-        "job_type": "example:CopyRows",
-        "queue": "copy-rows",
-        "state": "running",
-        "error": None,
-        "updated_on": _at(-5),
-        "planning_done": True,
-        "chunks": {"total": 8, "done": 4, "running": 2, "waiting": 1, "failed": 1, "poisoned": 0},
-        "progress_fraction": 0.5625,
-        "running": [
-            {
-                "index": 4,
-                "worker": "vm:29466:9ff4",
-                "attempt": 1,
-                "lease_until": _at(21),
-                "lease_expired": False,
-                "progress": 430,
-                "progress_text": "430",
-                "progress_fraction": 0.43,
-                "progress_done": 430,
-                "progress_total": 1000,
-                "checkpoint_on": _at(-3),
-            },
-            {
-                "index": 5,
-                "worker": "vm:29467:73fa",
-                "attempt": 2,
-                "lease_until": _at(-1),
-                "lease_expired": True,
-                "progress": None,
-                "progress_text": "None",
-                "progress_fraction": None,
-                "progress_done": None,
-                "progress_total": None,
-                "checkpoint_on": None,
-            },
-        ],
-        "failed": [
-            {
-                "kind": "chunk",
-                "index": 6,
-                "attempt": 1,
-                "max_attempts": 5,
-                "retry_at": _at(40),
-                "error_type": "ValueError",
-                "error_message": "row 100",
-            },
-            {
-                "kind": "final",
-                "index": 0,
-                "attempt": 2,
-                "error_type": "OSError",
-                "error_message": "x",
-            },
-        ],
-        "finalize": None,
+def _job(job_id: str = "copy-rows-1", **changes: Any) -> JobStatus:
+    job = JobStatus(
+        job_id=job_id,
+        job_type="example:CopyRows",
+        queue="copy-rows",
+        state="running",
+        error=None,
+        paused=False,
+        paused_on=None,
+        drain=False,
+        cancelled_on=None,
+        cancel_reason=None,
+        created_on=None,
+        updated_on=_at(-5),
+        planning_done=True,
+        chunks=ChunkCounts(
+            total=8, done=4, running=2, waiting=1, failed=1, poisoned=0, cancelled=0
+        ),
+        progress_fraction=0.5625,
+        running=(
+            RunningChunk(
+                index=4,
+                worker="vm:29466:9ff4",
+                attempt=1,
+                lease_until=_at(21),
+                lease_expired=False,
+                progress=430,
+                progress_omitted=False,
+                progress_text="430",
+                progress_fraction=0.43,
+                progress_done=430,
+                progress_total=1000,
+                checkpoint_on=_at(-3),
+                started_on=None,
+            ),
+            RunningChunk(
+                index=5,
+                worker="vm:29467:73fa",
+                attempt=2,
+                lease_until=_at(-1),
+                lease_expired=True,
+                progress=None,
+                progress_omitted=False,
+                progress_text="None",
+                progress_fraction=None,
+                progress_done=None,
+                progress_total=None,
+                checkpoint_on=None,
+                started_on=None,
+            ),
+        ),
+        failed=(
+            _failed_task(
+                kind="chunk",
+                index=6,
+                attempt=1,
+                max_attempts=5,
+                retry_at=_at(40),
+                error_type="ValueError",
+                error_message="row 100",
+            ),
+            _failed_task(kind="final", index=0, attempt=2, error_type="OSError", error_message="x"),
+        ),
+        poisoned=(),
+        finalize=None,
+        unreadable=(),
+    )
+    return replace(job, **changes)
+
+
+def _failed_task(**given: Any) -> FailedTask:
+    shown: dict[str, Any] = {
+        "state": "retrying",
+        "max_attempts": None,
+        "retryable": None,
+        "retry_at": None,
+        "retry_due": False,
+        "traceback": None,
     }
-    job.update(changes)
-    return job
+    return FailedTask(**{**shown, **given})
 
 
-def _worker(worker_id: str, **changes: Any) -> dict[str, Any]:
-    worker: dict[str, Any] = {
-        "worker_id": worker_id,
-        "queues": ["copy-rows"],
-        "concurrency": 2,
-        "running": 1,
-        "state": "serving",
-        "gone": False,
-        "started_on": _at(-3725),
-        "seen_on": _at(-2),
-    }
-    worker.update(changes)
-    return worker
+def _worker(worker_id: str, **changes: Any) -> WorkerStatus:
+    worker = WorkerStatus(
+        worker_id=worker_id,
+        host="vm",
+        pid=1,
+        queues=("copy-rows",),
+        job_types=("example:CopyRows",),
+        concurrency=2,
+        running=1,
+        tasks=(),
+        state="serving",
+        gone=False,
+        started_on=_at(-3725),
+        seen_on=_at(-2),
+        seen_ago_seconds=2.0,
+        beat_seconds=5.0,
+    )
+    return replace(worker, **changes)
 
 
-def _snapshot(**changes: Any) -> dict[str, Any]:
-    snapshot: dict[str, Any] = {
-        "taken_on": NOW.isoformat(),
-        "storage": "embedded:/data/.runner",
-        "interval_seconds": 2.0,
-        "jobs": [_job()],
-        "workers": [
+def _snapshot(
+    jobs: list[AnyJob] | None = None,
+    workers: list[WorkerStatus] | None = None,
+    rates: dict[str, Rate] | None = None,
+    error: str | None = None,
+) -> WatchFrame:
+    if workers is None:
+        workers = [
             _worker("vm:29466:9ff4"),
             _worker("vm:29467:73fa", running=0),
             _worker("vm:29468:0abc", gone=True, seen_on=_at(-45)),
             _worker("vm:29469:1def", gone=True, state="stopped", seen_on=_at(-600)),
-        ],
-        "rates": {"copy-rows-1": {"chunks_per_second": 0.25, "eta_seconds": 14.0}},
-    }
-    snapshot.update(changes)
-    return snapshot
+        ]
+    return WatchFrame(
+        snapshot=Snapshot(
+            taken_on=NOW,
+            jobs=tuple([_job()] if jobs is None else jobs),
+            workers=tuple(workers),
+        ),
+        rates={"copy-rows-1": Rate(chunks_per_second=0.25, eta_seconds=14.0)}
+        if rates is None
+        else rates,
+        storage="embedded:/data/.runner",
+        interval_seconds=2.0,
+        error=error,
+    )
 
 
 # --------------------------------------------------------------------------- the view
@@ -195,7 +242,7 @@ def test_only_live_workers_get_a_row_the_others_are_counted():
 
 
 def test_a_retry_that_is_due_says_how_long_it_has_waited_for_a_worker():
-    failed = [dict(_job()["failed"][0], retry_at=_at(-65), retry_due=True)]
+    failed = (replace(_job().failed[0], retry_at=_at(-65), retry_due=True),)
     text = _text(render_watch(_snapshot(jobs=[_job(failed=failed)])))
     assert "failed #6 attempt 1 of 5, next try due 1m05s ago, waiting for a worker: " in text
     assert "next try in" not in text
@@ -240,7 +287,7 @@ def test_no_jobs_and_no_workers():
 
 
 def test_long_lists_are_cut_short():
-    running = [dict(_job()["running"][0], index=n) for n in range(30)]
+    running = tuple(replace(_job().running[0], index=n) for n in range(30))
     workers = [_worker(f"vm:{n}:aaaa") for n in range(25)]
     text = _text(render_watch(_snapshot(jobs=[_job(running=running)], workers=workers)))
     assert "... 18 more" in text and "... 5 more" in text
@@ -281,7 +328,7 @@ def test_a_real_snapshot_renders(backend: Backend):
     clock.advance(3)
 
     # When a snapshot of the job is read and drawn
-    text = _text(render_watch(read_snapshot(store, job_id)))
+    text = _text(render_watch(WatchFrame(read_snapshot(store, job_id))))
 
     # Then it shows the job at 20 %, the chunk at 40 %, and the worker
     assert f"{job_id}  tests:Job  running" in text
@@ -294,51 +341,46 @@ def test_a_real_snapshot_renders(backend: Backend):
 # --------------------------------------------------------------------------- rates
 
 
-def _progress_job(done: float, total: int = 100, **changes: Any) -> dict[str, Any]:
-    job = {
-        "job_id": "j",
-        "state": "running",
-        "planning_done": True,
-        "chunks": {"total": total, "done": int(done)},
-        "progress_fraction": done / total,
-    }
-    job.update(changes)
-    return job
+def _progress_job(done: float, total: int = 100, **changes: Any) -> JobStatus:
+    chunks = ChunkCounts(
+        total=total, done=int(done), running=0, waiting=0, failed=0, poisoned=0, cancelled=0
+    )
+    return _job("j", chunks=chunks, progress_fraction=done / total, **changes)
 
 
 def test_the_rate_is_measured_over_the_last_minute_and_gives_an_eta():
     rates = Rates(window_seconds=60)
-    assert rates.observe(0, [_progress_job(0)])["j"] == {
-        "chunks_per_second": None,
-        "eta_seconds": None,
-    }
+    assert rates.observe(0, [_progress_job(0)])["j"] == Rate(
+        chunks_per_second=None,
+        eta_seconds=None,
+    )
     # 1 chunk/s for the first 60 s, then 2 chunks/s
     for second in range(1, 61):
         rates.observe(second, [_progress_job(second)])
-    assert rates.observe(61, [_progress_job(61)])["j"]["chunks_per_second"] == pytest.approx(1.0)
+    assert rates.observe(61, [_progress_job(61)])["j"].chunks_per_second == pytest.approx(1.0)
     for second in range(62, 150):
         said = rates.observe(second, [_progress_job(61 + 2 * (second - 61), total=1000)])["j"]
-    assert said["chunks_per_second"] == pytest.approx(2.0, rel=0.05)
-    assert said["eta_seconds"] == pytest.approx((1000 - 237) / said["chunks_per_second"])
+    assert said.chunks_per_second == pytest.approx(2.0, rel=0.05)
+    assert said.eta_seconds == pytest.approx((1000 - 237) / said.chunks_per_second)
 
 
 def test_no_eta_while_nothing_moves_or_planning_goes_on_or_the_job_ended():
     rates = Rates()
     rates.observe(0, [_progress_job(10)])
-    assert rates.observe(5, [_progress_job(10)])["j"] == {
-        "chunks_per_second": 0.0,
-        "eta_seconds": None,
-    }
+    assert rates.observe(5, [_progress_job(10)])["j"] == Rate(
+        chunks_per_second=0.0,
+        eta_seconds=None,
+    )
     rates.observe(10, [_progress_job(20, planning_done=False)])
-    assert rates.observe(15, [_progress_job(30, planning_done=False)])["j"]["eta_seconds"] is None
-    assert rates.observe(20, [_progress_job(40, state="failed")])["j"]["eta_seconds"] is None
+    assert rates.observe(15, [_progress_job(30, planning_done=False)])["j"].eta_seconds is None
+    assert rates.observe(20, [_progress_job(40, state="failed")])["j"].eta_seconds is None
 
 
 def test_a_job_no_longer_shown_is_forgotten():
     rates = Rates()
     rates.observe(0, [_progress_job(0)])
     rates.observe(1, [])
-    assert rates.observe(2, [_progress_job(50)])["j"]["chunks_per_second"] is None
+    assert rates.observe(2, [_progress_job(50)])["j"].chunks_per_second is None
 
 
 def test_a_paused_job_has_no_rate_and_its_pause_does_not_count_after_the_resume():
@@ -347,11 +389,11 @@ def test_a_paused_job_has_no_rate_and_its_pause_does_not_count_after_the_resume(
         rates.observe(second, [_progress_job(second)])
     for second in range(31, 91):  # paused a minute: nothing moves
         said = rates.observe(second, [_progress_job(30, paused=True)])["j"]
-        assert said == {"chunks_per_second": None, "eta_seconds": None}
+        assert said == Rate(chunks_per_second=None, eta_seconds=None)
     rates.observe(91, [_progress_job(31)])  # resumed at 1 chunk/s
     said = rates.observe(93, [_progress_job(33)])["j"]
-    assert said["chunks_per_second"] == pytest.approx(1.0)
-    assert said["eta_seconds"] == pytest.approx(67.0)
+    assert said.chunks_per_second == pytest.approx(1.0)
+    assert said.eta_seconds == pytest.approx(67.0)
 
 
 # --------------------------------------------------------------------------- no terminal
@@ -413,14 +455,16 @@ def test_plain_lines_show_each_job_not_ended_and_an_ended_one_once():
         "plan-1",
         state="planning",
         planning_done=False,
-        chunks={"total": 0, "done": 0, "running": 0, "waiting": 0, "failed": 0, "poisoned": 0},
+        chunks=ChunkCounts(
+            total=0, done=0, running=0, waiting=0, failed=0, poisoned=0, cancelled=0
+        ),
         progress_fraction=None,
     )
     assert plain_lines(_snapshot(jobs=[planning], rates={}), set(), first=False) == [
         f"{at}  plan-1  planning  0%  0/0+ (planning) done  "
         "running 0  waiting 0  failed 0  poisoned 0"
     ]
-    unreadable = {"job_id": "bad-1", "state": "unreadable", "error": "job 'bad-1': garbled"}
+    unreadable = UnreadableJob(job_id="bad-1", error="job 'bad-1': garbled", unreadable=())
     assert plain_lines(_snapshot(jobs=[unreadable]), set(), first=True) == [
         f"{at}  bad-1  unreadable: job 'bad-1': garbled"
     ]
@@ -431,9 +475,9 @@ def test_without_a_terminal_a_failed_refresh_is_one_line():
     out = io.StringIO()
     console = Console(file=out, width=100)
     stop = _Stop(after=3)
-    reads = iter([_snapshot(), None, _snapshot(rates={})])
+    reads = iter([_snapshot().snapshot, None, _snapshot(rates={}).snapshot])
 
-    def read() -> dict[str, Any]:
+    def read() -> Snapshot:
         snapshot = next(reads)
         if snapshot is None:
             raise Throttled("ServerBusy")

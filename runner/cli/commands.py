@@ -35,7 +35,7 @@ from jobs.retention import purge as purge_jobs
 from jobs.spark_settings import CONF_ENV, MASTER_ENV, REMOTE_ENV, check_remote
 from jobs.submit import submit as submit_job
 from runner.cli.checking import check_location
-from runner.cli.json_form import utc
+from runner.cli.json_form import to_json, utc
 from runner.cli.redrive import redrive
 from runner.cli.render import render_poisoned, render_report, render_status, report_csv_row
 from runner.cli.snapshot import read_report
@@ -359,7 +359,7 @@ def status(
             return
         report = read_report(store, job_id, states=states, limit=limit)
     if as_json:
-        click.echo(json.dumps(report if not job_id else report[0], indent=2))
+        click.echo(json.dumps(to_json(report if not job_id else report[0]), indent=2))
     else:
         click.echo(render_status(report, color=sys.stdout.isatty()))
 
@@ -468,7 +468,7 @@ def poison_list(job_id: str, as_json: bool, storage: str | None) -> None:
         store = CheckpointStore(opened)
         store.get_job(job_id)
         found = poisoned_chunks(store, job_id)
-    click.echo(json.dumps(found, indent=2) if as_json else render_poisoned(job_id, found))
+    click.echo(json.dumps(to_json(found), indent=2) if as_json else render_poisoned(job_id, found))
 
 
 @poison.command("redrive", short_help="Re-run a job's poisoned chunks with fresh attempts.")

@@ -11,6 +11,8 @@
   ``{"$bytes": BASE64}``, ``{"$datetime": TIME}``, ``{"$float": "nan"|"inf"|"-inf"}``,
   and ``{"$map": [[KEY, VALUE], ...]}`` for a map with a key that is not a string (or
   whose only key starts with ``$``, so no user's object is taken for one of these).
+
+Typed values (:mod:`runner.cli.status_types`) become JSON in one place, :func:`to_json`.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from __future__ import annotations
 import base64
 import json
 import math
+from dataclasses import fields, is_dataclass
 from datetime import UTC, datetime
 from typing import Any
 
@@ -30,6 +33,22 @@ def utc(when: datetime | None) -> str | None:
     if when is None:
         return None
     return when.astimezone(UTC).replace(tzinfo=None).isoformat(timespec="microseconds") + "Z"
+
+
+def to_json(value: Any) -> Any:
+    """A typed value as its ``--json`` form: a dataclass is an object of its fields, in
+    field order, each named as it is; a time is :func:`utc`; a tuple a list. A user's
+    value in a field is already a JSON value (:func:`bounded_user_value`) and stays as
+    it is."""
+    if is_dataclass(value) and not isinstance(value, type):
+        return {each.name: to_json(getattr(value, each.name)) for each in fields(value)}
+    if isinstance(value, datetime):
+        return utc(value)
+    if isinstance(value, list | tuple):
+        return [to_json(item) for item in value]
+    if isinstance(value, dict):
+        return {key: to_json(item) for key, item in value.items()}
+    return value
 
 
 def user_value(value: Any) -> Any:

@@ -3,8 +3,19 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
+
+from runner.cli.json_form import utc
+from runner.cli.status import ReportRow
+from runner.cli.status_types import (
+    AnyJob,
+    FailedTask,
+    JobStatus,
+    RunningChunk,
+    UnreadableJob,
+    WorkerStatus,
+)
 
 BAR_CHARS = 30
 #: Longest payload shown in a failure report (characters of its JSON).
@@ -26,142 +37,148 @@ def bar(done: float, total: int, width: int = BAR_CHARS) -> str:
     return f"[{'#' * filled}{'.' * (width - filled)}] {share:4.0%}"
 
 
-def render_status(report: list[dict[str, Any]], color: bool = False) -> str:
+def render_status(report: Sequence[AnyJob], color: bool = False) -> str:
     if not report:
         return "no jobs"
     return "\n\n".join(_job(job, color) for job in report)
 
 
-def _job(job: dict[str, Any], color: bool) -> str:
-    if job["state"] == "unreadable":
-        return f"{job['job_id']}  unreadable: {job['error']}"
-    chunks = job["chunks"]
-    state = job["state"]
+def _job(job: AnyJob, color: bool) -> str:
+    if isinstance(job, UnreadableJob):
+        return f"{job.job_id}  unreadable: {job.error}"
+    chunks = job.chunks
+    state = job.state
     if color:
         state = f"\x1b[{_STATE_COLORS.get(state, '0')}m{state}\x1b[0m"
-    if job.get("paused") and job["state"] not in ("done", "failed", "cancelled"):
-        drain = ", running chunks let finish" if job.get("drain") else ""
-        state += f" (paused since {job['paused_on']}{drain}; `runner resume` continues)"
-    total = f"{chunks['total']:,}" + ("" if job["planning_done"] else "+ (planning)")
-    shown_total = chunks["total"] if job["planning_done"] else chunks["total"] + 1
+    if job.paused and job.state not in ("done", "failed", "cancelled"):
+        drain = ", running chunks let finish" if job.drain else ""
+        state += f" (paused since {utc(job.paused_on)}{drain}; `runner resume` continues)"
+    total = f"{chunks.total:,}" + ("" if job.planning_done else "+ (planning)")
+    shown_total = chunks.total if job.planning_done else chunks.total + 1
     lines = [
-        f"{job['job_id']}  {job['job_type']}  {state}",
-        f"  {bar(_done(job), shown_total)}  {chunks['done']:,}/{total} done",
+        f"{job.job_id}  {job.job_type}  {state}",
+        f"  {bar(_done(job), shown_total)}  {chunks.done:,}/{total} done",
         "  " + chunk_counts(job),
     ]
-    if job["finalize"]:
-        lines.append(f"  finalize: {job['finalize']}")
-    if job.get("cancelled_on"):
-        why = job.get("cancel_reason") or "no reason given"
-        what = "cancelled" if job["state"] == "cancelled" else "remaining chunks cancelled"
-        lines.append(f"  {what} on {job['cancelled_on']}: {why}")
-    if job["error"] and job["error"] != job.get("cancel_reason"):
-        lines.append(f"  error: {job['error']}")
-    for chunk in job["running"]:
-        expired = " (lease expired: worker gone?)" if chunk["lease_expired"] else ""
+    if job.finalize:
+        lines.append(f"  finalize: {job.finalize}")
+    if job.cancelled_on:
+        why = job.cancel_reason or "no reason given"
+        what = "cancelled" if job.state == "cancelled" else "remaining chunks cancelled"
+        lines.append(f"  {what} on {utc(job.cancelled_on)}: {why}")
+    if job.error and job.error != job.cancel_reason:
+        lines.append(f"  error: {job.error}")
+    for chunk in job.running:
+        expired = " (lease expired: worker gone?)" if chunk.lease_expired else ""
         lines.append(
-            f"  running #{chunk['index']} on {chunk['worker']} attempt {chunk['attempt']}, "
-            f"lease until {chunk['lease_until']}{expired}, progress {chunk['progress_text']}"
+            f"  running #{chunk.index} on {chunk.worker} attempt {chunk.attempt}, "
+            f"lease until {utc(chunk.lease_until)}{expired}, progress {chunk.progress_text}"
             + _said(chunk)
         )
-    for task in job["failed"]:
-        of = f" of {task['max_attempts']}" if task.get("max_attempts") else ""
-        retry = _next_try(task, dropped=bool(job.get("cancelled_on")))
+    for task in job.failed:
+        of = f" of {task.max_attempts}" if task.max_attempts else ""
+        retry = _next_try(task.state, utc(task.retry_at), task.retry_due, dropped=job.dropped)
         lines.append(
-            f"  failed  {_task_name(task)} attempt {task['attempt']}{of}{retry}: "
-            f"{task['error_type']}: {task['error_message']}"
+            f"  failed  {_task_name(task.kind, task.index)} attempt {task.attempt}{of}{retry}: "
+            f"{task.error_type}: {task.error_message}"
         )
-    for task in job.get("poisoned", []):
+    for task in job.poisoned:
         lines.append(
-            f"  poisoned {_task_name(task)} after {task['attempt']} attempt(s)"
-            f"{_final(task)}: {task['error_type']}: {task['error_message']}"
+            f"  poisoned {_task_name(task.kind, task.index)} after {task.attempt} attempt(s)"
+            f"{_final(task.retryable)}: {task.error_type}: {task.error_message}"
         )
-    for bad in job.get("unreadable", []):
-        lines.append(f"  unreadable: {bad['problem']}")
-    if job.get("workers") and job["state"] not in ("done", "failed", "cancelled"):
-        lines.append(f"  workers: {_workers(job['workers'])}")
+    for bad in job.unreadable:
+        lines.append(f"  unreadable: {bad.problem}")
+    if job.workers and job.state not in ("done", "failed", "cancelled"):
+        lines.append(f"  workers: {_workers(job.workers)}")
     return "\n".join(lines)
 
 
-def chunk_counts(job: Mapping[str, Any]) -> str:
+def chunk_counts(job: JobStatus) -> str:
     """``running 2  waiting 1  failed 1  poisoned 0``; a job that drops its remaining
     chunks (cancelled) has none waiting: ``cancelled N`` counts them instead."""
-    chunks = job["chunks"]
-    middle = "cancelled" if job.get("cancelled_on") else "waiting"
-    names = ("running", middle, "failed", "poisoned")
-    return "  ".join(f"{name} {chunks.get(name, 0):,}" for name in names)
+    chunks = job.chunks
+    middle = chunks.cancelled if job.dropped else chunks.waiting
+    counted = (
+        ("running", chunks.running),
+        ("cancelled" if job.dropped else "waiting", middle),
+        ("failed", chunks.failed),
+        ("poisoned", chunks.poisoned),
+    )
+    return "  ".join(f"{name} {count:,}" for name, count in counted)
 
 
-def _next_try(task: dict[str, Any], dropped: bool = False) -> str:
+def _next_try(state: str, retry_at: str | None, retry_due: bool, dropped: bool = False) -> str:
     """``, next try at T``, ``, next try due since T (waiting for a worker)``, or, once
     its job drops its chunks (``dropped``: cancelled), that it is not retried."""
-    if dropped and task.get("state") == "retrying":
+    if dropped and state == "retrying":
         return ", not retried (cancelled)"
-    if task.get("retry_due"):
-        return f", next try due since {task['retry_at']} (waiting for a worker)"
-    if task.get("retry_at"):
-        return f", next try at {task['retry_at']}"
+    if retry_due:
+        return f", next try due since {retry_at} (waiting for a worker)"
+    if retry_at:
+        return f", next try at {retry_at}"
     return ""
 
 
-def _done(job: dict[str, Any]) -> float:
+def _done(job: JobStatus) -> float:
     """Chunks done, counting the fractions running chunks said (for the bar)."""
-    chunks, fraction = job["chunks"], job.get("progress_fraction")
-    return float(fraction * chunks["total"]) if fraction is not None else float(chunks["done"])
+    chunks, fraction = job.chunks, job.progress_fraction
+    return float(fraction * chunks.total) if fraction is not None else float(chunks.done)
 
 
-def _said(chunk: dict[str, Any]) -> str:
+def _said(chunk: RunningChunk) -> str:
     """``, 43% done (430/1,000)`` when the chunk said how far it got."""
-    fraction = chunk.get("progress_fraction")
+    fraction = chunk.progress_fraction
     if fraction is None:
         return ""
-    if chunk.get("progress_total") is None:
+    if chunk.progress_total is None:
         return f", {fraction:.0%} done"
-    done, total = chunk["progress_done"], chunk["progress_total"]
+    done, total = chunk.progress_done, chunk.progress_total
     return f", {fraction:.0%} done ({done:,}/{total:,})"
 
 
-def _workers(workers: list[dict[str, Any]]) -> str:
+def _workers(workers: Sequence[WorkerStatus]) -> str:
     """``w:1:ab (2 running), w:2:cd (idle); 1 gone``."""
-    live = [w for w in workers if not w["gone"]]
+    live = [w for w in workers if not w.gone]
     shown = [
-        f"{w['worker_id']} ({w['running']} running)" if w["running"] else f"{w['worker_id']} (idle)"
+        f"{w.worker_id} ({w.running} running)" if w.running else f"{w.worker_id} (idle)"
         for w in live
     ]
     gone = len(workers) - len(live)
     return (", ".join(shown) or "none live") + (f"; {gone} gone" if gone else "")
 
 
-def render_poisoned(job_id: str, found: list[dict[str, Any]]) -> str:
+def render_poisoned(job_id: str, found: Sequence[FailedTask]) -> str:
     if not found:
         return f"{job_id}: no poisoned chunks"
     lines = [f"{job_id}: {len(found)} poisoned"]
     for task in found:
         lines.append(
-            f"  {_task_name(task)} after {task['attempt']} attempt(s){_final(task)}: "
-            f"{task['error_type']}: {task['error_message']}"
+            f"  {_task_name(task.kind, task.index)} after {task.attempt} attempt(s)"
+            f"{_final(task.retryable)}: {task.error_type}: {task.error_message}"
         )
-        if task.get("traceback"):
-            last = task["traceback"].strip().splitlines()[-3:]
+        if task.traceback:
+            last = task.traceback.strip().splitlines()[-3:]
             lines.extend(f"      {line}" for line in last)
     return "\n".join(lines)
 
 
-def render_report(job_id: str, entries: Iterable[dict[str, Any]]) -> str:
+def render_report(job_id: str, entries: Iterable[ReportRow]) -> str:
     lines, count = [], 0
     for entry in entries:
         count += 1
-        of = f" of {entry['max_attempts']}" if entry.get("max_attempts") else ""
+        of = f" of {entry['max_attempts']}" if entry["max_attempts"] else ""
+        retry = _next_try(entry["state"], entry["retry_at"], entry["retry_due"])
         lines.append(
-            f"{_task_name(entry)} {entry['state']} after attempt {entry['attempt']}{of}"
-            f"{_final(entry)}{_next_try(entry)}"
+            f"{_task_name(entry['kind'], entry['index'])} {entry['state']} after attempt "
+            f"{entry['attempt']}{of}{_final(entry['retryable'])}{retry}"
         )
-        if entry.get("payload_omitted"):
+        if entry["payload_omitted"]:
             lines.append("  payload: (not shown: unreadable, or over 4 KiB as JSON)")
-        elif entry.get("kind") == "chunk":
-            lines.append(f"  payload: {_short_json(entry.get('payload'))}")
+        elif entry["kind"] == "chunk":
+            lines.append(f"  payload: {_short_json(entry['payload'])}")
         lines.append(f"  {entry['error_type']}: {entry['error_message']}")
-        if entry.get("traceback"):
+        if entry["traceback"]:
             lines.extend(f"    {line}" for line in entry["traceback"].rstrip().splitlines())
     if not count:
         return f"{job_id}: no failed or poisoned chunks"
@@ -184,9 +201,9 @@ def _csv_cell(value: Any) -> Any:
     return value
 
 
-def _final(task: Mapping[str, Any]) -> str:
+def _final(retryable: bool | None) -> str:
     """`` (not retryable)`` for a failure that will not get better by trying again."""
-    return " (not retryable)" if task.get("retryable") is False else ""
+    return " (not retryable)" if retryable is False else ""
 
 
 def _short_json(value: Any) -> str:
@@ -194,7 +211,7 @@ def _short_json(value: Any) -> str:
     return text if len(text) <= PAYLOAD_CHARS else text[: PAYLOAD_CHARS - 3] + "..."
 
 
-def _task_name(task: dict[str, Any]) -> str:
-    if task["kind"] == "chunk":
-        return f"chunk #{task['index']}"
-    return "planning" if task["kind"] == "plan" else "finalize"
+def _task_name(kind: str, index: int) -> str:
+    if kind == "chunk":
+        return f"chunk #{index}"
+    return "planning" if kind == "plan" else "finalize"

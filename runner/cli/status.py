@@ -12,21 +12,30 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from datetime import datetime
-from typing import Any
+from typing import Any, TypedDict, cast
 
 from checkpoint import checks
 from checkpoint.errors import BadRecord, NotFound
 from checkpoint.records import CHECKPOINT_ON, JobRecord, Progress, TaskKind, TaskRecord
 from checkpoint.store import CheckpointStore
-from runner.cli.json_form import bounded_user_value, utc
+from runner.cli.json_form import bounded_user_value, to_json
+from runner.cli.status_types import (
+    ChunkCounts,
+    FailedTask,
+    JobStatus,
+    RunningChunk,
+    Unreadable,
+    UnreadableJob,
+)
 
 #: Longest progress text shown per running chunk.
 PROGRESS_CHARS = 80
 
 
-def job_status(store: CheckpointStore, job: JobRecord, now: datetime) -> dict[str, Any]:
-    """One job's state, chunk counts and running / failed chunks, JSON-ready."""
-    bad: list[dict[str, Any]] = []
+def job_status(store: CheckpointStore, job: JobRecord, now: datetime) -> JobStatus:
+    """One job's state, chunk counts and running / failed chunks (no workers: those are
+    :func:`runner.cli.snapshot.with_workers`'s)."""
+    bad: list[Unreadable] = []
     counts = _counts(store, job.job_id, bad)
     running = _chunks(store, job.job_id, "running", bad)
     retrying = _chunks(store, job.job_id, "retrying", bad)
@@ -38,64 +47,59 @@ def job_status(store: CheckpointStore, job: JobRecord, now: datetime) -> dict[st
     # chunks unrun as they surface, and retries none: nothing of it is waiting.
     dropped = job.cancelled_on is not None
     unclaimed = max(0, total - settled)
-    return {
-        "job_id": job.job_id,
-        "job_type": job.job_type,
-        "queue": job.queue,
-        "state": job.state,
-        "error": job.error,
-        "paused": job.paused_on is not None,
-        "paused_on": _iso(job.paused_on),
-        "drain": job.drain,
-        "cancelled_on": _iso(job.cancelled_on),
-        "cancel_reason": job.cancel_reason,
-        "created_on": _iso(job.created_on),
-        "updated_on": _iso(job.updated_on),
-        "planning_done": job.total is not None,
-        "chunks": {
-            "total": total,
-            "done": counts["done"],
-            "running": len(running),
-            "waiting": 0 if dropped else unclaimed,
-            "failed": len(retrying),
-            "poisoned": counts["poisoned"],
-            "cancelled": unclaimed if dropped else 0,
-        },
-        "progress_fraction": job_fraction(total, counts["done"], running + retrying),
-        "running": [_running(store, task, now, bad) for task in running],
+    return JobStatus(
+        job_id=job.job_id,
+        job_type=job.job_type,
+        queue=job.queue,
+        state=job.state,
+        error=job.error,
+        paused=job.paused_on is not None,
+        paused_on=job.paused_on,
+        drain=job.drain,
+        cancelled_on=job.cancelled_on,
+        cancel_reason=job.cancel_reason,
+        created_on=job.created_on,
+        updated_on=job.updated_on,
+        planning_done=job.total is not None,
+        chunks=ChunkCounts(
+            total=total,
+            done=counts["done"],
+            running=len(running),
+            waiting=0 if dropped else unclaimed,
+            failed=len(retrying),
+            poisoned=counts["poisoned"],
+            cancelled=unclaimed if dropped else 0,
+        ),
+        progress_fraction=job_fraction(total, counts["done"], running + retrying),
+        running=tuple(_running(store, task, now, bad) for task in running),
         # Chunks retrying, and planning or finalize while it retries: each failure is
         # shown as soon as it is recorded, with when the next try is.
-        "failed": [
+        failed=tuple(
             _failed(task, now, retried=not dropped)
             for task in [
                 *(t for t in control_tasks if t is not None and t.state == "retrying"),
                 *retrying,
             ]
-        ],
-        "poisoned": poisoned_chunks(store, job.job_id, bad, now)
+        ),
+        poisoned=tuple(poisoned_chunks(store, job.job_id, bad, now))
         if counts["poisoned"] or job.state == "failed"
-        else [],
-        "finalize": control_tasks[1].state if control_tasks[1] is not None else None,
-        "unreadable": list({(b["kind"], b["index"]): b for b in bad}.values()),
-    }
+        else (),
+        finalize=control_tasks[1].state if control_tasks[1] is not None else None,
+        unreadable=tuple({(b.kind, b.index): b for b in bad}.values()),
+    )
 
 
-def unreadable_job(job_id: str, bad: BadRecord) -> dict[str, Any]:
+def unreadable_job(job_id: str, bad: BadRecord) -> UnreadableJob:
     """What status says of a job whose record cannot be read."""
-    return {
-        "job_id": job_id,
-        "state": "unreadable",
-        "error": str(bad),
-        "unreadable": [_unreadable("job", 0, bad)],
-    }
+    return UnreadableJob(job_id=job_id, error=str(bad), unreadable=(_unreadable("job", 0, bad),))
 
 
 def poisoned_chunks(
     store: CheckpointStore,
     job_id: str,
-    bad: list[dict[str, Any]] | None = None,
+    bad: list[Unreadable] | None = None,
     now: datetime | None = None,
-) -> list[dict[str, Any]]:
+) -> list[FailedTask]:
     """Poisoned chunks of a job with their last error (planning / finalize included).
 
     Records that cannot be read are left out, and added to ``bad`` if given."""
@@ -109,7 +113,7 @@ def poisoned_chunks(
     return found
 
 
-def _counts(store: CheckpointStore, job_id: str, bad: list[dict[str, Any]]) -> dict[str, int]:
+def _counts(store: CheckpointStore, job_id: str, bad: list[Unreadable]) -> dict[str, int]:
     try:
         return store.counts(job_id)
     except BadRecord as unreadable:
@@ -118,7 +122,7 @@ def _counts(store: CheckpointStore, job_id: str, bad: list[dict[str, Any]]) -> d
 
 
 def _chunks(
-    store: CheckpointStore, job_id: str, state: str, bad: list[dict[str, Any]]
+    store: CheckpointStore, job_id: str, state: str, bad: list[Unreadable]
 ) -> list[TaskRecord]:
     """The job's chunks in ``state``; those that cannot be read go to ``bad``."""
     found = []
@@ -131,7 +135,7 @@ def _chunks(
 
 
 def _control_task(
-    store: CheckpointStore, job_id: str, kind: TaskKind, bad: list[dict[str, Any]]
+    store: CheckpointStore, job_id: str, kind: TaskKind, bad: list[Unreadable]
 ) -> TaskRecord | None:
     """The job's planning or finalize record, or None if absent or unreadable (then in
     ``bad``)."""
@@ -144,11 +148,11 @@ def _control_task(
         return None
 
 
-def _unreadable(kind: str, index: int, bad: BadRecord) -> dict[str, Any]:
-    return {"kind": kind, "index": index, "problem": str(bad)}
+def _unreadable(kind: str, index: int, bad: BadRecord) -> Unreadable:
+    return Unreadable(kind=kind, index=index, problem=str(bad))
 
 
-def _planned(store: CheckpointStore, job: JobRecord, bad: list[dict[str, Any]]) -> int:
+def _planned(store: CheckpointStore, job: JobRecord, bad: list[Unreadable]) -> int:
     plan = _control_task(store, job.job_id, "plan", bad)
     if plan is None:
         return 0
@@ -161,8 +165,8 @@ def _planned(store: CheckpointStore, job: JobRecord, bad: list[dict[str, Any]]) 
 
 
 def _running(
-    store: CheckpointStore, task: TaskRecord, now: datetime, bad: list[dict[str, Any]]
-) -> dict[str, Any]:
+    store: CheckpointStore, task: TaskRecord, now: datetime, bad: list[Unreadable]
+) -> RunningChunk:
     try:
         progress = store.value(task.properties, "progress", of=task.name)
     except BadRecord as unreadable:
@@ -170,37 +174,29 @@ def _running(
         progress = None
     text = repr(progress)
     value, omitted = bounded_user_value(progress)
-    return {
-        "index": task.index,
-        "worker": task.owner,
-        "attempt": task.attempt,
-        "lease_until": _iso(task.lease_until),
-        "lease_expired": task.lease_until is not None and task.lease_until <= now,
-        "progress": value,
-        "progress_omitted": omitted,
-        "progress_text": text
-        if len(text) <= PROGRESS_CHARS
-        else text[: PROGRESS_CHARS - 3] + "...",
-        **_said(task, bad),
-    }
-
-
-def _said(task: TaskRecord, bad: list[dict[str, Any]]) -> dict[str, Any]:
-    """How far a chunk said it got (``chunk.checkpoint(..., progress=)``), when it last
-    wrote a state, and when this attempt started."""
-    progress = _progress(task, bad)
+    # How far the chunk said it got (``chunk.checkpoint(..., progress=)``), when it last
+    # wrote a state, and when this attempt started.
+    said = _progress(task, bad)
     checkpoint_on = task.properties.get(CHECKPOINT_ON)
     started_on = task.properties.get("started_on")
-    return {
-        "progress_fraction": progress.fraction if progress else None,
-        "progress_done": progress.done if progress else None,
-        "progress_total": progress.total if progress else None,
-        "checkpoint_on": _iso(checkpoint_on) if isinstance(checkpoint_on, datetime) else None,
-        "started_on": _iso(started_on) if isinstance(started_on, datetime) else None,
-    }
+    return RunningChunk(
+        index=task.index,
+        worker=task.owner,
+        attempt=task.attempt,
+        lease_until=task.lease_until,
+        lease_expired=task.lease_until is not None and task.lease_until <= now,
+        progress=value,
+        progress_omitted=omitted,
+        progress_text=text if len(text) <= PROGRESS_CHARS else text[: PROGRESS_CHARS - 3] + "...",
+        progress_fraction=said.fraction if said else None,
+        progress_done=said.done if said else None,
+        progress_total=said.total if said else None,
+        checkpoint_on=checkpoint_on if isinstance(checkpoint_on, datetime) else None,
+        started_on=started_on if isinstance(started_on, datetime) else None,
+    )
 
 
-def _progress(task: TaskRecord, bad: list[dict[str, Any]] | None = None) -> Progress | None:
+def _progress(task: TaskRecord, bad: list[Unreadable] | None = None) -> Progress | None:
     try:
         return Progress.from_properties(task.properties, task.name)
     except BadRecord as unreadable:
@@ -218,7 +214,7 @@ def job_fraction(total: int, done: int, unfinished: list[TaskRecord]) -> float |
     return round(min(1.0, (done + said) / total), 6)
 
 
-def _failed(task: TaskRecord, now: datetime, retried: bool = True) -> dict[str, Any]:
+def _failed(task: TaskRecord, now: datetime, retried: bool = True) -> FailedTask:
     """A retrying or poisoned task's last failure; ``retried`` False: its job drops it
     (cancelled), so it has no next try."""
     error = task.error or {}
@@ -226,20 +222,20 @@ def _failed(task: TaskRecord, now: datetime, retried: bool = True) -> dict[str, 
     if task.state != "retrying" or not retried:
         retry_at = None
     retryable = task.properties.get("retryable")
-    return {
-        "kind": task.kind,
-        "index": task.index,
-        "attempt": task.attempt,
-        "state": task.state,
-        "max_attempts": _whole_or_none(task.properties.get("max_attempts")),
-        "retryable": retryable if isinstance(retryable, bool) else None,
-        "retry_at": _iso(retry_at),
+    return FailedTask(
+        kind=task.kind,
+        index=task.index,
+        attempt=task.attempt,
+        state=task.state,
+        max_attempts=_whole_or_none(task.properties.get("max_attempts")),
+        retryable=retryable if isinstance(retryable, bool) else None,
+        retry_at=retry_at,
         # Due and not yet received: every worker serving the queue is busy (or none is).
-        "retry_due": retry_at is not None and retry_at <= now,
-        "error_type": error.get("type"),
-        "error_message": error.get("message"),
-        "traceback": error.get("traceback"),
-    }
+        retry_due=retry_at is not None and retry_at <= now,
+        error_type=error.get("type"),
+        error_message=error.get("message"),
+        traceback=error.get("traceback"),
+    )
 
 
 def _whole_or_none(value: Any) -> int | None:
@@ -250,29 +246,31 @@ def _time_or_none(value: Any) -> datetime | None:
     return value if isinstance(value, datetime) else None
 
 
-def _iso(value: datetime | None) -> str | None:
-    return utc(value)
+class ReportRow(TypedDict):
+    """One row of ``runner report``: a :class:`FailedTask` in its JSON form with the
+    chunk's payload. A dict, not a dataclass: it is written as it is, a JSON line or a
+    CSV row, its keys (:data:`REPORT_COLUMNS`) in this order."""
+
+    kind: str
+    index: int
+    state: str
+    attempt: int
+    max_attempts: int | None
+    retryable: bool | None
+    retry_at: str | None
+    retry_due: bool
+    payload: Any
+    payload_omitted: bool
+    error_type: str | None
+    error_message: str | None
+    traceback: str | None
 
 
 #: The columns of ``runner report --csv``, in order (the keys of ``--json``).
-REPORT_COLUMNS = (
-    "kind",
-    "index",
-    "state",
-    "attempt",
-    "max_attempts",
-    "retryable",
-    "retry_at",
-    "retry_due",
-    "payload",
-    "payload_omitted",
-    "error_type",
-    "error_message",
-    "traceback",
-)
+REPORT_COLUMNS = tuple(ReportRow.__annotations__)
 
 
-def failure_report(store: CheckpointStore, job_id: str) -> Iterator[dict[str, Any]]:
+def failure_report(store: CheckpointStore, job_id: str) -> Iterator[ReportRow]:
     """Every failed (retrying) or poisoned task of the job, planning and finalize first,
     then chunks in index order: payload summary, attempts, last error and traceback.
     Read page by page, so a report of a million chunks streams."""
@@ -290,16 +288,15 @@ def failure_report(store: CheckpointStore, job_id: str) -> Iterator[dict[str, An
             yield _reported(store, found, now, retried)
 
 
-def _reported(
-    store: CheckpointStore, task: TaskRecord, now: datetime, retried: bool
-) -> dict[str, Any]:
-    entry = _failed(task, now, retried)
-    entry["payload"], entry["payload_omitted"] = None, False
+def _reported(store: CheckpointStore, task: TaskRecord, now: datetime, retried: bool) -> ReportRow:
+    failed = to_json(_failed(task, now, retried))
+    payload, omitted = None, False
     if task.kind == "chunk":  # planning and finalize have the job's params, not a payload
         try:
             payload = store.value(task.properties, "payload", of=task.name)
         except BadRecord:  # status names the unreadable record; the report goes on
-            entry["payload_omitted"] = True
+            omitted = True
         else:
-            entry["payload"], entry["payload_omitted"] = bounded_user_value(payload)
-    return {column: entry[column] for column in REPORT_COLUMNS}
+            payload, omitted = bounded_user_value(payload)
+    entry = {**failed, "payload": payload, "payload_omitted": omitted}
+    return cast(ReportRow, {column: entry[column] for column in REPORT_COLUMNS})

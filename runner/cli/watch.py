@@ -18,8 +18,8 @@ import signal
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Sequence
+from dataclasses import replace
 
 from rich.console import Console
 from rich.live import Live
@@ -27,6 +27,7 @@ from rich.live import Live
 from checkpoint.errors import RunnerError
 from checkpoint.store import CheckpointStore
 from runner.cli.snapshot import read_snapshot
+from runner.cli.status_types import AnyJob, JobStatus, Rate, Snapshot, WatchFrame
 from runner.cli.watch_lines import active_jobs, plain_lines
 from runner.cli.watch_view import ENDED_STATES, render_watch
 
@@ -46,48 +47,48 @@ class Rates:
         self.window_seconds = window_seconds
         self._seen: dict[str, deque[tuple[float, float]]] = {}
 
-    def observe(self, at: float, jobs: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    def observe(self, at: float, jobs: Sequence[AnyJob]) -> dict[str, Rate]:
         """Note the jobs of a snapshot taken at ``at`` (monotonic seconds); return each
-        job's ``chunks_per_second`` and ``eta_seconds`` (None while unknown)."""
-        rates: dict[str, dict[str, Any]] = {}
+        job's rate and ETA (None while unknown)."""
+        rates: dict[str, Rate] = {}
         for job in jobs:
-            if "chunks" not in job:
+            if not isinstance(job, JobStatus):
                 continue
-            if job.get("paused") and job.get("state") not in ENDED_STATES:
+            if job.paused and job.state not in ENDED_STATES:
                 # No rate while paused, and the pause does not drag the rate down after
                 # the resume: the window starts again then.
-                self._seen.pop(job["job_id"], None)
-                rates[job["job_id"]] = {"chunks_per_second": None, "eta_seconds": None}
+                self._seen.pop(job.job_id, None)
+                rates[job.job_id] = Rate()
                 continue
-            seen = self._seen.setdefault(job["job_id"], deque())
+            seen = self._seen.setdefault(job.job_id, deque())
             seen.append((at, _chunks_done(job)))
             while len(seen) > 2 and at - seen[1][0] >= self.window_seconds:
                 seen.popleft()  # keep one sample at or before the window's start
-            rates[job["job_id"]] = self._rate(job, seen)
-        for gone in set(self._seen) - {job["job_id"] for job in jobs}:
+            rates[job.job_id] = self._rate(job, seen)
+        for gone in set(self._seen) - {job.job_id for job in jobs}:
             del self._seen[gone]  # bounded by the jobs shown
         return rates
 
-    def _rate(self, job: dict[str, Any], seen: deque[tuple[float, float]]) -> dict[str, Any]:
+    def _rate(self, job: JobStatus, seen: deque[tuple[float, float]]) -> Rate:
         (first_at, first), (last_at, last) = seen[0], seen[-1]
         span = last_at - first_at
         if span < RATE_MIN_SPAN_SECONDS:
-            return {"chunks_per_second": None, "eta_seconds": None}
+            return Rate()
         rate = max(0.0, (last - first) / span)
-        left = max(0.0, job["chunks"]["total"] - last)
-        ended = job.get("state") in ENDED_STATES
-        eta = left / rate if rate > 0 and job.get("planning_done", True) and not ended else None
-        return {"chunks_per_second": rate, "eta_seconds": eta}
+        left = max(0.0, job.chunks.total - last)
+        ended = job.state in ENDED_STATES
+        eta = left / rate if rate > 0 and job.planning_done and not ended else None
+        return Rate(chunks_per_second=rate, eta_seconds=eta)
 
 
-def _chunks_done(job: dict[str, Any]) -> float:
+def _chunks_done(job: JobStatus) -> float:
     """Chunks done, counting the fractions the running ones said."""
-    fraction, total = job.get("progress_fraction"), job["chunks"]["total"]
-    return float(fraction * total) if fraction is not None else float(job["chunks"]["done"])
+    fraction, total = job.progress_fraction, job.chunks.total
+    return float(fraction * total) if fraction is not None else float(job.chunks.done)
 
 
 def watch(
-    read: Callable[[], dict[str, Any]],
+    read: Callable[[], Snapshot],
     interval_seconds: float,
     stop: threading.Event,
     console: Console,
@@ -100,47 +101,47 @@ def watch(
     be opened); later ones are shown over the last snapshot.
     """
     rates = Rates()
-    snapshot = _annotated(read(), rates, monotonic(), storage, interval_seconds)
+    frame = _annotated(read(), rates, monotonic(), storage, interval_seconds)
     if not console.is_terminal:
         console.out(f"chunkrunner  {storage}  every {interval_seconds:g} s", highlight=False)
         active: set[str] = set()
         first = True
         while True:
-            for line in plain_lines(snapshot, active, first):
+            for line in plain_lines(frame, active, first):
                 console.out(line, highlight=False)  # never wrapped, whatever the width
-            active, first = active_jobs(snapshot), False
+            active, first = active_jobs(frame), False
             if stop.wait(interval_seconds):
                 return
-            snapshot = _refreshed(read, snapshot, rates, monotonic, storage, interval_seconds)
-    with Live(render_watch(snapshot), console=console, auto_refresh=False) as live:
+            frame = _refreshed(read, frame, rates, monotonic, storage, interval_seconds)
+    with Live(render_watch(frame), console=console, auto_refresh=False) as live:
         while not stop.wait(interval_seconds):
-            snapshot = _refreshed(read, snapshot, rates, monotonic, storage, interval_seconds)
-            live.update(render_watch(snapshot), refresh=True)
+            frame = _refreshed(read, frame, rates, monotonic, storage, interval_seconds)
+            live.update(render_watch(frame), refresh=True)
 
 
 def _refreshed(
-    read: Callable[[], dict[str, Any]],
-    last: dict[str, Any],
+    read: Callable[[], Snapshot],
+    last: WatchFrame,
     rates: Rates,
     monotonic: Callable[[], float],
     storage: str,
     interval_seconds: float,
-) -> dict[str, Any]:
+) -> WatchFrame:
     try:
         return _annotated(read(), rates, monotonic(), storage, interval_seconds)
     except RunnerError as error:  # the store out of reach, the job purged meanwhile, ...
-        return {**last, "error": str(error)}
+        return replace(last, error=str(error))
 
 
 def _annotated(
-    snapshot: dict[str, Any], rates: Rates, at: float, storage: str, interval_seconds: float
-) -> dict[str, Any]:
-    return {
-        **snapshot,
-        "rates": rates.observe(at, snapshot["jobs"]),
-        "storage": storage,
-        "interval_seconds": interval_seconds,
-    }
+    snapshot: Snapshot, rates: Rates, at: float, storage: str, interval_seconds: float
+) -> WatchFrame:
+    return WatchFrame(
+        snapshot=snapshot,
+        rates=rates.observe(at, snapshot.jobs),
+        storage=storage,
+        interval_seconds=interval_seconds,
+    )
 
 
 def watch_status(store: CheckpointStore, job_id: str | None, interval_seconds: float) -> None:

@@ -9,65 +9,60 @@ a pure function of a snapshot.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from datetime import UTC, datetime
-from typing import Any
 
+from runner.cli.json_form import utc
 from runner.cli.render import chunk_counts
+from runner.cli.status_types import AnyJob, JobStatus, Rate, UnreadableJob, WatchFrame
 from runner.cli.watch_view import ENDED_STATES, MAX_ENDED_JOBS, rate_words
 
 
-def plain_lines(snapshot: Mapping[str, Any], active_before: set[str], first: bool) -> list[str]:
+def plain_lines(frame: WatchFrame, active_before: set[str], first: bool) -> list[str]:
     """The lines of one refresh: each job not ended; a job that ended since the last
     refresh (in ``active_before``), once; on the ``first`` refresh the last few ended
     jobs too, as the live view shows them. A failed refresh is one line saying so."""
-    when = _stamp(snapshot["taken_on"])
-    if snapshot.get("error"):
-        return [f"refresh failed: {snapshot['error']} (last read {when})"]
-    jobs = list(snapshot.get("jobs", []))
-    ended = [job for job in jobs if job.get("state") in ENDED_STATES]
-    recent = sorted(ended, key=lambda job: job.get("updated_on") or "")[-MAX_ENDED_JOBS:]
+    when = _stamp(frame.snapshot.taken_on)
+    if frame.error:
+        return [f"refresh failed: {frame.error} (last read {when})"]
+    jobs = frame.snapshot.jobs
+    ended = [job for job in jobs if isinstance(job, JobStatus) and job.state in ENDED_STATES]
+    recent = sorted(ended, key=lambda job: utc(job.updated_on) or "")[-MAX_ENDED_JOBS:]
     shown = [
         job
         for job in jobs
-        if job.get("state") not in ENDED_STATES
-        or job["job_id"] in active_before
-        or (first and job in recent)
+        if job.state not in ENDED_STATES or job.job_id in active_before or (first and job in recent)
     ]
     if not shown:
         return [f"{when}  no job running" + (f" ({len(ended):,} ended)" if ended else "")]
-    rates = snapshot.get("rates", {})
-    return [f"{when}  {job_line(job, rates.get(job['job_id'], {}))}" for job in shown]
+    return [f"{when}  {job_line(job, frame.rates.get(job.job_id, Rate()))}" for job in shown]
 
 
-def job_line(job: Mapping[str, Any], rate: Mapping[str, Any]) -> str:
+def job_line(job: AnyJob, rate: Rate) -> str:
     """``copy-rows-1  running  56%  4/8 done  running 2  waiting 1  failed 1  poisoned 0
     0.25 chunks/s  ETA 14s``."""
-    if job.get("state") == "unreadable":
-        return f"{job['job_id']}  unreadable: {job.get('error')}"
-    chunks = job["chunks"]
-    fraction = job.get("progress_fraction")
+    if isinstance(job, UnreadableJob):
+        return f"{job.job_id}  unreadable: {job.error}"
+    chunks = job.chunks
+    fraction = job.progress_fraction
     if fraction is None:
-        fraction = chunks["done"] / chunks["total"] if chunks["total"] else 0.0
-    total = f"{chunks['total']:,}" + ("" if job.get("planning_done", True) else "+ (planning)")
+        fraction = chunks.done / chunks.total if chunks.total else 0.0
+    total = f"{chunks.total:,}" + ("" if job.planning_done else "+ (planning)")
     said = [
-        str(job["job_id"]),
-        str(job["state"]),
+        job.job_id,
+        job.state,
         f"{fraction:.0%}",
-        f"{chunks['done']:,}/{total} done",
+        f"{chunks.done:,}/{total} done",
         chunk_counts(job),
         *rate_words(job, rate),
     ]
     return "  ".join(said)
 
 
-def active_jobs(snapshot: Mapping[str, Any]) -> set[str]:
+def active_jobs(frame: WatchFrame) -> set[str]:
     """The ids of the snapshot's jobs that have not ended."""
-    return {
-        job["job_id"] for job in snapshot.get("jobs", []) if job.get("state") not in ENDED_STATES
-    }
+    return {job.job_id for job in frame.snapshot.jobs if job.state not in ENDED_STATES}
 
 
-def _stamp(iso: str) -> str:
+def _stamp(when: datetime) -> str:
     """``2026-11-25T17:20:12Z``: to the second, for a log line."""
-    return datetime.fromisoformat(iso).astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return when.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")

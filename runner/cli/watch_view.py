@@ -1,23 +1,34 @@
 """The live view of ``runner status --watch``, drawn from one snapshot.
 
-:func:`render_watch` is a pure function: a snapshot (:func:`runner.cli.snapshot.read_snapshot`,
-with the watcher's ``rates`` added) in, a rich renderable out. Every time shown is
+:func:`render_watch` is a pure function: a frame (a
+:func:`runner.cli.snapshot.read_snapshot` with the watcher's rates, a
+:class:`runner.cli.status_types.WatchFrame`) in, a rich renderable out. Every time shown is
 relative to the snapshot's own ``taken_on``, so the same snapshot always draws the same
 view, and a test renders it to a recording console without a terminal.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from datetime import datetime
-from typing import Any
+from collections.abc import Sequence
+from datetime import UTC, datetime
 
 from rich.console import Group, RenderableType
 from rich.progress_bar import ProgressBar
 from rich.table import Table
 from rich.text import Text
 
+from runner.cli.json_form import utc
 from runner.cli.render import chunk_counts
+from runner.cli.status_types import (
+    AnyJob,
+    FailedTask,
+    JobStatus,
+    Rate,
+    RunningChunk,
+    UnreadableJob,
+    WatchFrame,
+    WorkerStatus,
+)
 
 #: How the states are coloured (a terminal only; recorded text has none).
 STATE_STYLES = {
@@ -39,95 +50,95 @@ MAX_ENDED_JOBS = 5
 MAX_WORKER_ROWS = 20
 
 
-def render_watch(snapshot: Mapping[str, Any]) -> RenderableType:
+def render_watch(frame: WatchFrame) -> RenderableType:
     """The whole view: a header, each active job, the last ended ones, the workers."""
-    now = _when(snapshot["taken_on"])
-    jobs = list(snapshot.get("jobs", []))
-    active = [job for job in jobs if job.get("state") not in ENDED_STATES]
-    ended = [job for job in jobs if job.get("state") in ENDED_STATES]
-    rates = snapshot.get("rates", {})
-    parts: list[RenderableType] = [_header(snapshot, now)]
+    snapshot = frame.snapshot
+    now = snapshot.taken_on
+    jobs = snapshot.jobs
+    active = [job for job in jobs if job.state not in ENDED_STATES]
+    ended = [job for job in jobs if isinstance(job, JobStatus) and job.state in ENDED_STATES]
+    parts: list[RenderableType] = [_header(frame, now)]
     if not jobs:
         parts.append(Text("no jobs", style="dim"))
     for job in active:
-        parts.extend([_job(job, rates.get(job.get("job_id"), {}), now), Text("")])
+        parts.extend([_job(job, frame.rates.get(job.job_id, Rate()), now), Text("")])
     if ended:
         parts.extend([_ended(ended), Text("")])
-    parts.append(_workers(snapshot.get("workers", []), now))
-    if snapshot.get("error"):
-        parts.append(Text(f"last refresh failed: {snapshot['error']}", style="red"))
+    parts.append(_workers(snapshot.workers, now))
+    if frame.error:
+        parts.append(Text(f"last refresh failed: {frame.error}", style="red"))
     return Group(*parts)
 
 
-def _header(snapshot: Mapping[str, Any], now: datetime) -> Text:
+def _header(frame: WatchFrame, now: datetime) -> Text:
     header = Text("chunkrunner", style="bold")
-    if snapshot.get("storage"):
-        header.append(f"  {snapshot['storage']}")
-    header.append(f"  {now.strftime('%Y-%m-%d %H:%M:%S')} UTC", style="dim")
-    if snapshot.get("interval_seconds"):
-        header.append(f"  every {snapshot['interval_seconds']:g} s, Ctrl-C to quit", style="dim")
+    if frame.storage:
+        header.append(f"  {frame.storage}")
+    header.append(f"  {now.astimezone(UTC).strftime('%Y-%m-%d %H:%M:%S')} UTC", style="dim")
+    if frame.interval_seconds:
+        header.append(f"  every {frame.interval_seconds:g} s, Ctrl-C to quit", style="dim")
     return header
 
 
 # --------------------------------------------------------------------------- jobs
 
 
-def _job(job: Mapping[str, Any], rate: Mapping[str, Any], now: datetime) -> RenderableType:
-    if job.get("state") == "unreadable":
-        return Text(f"{job['job_id']}  unreadable: {job.get('error')}", style="red")
-    title = Text(job["job_id"], style="bold")
-    title.append(f"  {job.get('job_type', '')}  ", style="dim")
+def _job(job: AnyJob, rate: Rate, now: datetime) -> RenderableType:
+    if isinstance(job, UnreadableJob):
+        return Text(f"{job.job_id}  unreadable: {job.error}", style="red")
+    title = Text(job.job_id, style="bold")
+    title.append(f"  {job.job_type}  ", style="dim")
     title.append_text(_state(job))
     rows: list[RenderableType] = [title, _bar_line(job, rate), Text(chunk_counts(job))]
-    if job.get("finalize"):
-        rows.append(Text(f"finalize: {job['finalize']}"))
-    if job.get("error"):
-        rows.append(Text(f"error: {job['error']}", style="red"))
-    if job.get("running"):
-        rows.append(_running(job["running"], now))
-    for failed in job.get("failed", [])[:MAX_FAILED_ROWS]:
+    if job.finalize:
+        rows.append(Text(f"finalize: {job.finalize}"))
+    if job.error:
+        rows.append(Text(f"error: {job.error}", style="red"))
+    if job.running:
+        rows.append(_running(job.running, now))
+    for failed in job.failed[:MAX_FAILED_ROWS]:
         rows.append(_failed(failed, now))
     return Group(*rows)
 
 
-def _failed(task: Mapping[str, Any], now: datetime) -> Text:
+def _failed(task: FailedTask, now: datetime) -> Text:
     """``failed #6 attempt 1 of 5, next try in 40s: ValueError: row 100``."""
-    name = f"#{task['index']}" if task.get("kind", "chunk") == "chunk" else task["kind"]
-    of = f" of {task['max_attempts']}" if task.get("max_attempts") else ""
+    name = f"#{task.index}" if task.kind == "chunk" else task.kind
+    of = f" of {task.max_attempts}" if task.max_attempts else ""
     return Text(
-        f"failed {name} attempt {task['attempt']}{of}{_next_try(task, now)}: "
-        f"{task.get('error_type')}: {task.get('error_message')}",
+        f"failed {name} attempt {task.attempt}{of}{_next_try(task, now)}: "
+        f"{task.error_type}: {task.error_message}",
         style="red",
         overflow="ellipsis",
         no_wrap=True,
     )
 
 
-def _next_try(task: Mapping[str, Any], now: datetime) -> str:
+def _next_try(task: FailedTask, now: datetime) -> str:
     """``, next try in 40s``; once due, how long it has waited for a free worker."""
-    if not task.get("retry_at"):
+    if not task.retry_at:
         return ""
-    left = (_when(task["retry_at"]) - now).total_seconds()
-    if left <= 0 or task.get("retry_due"):
+    left = (task.retry_at - now).total_seconds()
+    if left <= 0 or task.retry_due:
         return f", next try due {duration(-left)} ago, waiting for a worker"
     return f", next try in {duration(left)}"
 
 
-def _state(job: Mapping[str, Any]) -> Text:
-    state = str(job.get("state"))
+def _state(job: JobStatus) -> Text:
+    state = job.state
     text = Text(state, style=STATE_STYLES.get(state, ""))
-    if job.get("paused") and state != "paused":
+    if job.paused and state != "paused":
         text.append("  paused", style=STATE_STYLES["paused"])
     return text
 
 
-def _bar_line(job: Mapping[str, Any], rate: Mapping[str, Any]) -> Table:
-    chunks = job["chunks"]
-    fraction = job.get("progress_fraction")
+def _bar_line(job: JobStatus, rate: Rate) -> Table:
+    chunks = job.chunks
+    fraction = job.progress_fraction
     if fraction is None:
-        fraction = chunks["done"] / chunks["total"] if chunks["total"] else 0.0
-    total = f"{chunks['total']:,}" + ("" if job.get("planning_done", True) else "+ (planning)")
-    said = [f"{fraction:4.0%}", f"{chunks['done']:,}/{total} done", *rate_words(job, rate)]
+        fraction = chunks.done / chunks.total if chunks.total else 0.0
+    total = f"{chunks.total:,}" + ("" if job.planning_done else "+ (planning)")
+    said = [f"{fraction:4.0%}", f"{chunks.done:,}/{total} done", *rate_words(job, rate)]
     line = Table.grid(padding=(0, 1))
     line.add_row(
         ProgressBar(total=1.0, completed=fraction, width=BAR_WIDTH),
@@ -136,87 +147,90 @@ def _bar_line(job: Mapping[str, Any], rate: Mapping[str, Any]) -> Table:
     return line
 
 
-def rate_words(job: Mapping[str, Any], rate: Mapping[str, Any]) -> list[str]:
+def rate_words(job: JobStatus, rate: Rate) -> list[str]:
     """``0.25 chunks/s``, ``ETA 14s``; ``paused`` instead while the job is paused (it
     has no rate then, and no ETA); nothing once it has ended."""
-    if job.get("state") in ENDED_STATES:
+    if job.state in ENDED_STATES:
         return []
-    if job.get("paused"):
+    if job.paused:
         return ["paused"]
     said = []
-    speed = rate.get("chunks_per_second")
-    fraction = job.get("progress_fraction")
+    speed = rate.chunks_per_second
+    fraction = job.progress_fraction
     if speed is not None and (fraction is None or fraction < 1):
         said.append(f"{speed:.2f} chunks/s")
-    eta = rate.get("eta_seconds")
+    eta = rate.eta_seconds
     if eta is not None:
         said.append(f"ETA {duration(eta)}")
     return said
 
 
-def _running(running: list[Mapping[str, Any]], now: datetime) -> Table:
+def _running(running: Sequence[RunningChunk], now: datetime) -> Table:
     table = Table(box=None, padding=(0, 1), show_edge=False, pad_edge=False)
     for column in ("chunk", "worker", "attempt", "progress", "lease left", "checkpoint"):
         table.add_column(column, style="dim" if column == "attempt" else "", no_wrap=True)
     for chunk in running[:MAX_CHUNK_ROWS]:
         table.add_row(
-            f"#{chunk['index']}",
-            Text(str(chunk.get("worker") or "?")),  # Text: no markup or :emoji: in ids
-            str(chunk.get("attempt")),
+            f"#{chunk.index}",
+            Text(str(chunk.worker or "?")),  # Text: no markup or :emoji: in ids
+            str(chunk.attempt),
             _chunk_progress(chunk),
             _lease_left(chunk, now),
-            _age(chunk.get("checkpoint_on"), now, none="none yet"),
+            _age(chunk.checkpoint_on, now, none="none yet"),
         )
     if len(running) > MAX_CHUNK_ROWS:
         table.add_row(f"... {len(running) - MAX_CHUNK_ROWS:,} more", "", "", "", "", "")
     return table
 
 
-def _chunk_progress(chunk: Mapping[str, Any]) -> str:
-    fraction = chunk.get("progress_fraction")
+def _chunk_progress(chunk: RunningChunk) -> str:
+    fraction = chunk.progress_fraction
     if fraction is None:  # the state itself, short, if the chunk said no fraction
-        return "-" if chunk.get("progress") is None else str(chunk.get("progress_text"))[:24]
-    if chunk.get("progress_total") is None:
+        return "-" if chunk.progress is None else chunk.progress_text[:24]
+    if chunk.progress_total is None:
         return f"{fraction:.0%}"
-    return f"{fraction:.0%} ({_count(chunk['progress_done'])}/{_count(chunk['progress_total'])})"
+    return f"{fraction:.0%} ({_count(chunk.progress_done)}/{_count(chunk.progress_total)})"
 
 
-def _lease_left(chunk: Mapping[str, Any], now: datetime) -> Text:
-    until = chunk.get("lease_until")
+def _lease_left(chunk: RunningChunk, now: datetime) -> Text:
+    until = chunk.lease_until
     if not until:
         return Text("?")
-    left = (_when(until) - now).total_seconds()
-    if left <= 0 or chunk.get("lease_expired"):
+    left = (until - now).total_seconds()
+    if left <= 0 or chunk.lease_expired:
         return Text("expired", style="red")
     return Text(duration(left))
 
 
-def _ended(jobs: list[Mapping[str, Any]]) -> Table:
+def _ended(jobs: Sequence[JobStatus]) -> Table:
     """The most recently updated ended jobs, a line each."""
-    newest = sorted(jobs, key=lambda job: job.get("updated_on") or "")[-MAX_ENDED_JOBS:]
+    newest = sorted(jobs, key=_updated)[-MAX_ENDED_JOBS:]
     table = Table(box=None, padding=(0, 1), show_header=False, show_edge=False, pad_edge=False)
     for job in newest:
-        chunks = job["chunks"]
+        chunks = job.chunks
         table.add_row(
-            Text(job["job_id"], style="bold"),
+            Text(job.job_id, style="bold"),
             _state(job),
-            f"{chunks['done']:,}/{chunks['total']:,} done",
-            f"poisoned {chunks['poisoned']:,}" if chunks["poisoned"] else "",
+            f"{chunks.done:,}/{chunks.total:,} done",
+            f"poisoned {chunks.poisoned:,}" if chunks.poisoned else "",
         )
     if len(jobs) > MAX_ENDED_JOBS:
         table.add_row(Text(f"... {len(jobs) - MAX_ENDED_JOBS:,} more ended", style="dim"))
     return table
 
 
+def _updated(job: JobStatus) -> str:
+    """When the job last changed, to sort by (before any time, if it has none)."""
+    return utc(job.updated_on) or ""
+
+
 # --------------------------------------------------------------------------- workers
 
 
-def _workers(workers: list[Mapping[str, Any]], now: datetime) -> RenderableType:
+def _workers(workers: Sequence[WorkerStatus], now: datetime) -> RenderableType:
     """The live workers a row each; those stopped or gone within the hour the heartbeat
     table keeps them (a restarted fleet leaves dozens) are only counted."""
-    ordered = sorted(
-        (w for w in workers if not w.get("gone")), key=lambda w: str(w.get("worker_id"))
-    )
+    ordered = sorted((w for w in workers if not w.gone), key=lambda w: w.worker_id)
     if not ordered:
         said = f"none live{_not_shown(workers)}" if workers else "none seen"
         return Text(f"workers: {said}", style="dim")
@@ -225,12 +239,12 @@ def _workers(workers: list[Mapping[str, Any]], now: datetime) -> RenderableType:
         table.add_column(column, no_wrap=True)
     for worker in ordered[:MAX_WORKER_ROWS]:
         table.add_row(
-            Text(str(worker["worker_id"])),  # host:100:ab1c is no :100: emoji
-            Text(", ".join(worker.get("queues", []))),
+            Text(worker.worker_id),  # host:100:ab1c is no :100: emoji
+            Text(", ".join(worker.queues)),
             _load(worker),
             _worker_state(worker),
-            _age(worker.get("seen_on"), now, suffix=" ago"),
-            _age(worker.get("started_on"), now),
+            _age(worker.seen_on, now, suffix=" ago"),
+            _age(worker.started_on, now),
         )
     if len(ordered) > MAX_WORKER_ROWS:
         table.add_row(f"... {len(ordered) - MAX_WORKER_ROWS:,} more", "", "", "", "", "")
@@ -238,22 +252,20 @@ def _workers(workers: list[Mapping[str, Any]], now: datetime) -> RenderableType:
     return Group(table, Text(rest, style="dim")) if rest else table
 
 
-def _not_shown(workers: list[Mapping[str, Any]]) -> str:
+def _not_shown(workers: Sequence[WorkerStatus]) -> str:
     """``; 3 stopped and 1 gone in the last hour``, or nothing."""
-    stopped = sum(1 for w in workers if w.get("state") == "stopped")
-    gone = sum(1 for w in workers if w.get("gone")) - stopped
+    stopped = sum(1 for w in workers if w.state == "stopped")
+    gone = sum(1 for w in workers if w.gone) - stopped
     said = [f"{count:,} {what}" for count, what in ((stopped, "stopped"), (gone, "gone")) if count]
     return f"; {' and '.join(said)} in the last hour" if said else ""
 
 
-def _load(worker: Mapping[str, Any]) -> str:
-    running = worker.get("running", 0)
-    return f"{running}/{worker.get('concurrency', '?')}" if running else "idle"
+def _load(worker: WorkerStatus) -> str:
+    return f"{worker.running}/{worker.concurrency}" if worker.running else "idle"
 
 
-def _worker_state(worker: Mapping[str, Any]) -> Text:
-    state = str(worker.get("state"))
-    return Text(state, style="yellow" if state == "stopping" else "green")
+def _worker_state(worker: WorkerStatus) -> Text:
+    return Text(worker.state, style="yellow" if worker.state == "stopping" else "green")
 
 
 # --------------------------------------------------------------------------- words
@@ -274,15 +286,11 @@ def duration(seconds: float) -> str:
     return f"{secs}s"
 
 
-def _age(when: str | None, now: datetime, none: str = "?", suffix: str = "") -> Text:
+def _age(when: datetime | None, now: datetime, none: str = "?", suffix: str = "") -> Text:
     if not when:
         return Text(none, style="dim")
-    return Text(duration((now - _when(when)).total_seconds()) + suffix)
+    return Text(duration((now - when).total_seconds()) + suffix)
 
 
-def _count(value: Any) -> str:
+def _count(value: float | None) -> str:
     return f"{value:,}" if isinstance(value, int) else f"{value:,.6g}"
-
-
-def _when(iso: str) -> datetime:
-    return datetime.fromisoformat(iso)
