@@ -6,6 +6,7 @@ the text view drawn from the same values."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -220,6 +221,14 @@ def test_an_unreadable_job_is_four_keys_and_a_snapshot_holds_both_kinds():
         }
     )
     assert shown["workers"] == RICH_JSON["workers"]
+
+
+def test_a_chunk_with_no_checkpoint_yet_says_so_in_text():
+    fresh = replace(RICH.running[0], progress=None, progress_text="None")
+    text = render_status([replace(RICH, running=(fresh,))])
+
+    assert ", no checkpoint yet, 40% done (40/100)" in text
+    assert "progress None" not in text
 
 
 def test_the_text_view_reads_the_same_values():

@@ -70,10 +70,15 @@ def _job(job: AnyJob, color: bool) -> str:
         lines.append(f"  error: {job.error}")
     for chunk in job.running:
         expired = " (lease expired: worker gone?)" if chunk.lease_expired else ""
+        # A fresh attempt's state is None until its first checkpoint is written.
+        saved = (
+            "no checkpoint yet"
+            if chunk.progress is None and not chunk.progress_omitted
+            else f"progress {chunk.progress_text}"
+        )
         lines.append(
             f"  running #{chunk.index} on {chunk.worker} attempt {chunk.attempt}, "
-            f"lease until {utc(chunk.lease_until)}{expired}, progress {chunk.progress_text}"
-            + _said(chunk)
+            f"lease until {utc(chunk.lease_until)}{expired}, {saved}" + _said(chunk)
         )
     for task in job.failed:
         of = f" of {task.max_attempts}" if task.max_attempts else ""
