@@ -29,7 +29,8 @@ help:
 	@echo "make chaos      fault-injection runs (kills, a pause, storage faults) on both"
 	@echo "                backends at three fault levels, and a 60 s storage outage"
 	@echo "                (requests refused, then hanging) -> RELIABILITY.md"
-	@echo "make lint       ruff check and ruff format --check; make typecheck: mypy"
+	@echo "make lint       ruff check and ruff format --check; make typecheck: mypy (tests/"
+	@echo "                and samples/ held to tests/mypy_baseline.txt)"
 	@echo "make clean      remove .venv, .tools and the default embedded store"
 
 venv: $(VENV)/.installed
@@ -63,6 +64,7 @@ lint: venv
 
 typecheck: venv
 	$(BIN)/mypy jobs checkpoint runner
+	$(BIN)/python -m tests.mypy_baseline
 
 bench: venv azurite
 	$(BIN)/python -m tests.bench.storage --output BENCHMARKS.md
