@@ -28,9 +28,10 @@ from jobs.job import ChunkedJob
 from runner.cli.json_form import utc
 from runner.cli.render import render_status
 from runner.cli.status import job_status
+from runner.worker.delivery import Context
 from runner.worker.logs import ContextFilter
 from runner.worker.loop import assemble
-from runner.worker.tasks import Context, handle
+from runner.worker.tasks import handle
 from tests.conftest import Backend
 
 WORKER = "worker-a"
