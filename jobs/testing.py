@@ -61,8 +61,9 @@ from jobs.job_run import (
 from jobs.submit import submit
 from jobs.summary import JobSummary
 from runner.worker.control import TaskControl
+from runner.worker.delivery import Context
 from runner.worker.loop import assemble
-from runner.worker.tasks import Context, handle, hold
+from runner.worker.tasks import handle, hold
 
 __all__ = [
     "Call",

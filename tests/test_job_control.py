@@ -29,7 +29,7 @@ from runner.cli.status import REPORT_COLUMNS, failure_report, job_status
 from runner.worker.holds import CHECK_SECONDS
 from runner.worker.job_cache import FRESH_SECONDS
 from runner.worker.loop import WorkerSettings
-from runner.worker.tasks import PARK_MAX_SECONDS, PARK_MIN_SECONDS, park_seconds
+from runner.worker.parking import PARK_MAX_SECONDS, PARK_MIN_SECONDS, park_seconds
 from tests.conftest import Backend
 from tests.test_task_lifecycle import FINALIZED, Verdicts, World, make_world
 

@@ -29,9 +29,10 @@ from runner.cli.json_form import to_json, utc
 from runner.cli.render import render_status
 from runner.cli.status import job_status
 from runner.cli.status_types import JobStatus
+from runner.worker.delivery import Context
 from runner.worker.logs import ContextFilter
 from runner.worker.loop import assemble
-from runner.worker.tasks import Context, handle
+from runner.worker.tasks import handle
 from tests.conftest import Backend
 
 WORKER = "worker-a"

@@ -1,6 +1,6 @@
-"""Every branch of a task's life (runner/worker/tasks.py), and of the finisher and the completion
-check that follow it, run in this process on both backends with a FakeClock
-(docs/semantics.md §2-§8).
+"""Every branch of a task's life (runner/worker/tasks.py and its steps), and of the
+finisher and the completion check that follow it, run in this process on both backends
+with a FakeClock (docs/semantics.md §2-§8).
 
 Each test records a job with CheckpointStore calls, puts a message on the job's queue,
 receives it as the worker loop does and hands it to ``runner.worker.tasks.handle`` on a worker

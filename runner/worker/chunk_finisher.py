@@ -171,7 +171,7 @@ class Finisher:
         except BadRecord as bad:
             # A garbled shard counter: no chunk of the shard can be counted again, so
             # the job can never complete. Say so on the job; the chunks are poisoned
-            # once their attempts are spent (runner.worker.tasks).
+            # once their attempts are spent (runner.worker.claim).
             log.error("marking %d chunk(s) of %s done failed: %s", len(chunks), job_id, bad)
             try:
                 set_job(self._store, job_id, budget, state="failed", error=str(bad))
@@ -207,7 +207,7 @@ class Finisher:
             self._completion.check(job_id, budget, shard, counts)
         except StorageError as error:
             # Kept, not deleted: the messages come back, are found done, and the check
-            # is made again then (runner.worker.tasks._after_done).
+            # is made again then (runner.worker.outcome.after_done).
             log.warning("checking whether %s is complete failed: %s", job_id, error)
             for lease in done:
                 self._keeper.drop(lease)

@@ -29,6 +29,10 @@ from checkpoint.records import TaskKind
 LogFormat = Literal["text", "json"]
 LOG_FORMATS: tuple[LogFormat, ...] = ("text", "json")
 
+#: The logger of every line of a task's life, whichever step's module says it: log
+#: filters and the chaos analysis select a task's lines by this one name.
+TASK_LOGGER = "runner.worker.tasks"
+
 #: The text format's fields; ``ids`` is ``" WORKER JOB#INDEX aATTEMPT"`` when known.
 TEXT_FORMAT = "%(asctime)s %(levelname)s [%(processName)s%(ids)s] %(name)s: %(message)s"
 

@@ -27,6 +27,7 @@ from checkpoint.store import CheckpointStore
 from checkpoint.workers import WorkerBook
 from jobs.job import ChunkedJob
 from runner.worker.chunk_finisher import Finisher
+from runner.worker.delivery import Context
 from runner.worker.heartbeat import BEAT_SECONDS, Heartbeat, Identity
 from runner.worker.holds import HoldWatcher
 from runner.worker.job_cache import JobCache
@@ -35,7 +36,7 @@ from runner.worker.lease import Lease, LeaseKeeper
 from runner.worker.logs import in_context, worker_ids
 from runner.worker.poison import PoisonRouter
 from runner.worker.prefetch import Prefetch
-from runner.worker.tasks import Context, handle, hold
+from runner.worker.tasks import handle, hold
 
 log = logging.getLogger(__name__)
 

@@ -22,10 +22,9 @@ from datetime import datetime
 from checkpoint.errors import BadRecord
 from checkpoint.records import CHECKPOINT_ON, Progress, TaskRecord
 from runner.worker.heartbeat import RunningTasks
-from runner.worker.logs import TaskIds, task_ids
+from runner.worker.logs import TASK_LOGGER, TaskIds, task_ids
 
-#: The logger of a task's lines: the one ``runner.worker.tasks`` logs its other lines with.
-log = logging.getLogger("runner.worker.tasks")
+log = logging.getLogger(TASK_LOGGER)
 
 
 def ids_of(task: TaskRecord) -> TaskIds:

@@ -27,7 +27,7 @@ from checkpoint.store import CheckpointStore
 from jobs.errors import ChunkStopped
 from runner.worker.control import TaskControl
 from runner.worker.lease import Lease, LeaseKeeper
-from runner.worker.tasks import _stopped
+from runner.worker.outcome import stopped
 
 LEASE_SECONDS = 30
 
@@ -292,7 +292,7 @@ def test_a_handed_back_chunk_keeps_its_state_and_spends_no_attempt(faulty: Fault
     with pytest.raises(ChunkStopped, match="handed back"):
         control.raise_if_stopped()
     worker = SimpleNamespace(keeper=LeaseKeeper(faulty.store.storage.queues, clock))
-    _stopped(worker, lease, control)  # type: ignore[arg-type]
+    stopped(SimpleNamespace(worker=worker, lease=lease), control)  # type: ignore[arg-type]
 
     # Then the record holds the newest state, waiting, with the claim's attempt given back
     stored = faulty.plain.get_task(faulty.job_id, "chunk", 0)

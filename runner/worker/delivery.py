@@ -1,0 +1,87 @@
+"""What the steps of a message's life take: the worker's shared parts (:class:`Context`)
+and the message in hand (:class:`Delivery`), built once when it is decoded.
+
+A step is given the delivery, plus the claimed task's
+:class:`~runner.worker.control.TaskControl` once it runs, instead of the worker, lease,
+message, job class, job and task message one by one.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+from dataclasses import dataclass, field
+
+from checkpoint import retries
+from checkpoint.clock import Clock
+from checkpoint.messages import TaskMessage
+from checkpoint.records import JobRecord, TaskKind
+from checkpoint.retries import Budget
+from checkpoint.storage import QueueMessage, QueueStore
+from checkpoint.store import CheckpointStore
+from checkpoint.workers import WorkerBook
+from jobs.job import ChunkedJob
+from runner.worker.chunk_finisher import Finisher
+from runner.worker.heartbeat import RunningTasks
+from runner.worker.holds import HoldWatcher
+from runner.worker.job_cache import JobCache
+from runner.worker.job_completion import Completion
+from runner.worker.lease import Lease, LeaseKeeper
+from runner.worker.poison import PoisonRouter
+
+
+@dataclass
+class Context:
+    """What every task of one worker process shares; assembled by the worker loop
+    (:func:`runner.worker.loop.assemble`), each part given only what it uses."""
+
+    store: CheckpointStore
+    queues: QueueStore
+    keeper: LeaseKeeper
+    clock: Clock
+    worker_id: str
+    job_classes: dict[str, type[ChunkedJob]]
+    poison: PoisonRouter
+    completion: Completion
+    finisher: Finisher
+    job_cache: JobCache
+    #: Tells running tasks of a cancelled or paused job to stop (its own thread).
+    holds: HoldWatcher
+    #: Heartbeats, read when a claim takes over a chunk whose attempt ran Spark work.
+    workers: WorkerBook | None = None
+    stopping: threading.Event = field(default_factory=threading.Event)
+    rng: random.Random = field(default_factory=random.Random)
+    running: RunningTasks = field(default_factory=RunningTasks)
+
+    @property
+    def by_queue(self) -> dict[str, type[ChunkedJob]]:
+        return {cls.queue: cls for cls in self.job_classes.values()}
+
+
+@dataclass(frozen=True)
+class Delivery:
+    """One received message, held under ``lease``, decoded to ``task_message``, of an
+    existing ``job`` whose ``job_class`` this worker runs on the message's queue."""
+
+    worker: Context
+    lease: Lease
+    message: QueueMessage
+    task_message: TaskMessage
+    job_class: type[ChunkedJob]
+    job: JobRecord
+
+    @property
+    def kind(self) -> TaskKind:
+        return self.task_message.kind
+
+    @property
+    def index(self) -> int:
+        return self.task_message.index
+
+    @property
+    def job_id(self) -> str:
+        return self.job.job_id
+
+    def budget(self, policy: retries.RetryPolicy) -> Budget:
+        """Retries of ``policy`` for as long as the message's lease lasts."""
+        return self.lease.budget(policy, self.worker.clock)

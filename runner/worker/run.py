@@ -1,0 +1,110 @@
+"""Running a claimed task: planning or the user's code under a
+:class:`~runner.worker.control.TaskControl` (fenced checkpoints, the stop signal), and
+which outcome (:mod:`runner.worker.outcome`) each way it ends leads to.
+"""
+
+from __future__ import annotations
+
+import logging
+import traceback
+from typing import Any
+
+from checkpoint import retries
+from checkpoint.errors import BadRecord, CodecError, LeaseLost, StorageTrouble
+from checkpoint.records import TaskRecord
+from checkpoint.settle import Writer
+from jobs.errors import ChunkStopped, JobCancelled, JobDeleted, JobPaused
+from runner.worker.control import TaskControl
+from runner.worker.delivery import Delivery
+from runner.worker.logs import TASK_LOGGER
+from runner.worker.observe import task_running
+from runner.worker.outcome import failed, poison_task, stopped, succeeded
+from runner.worker.parking import park
+from runner.worker.plan import run_plan
+from runner.worker.takeover import takeover_of
+from runner.worker.user_code import run_user_code
+
+log = logging.getLogger(TASK_LOGGER)
+
+
+def start(
+    delivery: Delivery, claimed: TaskRecord, writer: Writer, before: TaskRecord | None = None
+) -> None:
+    """Run the claimed task (``before``: its record as read before the claim, if it was)."""
+    worker, lease = delivery.worker, delivery.lease
+    control = TaskControl(
+        worker.store,
+        claimed,
+        lease,
+        worker.clock,
+        delivery.job_class.checkpoint_interval_seconds,
+        worker.stopping,
+        writer,
+        taken_over=takeover_of(before, worker.workers, worker.clock, delivery.budget(retries.READ)),
+    )
+    lease.on_renewed = control.on_renewed
+    if claimed.kind == "final":
+        # Finalize has no state to hand back: once its message's pop receipt is lost,
+        # its record holds it (docs/semantics.md §4).
+        lease.on_record = control.hold_on_record
+    with (
+        task_running(worker.worker_id, worker.running, claimed, before),
+        worker.holds.watching(delivery.job_id, control),
+    ):
+        _execute(delivery, control)
+
+
+def _execute(delivery: Delivery, control: TaskControl) -> None:
+    worker, lease, job, task = delivery.worker, delivery.lease, delivery.job, control.task
+    try:
+        if task.kind == "plan":
+            outcome: Any = run_plan(worker.store, worker.queues, delivery.job_class, job, control)
+        else:
+            outcome = run_user_code(worker.store, delivery.job_class, job, control)
+    except LeaseLost as lost:
+        log.warning("%s %s of %s stopped: lease lost (%s)", task.kind, task.index, job.job_id, lost)
+        worker.keeper.drop(lease)
+        return
+    except JobDeleted as deleted:
+        # One line, no traceback: nothing of the task is left to write, so the message
+        # goes too (it would come back only to be deleted unrun).
+        log.info("%s %s stopped: %s; message deleted", task.kind, task.index, deleted)
+        worker.keeper.delete(lease)
+        return
+    except JobCancelled:
+        log.info("%s %s of %s stopped: the job was cancelled", task.kind, task.index, job.job_id)
+        stopped(delivery, control, lambda: worker.keeper.delete(lease))
+        return
+    except JobPaused:
+        log.info("%s %s of %s handed back: the job is paused", task.kind, task.index, job.job_id)
+        stopped(delivery, control, lambda: park(delivery, task.kind, task.index))
+        return
+    except ChunkStopped as stopping:
+        log.info("%s %s of %s handed back: %s", task.kind, task.index, job.job_id, stopping)
+        stopped(delivery, control)
+        return
+    except StorageTrouble as trouble:
+        log.warning("%s %s of %s handed back: %s", task.kind, task.index, job.job_id, trouble)
+        stopped(delivery, control)
+        return
+    except BadRecord as bad:  # its payload, state or params cannot be read: no retry mends it
+        # No traceback kept: the reason names the record and field, the stack is ours.
+        poison_task(delivery, task, str(bad), (bad, ""), control, {"retryable": False})
+        return
+    except BaseException as error:  # noqa: BLE001 - user code failed (even sys.exit): record it
+        failed(delivery, control, error, traceback.format_exc())
+        return
+    _finish(delivery, control, outcome)
+
+
+def _finish(delivery: Delivery, control: TaskControl, outcome: Any) -> None:
+    try:
+        succeeded(delivery, control, outcome)
+    except CodecError as error:  # the result or the last state cannot be stored
+        failed(delivery, control, error, traceback.format_exc())
+    except LeaseLost as lost:
+        task = control.task
+        log.warning(
+            "%s %s of %s: finished but fenced (%s)", task.kind, task.index, delivery.job_id, lost
+        )
+        delivery.worker.keeper.drop(delivery.lease)
