@@ -36,6 +36,22 @@ def started_azurite() -> Iterator[azurite_process.Azurite]:
     instance.stop()
 
 
+def uses_azurite(item: pytest.Item) -> bool:
+    """True if ``item`` needs the session's Azurite: it asks for the fixture, or it is the
+    ``azurite`` case of a test parametrised over :data:`BACKENDS` (whose fixtures ask
+    for it only then, by ``request.getfixturevalue``)."""
+    if "azurite" in getattr(item, "fixturenames", ()):
+        return True
+    callspec = getattr(item, "callspec", None)
+    return callspec is not None and "azurite" in callspec.params.values()
+
+
+def pytest_itemcollected(item: pytest.Item) -> None:
+    # Marked as collected, before `-m` deselects: `-m "not azurite"` runs without it.
+    if uses_azurite(item):
+        item.add_marker(pytest.mark.azurite)
+
+
 @pytest.fixture(scope="session")
 def azurite() -> Iterator[azurite_process.Azurite]:
     """One Azurite for the whole session; tests keep apart by unique names."""

@@ -19,7 +19,7 @@ import pytest
 from jobs.spark import ATTEMPTS_DIR, COMMIT_MARKER, read_commit, stop_spark
 from samples.migration.demo import DemoOptions, DemoResult, run_cluster_demo
 
-pytestmark = [pytest.mark.spark, pytest.mark.timeout(900)]
+pytestmark = [pytest.mark.spark, pytest.mark.cluster, pytest.mark.timeout(900)]
 
 ROWS = 60_000
 FILES = 6  # chunks of 4 and 2 files, a batch per file: room to kill between checkpoints

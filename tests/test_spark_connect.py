@@ -60,7 +60,7 @@ from tests.e2e.processes import ROOT, Worker, runner_command, wait_until
 from tests.output_races import OutputJob, attempts_of, chunk_of
 from tests.spark_jobs import orders_frame, run_in_thread
 
-pytestmark = pytest.mark.spark
+pytestmark = [pytest.mark.spark, pytest.mark.cluster]
 
 #: How long an interrupted Spark action may take to give up; it would otherwise run
 #: for hours (a sum over 10^13 rows), so ending well inside this shows it was cut short.
