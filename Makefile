@@ -14,7 +14,7 @@ DEMO_ARGS ?=
 export AZURITE_BIN := $(abspath $(AZURITE_BIN))
 export SPARK_LOCAL_IP := 127.0.0.1
 
-.PHONY: help venv azurite test lint typecheck bench chaos demo demo-azure demo-cluster clean
+.PHONY: help venv azurite test test-fast lint typecheck bench chaos demo demo-azure demo-cluster clean
 
 help:
 	@echo "make demo       run the main job on the embedded default (DEMO_ARGS='--rows 200000')"
@@ -22,6 +22,8 @@ help:
 	@echo "make demo-cluster the same on a loopback Spark cluster (master, 2 workers, Spark"
 	@echo "                Connect): workers as Connect clients, a Spark worker killed too"
 	@echo "make test       install everything, then run the full test suite (both backends)"
+	@echo "make test-fast  the suite without Spark (pytest -m 'not spark and not cluster'),"
+	@echo "                not under coverage: the quick loop while you work"
 	@echo "make bench      storage operations, the chunk engine, a resume of 1,000 parked"
 	@echo "                chunks (both backends) and the"
 	@echo "                migration chunked vs one plain Spark job, locally and on a loopback"
@@ -57,6 +59,11 @@ test: venv azurite lint typecheck
 	$(BIN)/python -m coverage combine --quiet
 	$(BIN)/python -m coverage report
 	$(BIN)/python -m tests.coverage_gaps
+
+# Everything but Spark (the `spark` and `cluster` markers, pyproject.toml), Azurite and
+# the end-to-end processes included; no coverage, so no gap check. Not what CI runs.
+test-fast: venv azurite
+	$(BIN)/python -m pytest -m "not spark and not cluster" $(PYTEST_ARGS)
 
 lint: venv
 	$(BIN)/ruff check jobs checkpoint runner tests samples

@@ -1,10 +1,11 @@
 """``make demo-cluster`` at a small size: the migration on a loopback Spark cluster.
 
 One run of :func:`samples.migration.demo.run_cluster_demo` for the module: a master, two
-1-core workers and a Spark Connect server; two runner workers as Connect clients; one
-runner worker *and* one Spark worker SIGKILLed mid-run; the chunk resumed; the output
-checked against a one-shot run (a local driver in this process). Everything the demo
-started is stopped by it.
+1-core workers and a Spark Connect server (the session's shared cluster, the demo's
+shape: tests/shared_cluster.py); two runner workers as Connect clients; one runner
+worker *and* one Spark worker SIGKILLed mid-run; the chunk resumed; the output checked
+against a one-shot run (a local driver in this process). Everything the demo started is
+stopped by it; the cluster, one worker short, is stopped after the module.
 
 PySpark (with its Connect client) and Java are required: a missing one fails, never skips.
 """
@@ -17,9 +18,10 @@ import pyspark  # noqa: F401  - a missing spark extra must fail here, never skip
 import pytest
 
 from jobs.spark import ATTEMPTS_DIR, COMMIT_MARKER, read_commit, stop_spark
+from samples.migration.cluster import LoopbackCluster
 from samples.migration.demo import DemoOptions, DemoResult, run_cluster_demo
 
-pytestmark = [pytest.mark.spark, pytest.mark.timeout(900)]
+pytestmark = [pytest.mark.spark, pytest.mark.cluster, pytest.mark.timeout(900)]
 
 ROWS = 60_000
 FILES = 6  # chunks of 4 and 2 files, a batch per file: room to kill between checkpoints
@@ -28,12 +30,17 @@ Run = tuple[DemoResult, list[str], Path]
 
 
 @pytest.fixture(scope="module")
-def demo(tmp_path_factory: pytest.TempPathFactory) -> Run:
+def demo(
+    tmp_path_factory: pytest.TempPathFactory, loopback_cluster_to_damage: LoopbackCluster
+) -> Run:
     workdir = tmp_path_factory.mktemp("migration-cluster")
     said: list[str] = []
     try:
         result = run_cluster_demo(
-            DemoOptions(None, ROWS, FILES, timeout_seconds=600), workdir, say=said.append
+            DemoOptions(None, ROWS, FILES, timeout_seconds=600),
+            workdir,
+            say=said.append,
+            cluster=loopback_cluster_to_damage,
         )
     except BaseException:
         print("\n".join(said))  # what it did so far, and the workers' log tails

@@ -29,7 +29,7 @@ from samples.migration.daemon import group_pids
 from samples.migration.demo import DemoOptions, DemoResult, run_demo
 from samples.migration.demo_cluster import CLASSIC_DRIVER_CONF
 
-pytestmark = [pytest.mark.spark, pytest.mark.timeout(900)]
+pytestmark = [pytest.mark.spark, pytest.mark.cluster, pytest.mark.timeout(900)]
 
 ROWS = 60_000
 FILES = 4

@@ -1,9 +1,10 @@
 """Spark inside chunks through Spark Connect: the worker a thin client of a real server.
 
 The server is a loopback cluster's Spark Connect server (a standalone master, two 1-core
-Spark workers, a Connect server attached to the master, all on 127.0.0.1; started once
-for this module). Each test talks to it as a worker does: :func:`jobs.spark.spark_session`
-with a remote, no JVM in this process for the session.
+Spark workers, a Connect server attached to the master, all on 127.0.0.1): the test
+session's shared cluster (tests/shared_cluster.py). Each test talks to it as a worker
+does: :func:`jobs.spark.spark_session` with a remote, no JVM in this process for the
+session.
 
 PySpark is imported at the top on purpose: without the ``spark`` extra this module fails
 to collect, so a CI run that lost PySpark fails instead of silently skipping Spark.
@@ -53,14 +54,15 @@ from jobs.spark_reaper import reap
 from jobs.spark_session import connect_session_text
 from jobs.summary import JobSummary
 from jobs.testing import ChunkEnvironment
-from samples.migration.cluster import LoopbackCluster, free_port
+from samples.migration.cluster import LoopbackCluster
 from tests import output_races
 from tests.connect_jobs import ReapedChunk, endless_action, tagged_active_tasks
 from tests.e2e.processes import ROOT, Worker, runner_command, wait_until
 from tests.output_races import OutputJob, attempts_of, chunk_of
+from tests.shared_cluster import connect_ui_url
 from tests.spark_jobs import orders_frame, run_in_thread
 
-pytestmark = pytest.mark.spark
+pytestmark = [pytest.mark.spark, pytest.mark.cluster]
 
 #: How long an interrupted Spark action may take to give up; it would otherwise run
 #: for hours (a sum over 10^13 rows), so ending well inside this shows it was cut short.
@@ -69,22 +71,13 @@ CANCEL_BOUND_SECONDS = 30
 CONF = {"spark.sql.shuffle.partitions": "3", "spark.ui.enabled": "false"}
 
 
-#: The Connect server's driver UI port: its REST API shows whether a job's tasks ended.
-UI_PORT = free_port()
-
-
-@pytest.fixture(scope="module")
-def loopback_cluster(tmp_path_factory):
-    ui = {"spark.ui.enabled": "true", "spark.ui.port": str(UI_PORT)}
-    with LoopbackCluster(
-        tmp_path_factory.mktemp("connect-cluster"), workers=2, connect_conf=ui
-    ) as cluster:
-        yield cluster
+# `loopback_cluster` is the session's shared cluster (tests/conftest.py).
 
 
 @pytest.fixture(scope="module")
 def driver_ui(loopback_cluster: LoopbackCluster) -> str:
-    return f"http://127.0.0.1:{UI_PORT}"
+    """The Connect server's driver UI: its REST API shows whether a job's tasks ended."""
+    return connect_ui_url(loopback_cluster)
 
 
 @pytest.fixture(scope="module")

@@ -140,17 +140,33 @@ def run_demo(
 
 
 def run_cluster_demo(
-    options: DemoOptions, workdir: Path, say: Say = print, *, connect: bool = True
+    options: DemoOptions,
+    workdir: Path,
+    say: Say = print,
+    *,
+    connect: bool = True,
+    cluster: LoopbackCluster | None = None,
 ) -> DemoResult:
     """:func:`run_demo` against a :class:`LoopbackCluster` started (and stopped) for it:
     the runner workers are Spark Connect clients of its server (``connect``) or else
-    classic drivers on its master; a Spark worker is SIGKILLed with the runner worker."""
-    with LoopbackCluster(workdir / "cluster", connect=connect) as cluster:
-        side = SparkSide(cluster, runner_logs=workdir)
-        say(side.describe())
-        # Staging scratch is a local folder; every executor reads it: all on this machine.
-        options = replace(options, worker_args=side.worker_args(), scratch_shared=True)
-        result = run_demo(options, workdir, say, cluster=side)
+    classic drivers on its master; a Spark worker is SIGKILLed with the runner worker.
+
+    ``cluster``: one already started (the tests' shared one) to run on instead, left
+    running, one Spark worker short; ``connect`` is then what it was started with."""
+    if cluster is not None:
+        return _on_cluster(options, workdir, say, cluster)
+    with LoopbackCluster(workdir / "cluster", connect=connect) as started:
+        return _on_cluster(options, workdir, say, started)
+
+
+def _on_cluster(
+    options: DemoOptions, workdir: Path, say: Say, cluster: LoopbackCluster
+) -> DemoResult:
+    side = SparkSide(cluster, runner_logs=workdir)
+    say(side.describe())
+    # Staging scratch is a local folder; every executor reads it: all on this machine.
+    options = replace(options, worker_args=side.worker_args(), scratch_shared=True)
+    result = run_demo(options, workdir, say, cluster=side)
     return replace(result, spark_kill=side.kill)
 
 

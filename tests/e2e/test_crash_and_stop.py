@@ -16,7 +16,7 @@ import pytest
 
 from tests.e2e.harness import Cluster
 
-pytestmark = pytest.mark.timeout(120)
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]
 
 ITEM_SECONDS = 0.05
 #: Items.checkpoint_interval_seconds / ITEM_SECONDS: items done between two checkpoints.

@@ -16,7 +16,7 @@ from checkpoint import messages
 from tests.e2e.e2e_jobs import SUMMARY_FILE
 from tests.e2e.harness import Cluster
 
-pytestmark = pytest.mark.timeout(120)
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]
 
 FINALIZE_SECONDS = 3.0
 

@@ -14,7 +14,7 @@ import pytest
 
 from tests.e2e.harness import Cluster
 
-pytestmark = pytest.mark.timeout(120)
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]
 
 LEASE_SECONDS = 2.0
 #: A renewal every 70 % of the lease, the job record fresh within 1 s, a checkpoint every

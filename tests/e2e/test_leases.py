@@ -16,7 +16,7 @@ import pytest
 
 from tests.e2e.harness import Cluster, ProgressSampler
 
-pytestmark = pytest.mark.timeout(120)
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]
 
 LEASE_SECONDS = 2
 

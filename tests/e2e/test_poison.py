@@ -21,7 +21,7 @@ from checkpoint.messages import TaskMessage
 from tests.e2e.e2e_jobs import FIXED_FLAG
 from tests.e2e.harness import Cluster
 
-pytestmark = pytest.mark.timeout(120)
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]
 
 
 def poisoned(cluster: Cluster, name: str) -> list[dict]:

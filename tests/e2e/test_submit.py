@@ -13,7 +13,7 @@ import pytest
 from checkpoint.errors import NotFound
 from tests.e2e.harness import Cluster
 
-pytestmark = pytest.mark.timeout(120)
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]
 
 DELAY_SECONDS = 4
 #: Azure and Azurite count visibility to about 10 ms; allow for that and clock reads.

@@ -17,6 +17,8 @@ import pytest
 
 from tests.e2e.processes import ROOT, Worker, descendants, runner_command, wait_until
 
+pytestmark = pytest.mark.e2e
+
 JOB = "samples.quickstart.wordcount:WordCount"
 
 
