@@ -10,7 +10,7 @@ from dataclasses import replace
 from typing import Any
 
 from checkpoint import messages
-from checkpoint.clock import SystemClock
+from checkpoint.clock import Clock, FakeClock, SystemClock
 from checkpoint.errors import Unavailable
 from checkpoint.records import TaskRecord
 from checkpoint.store import CheckpointStore
@@ -48,7 +48,7 @@ class FailingBatches:
 class Job:
     """A running job of ``chunks`` chunks whose messages this worker holds, claimed."""
 
-    def __init__(self, backend: Any, chunks: int):
+    def __init__(self, backend: Any, chunks: int, clock: Clock | None = None):
         self.records = FailingBatches(backend.storage.records)
         storage = replace(backend.storage, records=self.records, closer=None)
         self.queue = backend.queue()
@@ -57,9 +57,11 @@ class Job:
         job, _ = self.store.create_job(self.job_id, "tests:Job", self.queue, {})
         self.store.add_chunks(self.job_id, 0, list(range(chunks)))
         self.store.update_job(job, state="running", total=chunks)
-        # The keeper is not started: nothing is renewed, leases are long enough.
-        self.keeper = LeaseKeeper(storage.queues, SystemClock())
-        self.clock = SystemClock()
+        # The keeper is not started: nothing is renewed, leases are long enough. A fake
+        # clock (the finisher's retries then wait in its time) only moves the leases'
+        # local deadlines: the queue keeps its own time.
+        self.clock = clock or SystemClock()
+        self.keeper = LeaseKeeper(storage.queues, self.clock)
         self.finisher = Finisher(
             self.store, self.keeper, Completion(self.store, storage.queues, {}), self.clock
         )
@@ -117,11 +119,14 @@ def test_the_group_that_ends_the_job_enqueues_finalize(backend):
 
 
 def test_a_store_failure_keeps_the_messages_for_a_later_delivery(backend):
-    # Given a store that fails the batch marking the chunks done
-    job = Job(backend, chunks=2)
+    # Given a store that fails the batch marking the chunks done, every try until one
+    # lease past the leases (on a fake clock: those 120 s pass at once)
+    clock = FakeClock()
+    job = Job(backend, chunks=2, clock=clock)
     job.records.failing = True
 
     job.finisher.finish([job.ended(0), job.ended(1)])
+    assert sum(clock.sleeps) >= 60  # it did wait past the leases before giving up
 
     # Then nothing was marked done, the messages stay (they come back and are redone)
     # and nobody renews them any more
