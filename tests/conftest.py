@@ -8,6 +8,7 @@ run: it never skips (``make test`` installs it).
 
 from __future__ import annotations
 
+import os
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -92,6 +93,23 @@ def loopback_cluster_to_damage(shared_cluster: SharedCluster) -> Iterator[Loopba
 def _cluster_turn(item: pytest.Item) -> int:
     names = getattr(item, "fixturenames", ())
     return 2 if DAMAGED_CLUSTER in names else 1 if SHARED_CLUSTER in names else 0
+
+
+#: What chooses a worker's Spark: code under test sets them in this process (`runner
+#: start --spark-master`, the benches), and one left behind changes every later Spark test.
+SPARK_TARGET_VARIABLES = ("RUNNER_SPARK_MASTER", "RUNNER_SPARK_REMOTE", "RUNNER_SPARK_CONF")
+
+
+@pytest.fixture(autouse=True)
+def _spark_target_left_as_found() -> Iterator[None]:
+    """Each test leaves the Spark target variables as it found them, whatever its order."""
+    before = {name: os.environ.get(name) for name in SPARK_TARGET_VARIABLES}
+    yield
+    for name, value in before.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
 
 
 @pytest.hookimpl(trylast=True)

@@ -430,7 +430,10 @@ def test_start_hands_its_spark_target_to_the_workers_in_place_of_the_others(
 ):
     # Given an environment naming the other kind of target
     for name in (MASTER_ENV, REMOTE_ENV):
-        monkeypatch.delenv(name, raising=False)  # restored after the test
+        # Restored after the test, to absent too: a bare delenv of an absent variable
+        # records nothing, and `runner start` below sets it in this process.
+        monkeypatch.setenv(name, "")
+        monkeypatch.delenv(name)
     monkeypatch.setenv(replaced, "sc://old:1" if replaced == REMOTE_ENV else "local[1]")
 
     result = _start(tmp_path, option, value)
