@@ -359,6 +359,13 @@ def test_a_lease_run_out_while_its_renewal_is_answered_is_lost_if_refused(world:
     renewal.join(10)
 
 
+def test_with_no_renewal_in_flight_nothing_is_waited_for(world: World):
+    # The lease's lock held elsewhere (a delete, say) is no reason to wait
+    world.clock.advance(LEASE_SECONDS + 1)
+    with world.lease.lock:
+        world.lease.wait_for_renewal(world.clock.monotonic())  # returns at once
+
+
 def test_a_renewal_sent_after_the_lease_ran_out_is_not_waited_for(world: World):
     # A paused worker woken past its lease stops at once, whatever the keeper does now
     world.clock.advance(LEASE_SECONDS + 1)
