@@ -134,8 +134,8 @@ class TaskControl:
 
     def raise_if_stopped(self) -> None:
         now = self._clock.monotonic()
-        if self.lease.expired(now) and self.lease.renewal_pending(now):
-            self.lease.wait_for_renewal(now)
+        if self.lease.expired(now):
+            self.lease.wait_for_renewal(now)  # only one sent before the deadline counts
             now = self._clock.monotonic()
         if self.lease.expired(now):
             # Not flushed: the chunk may be someone else's now, and a paused worker must

@@ -165,6 +165,9 @@ class RunResult:
             ),
         ]
         reapplied = f"{items.applied_more_than_once} ({items.extra_applications})"
+        # The worker's own lease running out is the lease doing its job: never judged.
+        lapsed_count = str(len(self.fences.lapsed))
+        lapsed = ("chunks stopped by their own lease running out", "(reported)", lapsed_count, True)
         if not self.plan.outage_seconds:
             return targets + [
                 (
@@ -173,12 +176,7 @@ class RunResult:
                     str(len(self.fences.own)),
                     not self.fences.own,
                 ),
-                (
-                    "chunks stopped by their own lease running out",
-                    "(reported)",
-                    str(len(self.fences.lapsed)),
-                    True,
-                ),
+                lapsed,
                 (
                     "re-applied items (extra applications)",
                     f"<= {bound}",
@@ -207,12 +205,7 @@ class RunResult:
                 resumed is not None and resumed <= bound_seconds,
             ),
             ("chunks fenced by their own write", "(reported)", str(len(self.fences.own)), True),
-            (
-                "chunks stopped by their own lease running out",
-                "(reported)",
-                str(len(self.fences.lapsed)),
-                True,
-            ),
+            lapsed,
             ("re-applied items (extra applications)", "(reported)", reapplied, True),
         ]
 

@@ -24,7 +24,8 @@ from azure.storage.queue import QueueMessage as SdkMessage
 from checkpoint import limits
 from checkpoint.backends.azure.errors import being_deleted, translated
 from checkpoint.backends.azure.times import as_utc
-from checkpoint.errors import LeaseLost, StorageError, Throttled, Unavailable
+from checkpoint.errors import LeaseLost, StorageError, Unavailable
+from checkpoint.retries import TRANSIENT
 from checkpoint.storage import QueueMessage, Receipt
 
 T = TypeVar("T")
@@ -118,7 +119,7 @@ class AzureQueues:
         def send(body: bytes) -> StorageError | None:
             try:
                 self.send(queue, body, ttl_seconds=ttl_seconds)
-            except (Throttled, Unavailable) as trouble:
+            except TRANSIENT as trouble:
                 return trouble
             return None
 
