@@ -9,24 +9,16 @@ run: it never skips (``make test`` installs it).
 from __future__ import annotations
 
 import os
-import time
-import uuid
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from collections.abc import Iterator
 
 import pytest
 
 from checkpoint.backends import open_storage
 from checkpoint.clock import FakeClock
-from checkpoint.storage import Storage
 from samples.migration.cluster import LoopbackCluster
 from tests import azurite as azurite_process
+from tests.backends import BACKENDS, Backend, real_wait
 from tests.shared_cluster import SharedCluster
-
-BACKENDS = ["embedded", "azurite"]
-
-#: Azurite's visibility is accurate to ~10 ms; a real wait adds this much for safety.
-REAL_TIME_MARGIN_SECONDS = 0.25
 
 
 def started_azurite() -> Iterator[azurite_process.Azurite]:
@@ -123,52 +115,6 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     items.sort(key=lambda item: turn[item.path])
 
 
-@dataclass
-class Backend:
-    """A storage backend under test, and how to let time pass on it."""
-
-    name: str
-    storage: Storage
-    advance: Callable[[float], None]
-    #: The embedded store's clock; None on Azurite, whose visibility runs on server time.
-    clock: FakeClock | None = None
-    made: list[tuple[str, str]] = field(default_factory=list)
-
-    def queue(self) -> str:
-        """A fresh queue, created; deleted after the test."""
-        name = f"q-{uuid.uuid4().hex[:12]}"
-        self.storage.queues.create_queue(name)
-        self.made.append(("queue", name))
-        return name
-
-    def table(self) -> str:
-        """A fresh table, created; deleted after the test."""
-        name = f"t{uuid.uuid4().hex[:12]}"
-        self.storage.records.create_table(name)
-        self.made.append(("table", name))
-        return name
-
-    def container(self) -> str:
-        """A fresh blob container, created; deleted after the test."""
-        name = f"c-{uuid.uuid4().hex[:12]}"
-        self.storage.blobs.create_container(name)
-        self.made.append(("container", name))
-        return name
-
-    def clean_up(self) -> None:
-        delete = {
-            "queue": self.storage.queues.delete_queue,
-            "table": self.storage.records.delete_table,
-            "container": self.storage.blobs.delete_container,
-        }
-        for kind, name in self.made:
-            delete[kind](name)
-
-
-def _real_wait(seconds: float) -> None:
-    time.sleep(seconds + REAL_TIME_MARGIN_SECONDS)
-
-
 @pytest.fixture(params=BACKENDS)
 def backend(request: pytest.FixtureRequest, tmp_path) -> Iterator[Backend]:
     """The storage contract's subject: embedded on a fake clock, or Azurite in real time."""
@@ -179,7 +125,7 @@ def backend(request: pytest.FixtureRequest, tmp_path) -> Iterator[Backend]:
     else:
         server = request.getfixturevalue("azurite")
         storage = open_storage(server.connection_string, azure_retry_total=1)
-        subject = Backend("azurite", storage, _real_wait)
+        subject = Backend("azurite", storage, real_wait)
     try:
         yield subject
     finally:

@@ -13,7 +13,7 @@ the shared cluster run last, the damaging ones after the others.
 
 The shape: :data:`WORKERS` 1-core workers and a Connect server holding every core (what
 ``make demo-cluster`` starts), its driver UI on a free port (its REST API shows a job's
-running tasks). ``tests/test_spark_cluster.py`` keeps a cluster of its own: three
+running tasks). ``tests/samples/test_spark_cluster.py`` keeps a cluster of its own: three
 workers and a Connect server held to one core, so that two classic drivers find free
 cores beside it, and it kills a worker and stops the cluster as part of its tests.
 """

@@ -327,7 +327,7 @@ STREAMING_RESTART = (
     "once, the output unchanged. A fast-test run once fell in that window (the restarted "
     "driver ran micro-batches 2-6, 7 of 8) and was taken for a lost micro-batch; the bench "
     "checks a streaming run by its checkpoint's files instead, and the notes above name "
-    "any micro-batch that read two entries (tests/test_bench_streaming.py reproduces it)."
+    "any micro-batch that read two entries (tests/bench/test_streaming.py reproduces it)."
 )
 
 

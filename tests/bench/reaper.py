@@ -31,7 +31,7 @@ from pathlib import Path
 from jobs.chunk import Takeover
 from jobs.spark_reaper import claim_tag, reap
 from samples.migration.cluster import CONNECT_ABANDONED_CONF, LoopbackCluster, free_port
-from tests.connect_jobs import tagged_active_tasks
+from tests.jobs.connect_jobs import tagged_active_tasks
 
 #: Bound on each run; Spark's defaults drop a dead client's operation after ~7.5 min.
 RUN_BOUND_SECONDS = 900
@@ -45,7 +45,7 @@ SPARK_DEFAULTS = {
 CLIENT = """
 import json, sys
 from pyspark.sql import SparkSession
-from tests.connect_jobs import endless_action
+from tests.jobs.connect_jobs import endless_action
 remote, tags = sys.argv[1], sys.argv[2:]
 spark = SparkSession.builder.remote(remote).getOrCreate()
 for tag in tags:

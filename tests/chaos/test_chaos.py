@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
+from tests.backends import BACKENDS
 from tests.chaos.chaos import ChaosPlan, run_once
 from tests.chaos.run import details
-from tests.conftest import BACKENDS
 
 SMALL = ChaosPlan(
     items=200,

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import BACKENDS
+from tests.backends import BACKENDS
 from tests.e2e.harness import Cluster
 
 

@@ -1,0 +1,87 @@
+"""A record's state is parsed against the Literal type it is declared with: every state
+of the type is read back as itself (garbled ones:
+tests/runner/worker/test_bad_records.py); a chunk's progress, a task's error fields,
+and how records are named."""
+
+from __future__ import annotations
+
+from typing import Any, get_args
+
+import pytest
+
+from checkpoint.errors import BadRecord
+from checkpoint.records import (
+    MAX_ERROR_CHARS,
+    PROGRESS_FRACTION,
+    PROGRESS_OF,
+    JobRecord,
+    JobState,
+    Progress,
+    TaskRecord,
+    TaskState,
+    error_properties,
+    record_name,
+)
+from checkpoint.storage import Record
+
+
+@pytest.mark.parametrize("state", get_args(TaskState))
+def test_every_task_state_is_read(state: str) -> None:
+    record = Record("p", "c0000007", {"state": state, "attempt": 0}, "e1")
+    assert TaskRecord.from_record("job-x", "chunk", 7, record).state == state
+
+
+@pytest.mark.parametrize("state", get_args(JobState))
+def test_every_job_state_is_read(state: str) -> None:
+    record = Record("p", "job-x", {"job_type": "m:C", "queue": "q", "state": state}, "e1")
+    assert JobRecord.from_record(record).state == state
+
+
+def test_error_fields_keep_the_start_of_the_message_and_the_end_of_the_traceback() -> None:
+    error = ValueError("m" * MAX_ERROR_CHARS + "CUT")
+    traceback_text = "CUT" + "t" * MAX_ERROR_CHARS
+
+    fields = error_properties(error, traceback_text)
+
+    assert fields["error_type"] == "ValueError"
+    assert fields["error_message"] == "m" * MAX_ERROR_CHARS
+    assert fields["error_traceback"] == "t" * MAX_ERROR_CHARS
+
+
+def test_no_error_clears_the_fields_with_empty_strings() -> None:
+    # A merge keeps a property set to None, so clearing writes empty strings
+    assert error_properties(None) == {"error_type": "", "error_message": "", "error_traceback": ""}
+
+
+def test_records_are_named_as_messages_say_them() -> None:
+    assert record_name("j", "job") == "job 'j'"
+    assert record_name("j", "chunk", 7) == "chunk 7 of job 'j'"
+    assert record_name("j", "plan") == "plan of job 'j'"
+
+
+@pytest.mark.parametrize(
+    ("properties", "problem"),
+    [
+        ({PROGRESS_FRACTION: 1.5}, "progress_fraction 1.5 is not 0-1"),
+        ({PROGRESS_FRACTION: "half"}, "progress_fraction 'half' is not 0-1"),
+        (
+            {PROGRESS_FRACTION: 0.5, PROGRESS_OF: "5 of 10"},
+            "progress_of '5 of 10' is not done/total",
+        ),
+        ({PROGRESS_FRACTION: 0.5, PROGRESS_OF: "1/2/3"}, "progress_of '1/2/3' is not done/total"),
+    ],
+)
+def test_garbled_progress_is_a_bad_record_naming_it(
+    properties: dict[str, Any], problem: str
+) -> None:
+    with pytest.raises(BadRecord, match=f"^chunk 3 of job 'j': {problem}"):
+        Progress.from_properties(properties, "chunk 3 of job 'j'")
+
+
+def test_progress_reads_back_with_and_without_its_count() -> None:
+    assert Progress.from_properties({}, "x") is None
+    bare = Progress.from_properties({PROGRESS_FRACTION: 0.25, PROGRESS_OF: ""}, "x")
+    counted = Progress.from_properties({PROGRESS_FRACTION: 0.5, PROGRESS_OF: "5/10"}, "x")
+
+    assert bare == Progress(0.25) and str(bare) == "25%"
+    assert counted == Progress(0.5, 5, 10) and str(counted).startswith("50% (5")
