@@ -9,6 +9,10 @@ AZURITE_VERSION := 3.35.0
 AZURITE_DIR := .tools/azurite
 AZURITE_BIN := $(AZURITE_DIR)/node_modules/.bin/azurite
 PYTEST_ARGS ?=
+# pytest-xdist: four workers on two cores (much of the suite waits on real leases, other
+# processes and Spark), whole modules as the units, the cluster and local Spark modules
+# each kept on one worker (tests/conftest.py). XDIST= runs serially.
+XDIST ?= -n 4 --dist loadgroup --no-loadscope-reorder
 DEMO_ARGS ?=
 
 export AZURITE_BIN := $(abspath $(AZURITE_BIN))
@@ -55,7 +59,7 @@ $(AZURITE_BIN):
 # the report and the check that every uncovered line is in tests/coverage_gaps.txt.
 test: venv azurite lint typecheck
 	$(BIN)/python -m coverage erase
-	$(BIN)/python -m coverage run -m pytest $(PYTEST_ARGS)
+	$(BIN)/python -m coverage run -m pytest $(XDIST) $(PYTEST_ARGS)
 	$(BIN)/python -m coverage combine --quiet
 	$(BIN)/python -m coverage report
 	$(BIN)/python -m tests.coverage_gaps
@@ -63,7 +67,7 @@ test: venv azurite lint typecheck
 # Everything but Spark (the `spark` and `cluster` markers, pyproject.toml), Azurite and
 # the end-to-end processes included; no coverage, so no gap check. Not what CI runs.
 test-fast: venv azurite
-	$(BIN)/python -m pytest -m "not spark and not cluster" $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -m "not spark and not cluster" $(XDIST) $(PYTEST_ARGS)
 
 lint: venv
 	$(BIN)/ruff check jobs checkpoint runner tests samples

@@ -10,12 +10,17 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
 
 import pytest
+from xdist.scheduler import LoadScopeScheduling
 
 from checkpoint.backends import open_storage
 from checkpoint.clock import FakeClock
+from jobs.spark import SparkSettings, spark_session, stop_spark
 from samples.migration.cluster import LoopbackCluster
+from samples.migration.job import MigrateOrders
 from tests import azurite as azurite_process
 from tests.backends import BACKENDS, Backend, real_wait
 from tests.shared_cluster import SharedCluster
@@ -82,11 +87,6 @@ def loopback_cluster_to_damage(shared_cluster: SharedCluster) -> Iterator[Loopba
     shared_cluster.stop()
 
 
-def _cluster_turn(item: pytest.Item) -> int:
-    names = getattr(item, "fixturenames", ())
-    return 2 if DAMAGED_CLUSTER in names else 1 if SHARED_CLUSTER in names else 0
-
-
 #: What chooses a worker's Spark: code under test sets them in this process (`runner
 #: start --spark-master`, the benches), and one left behind changes every later Spark test.
 SPARK_TARGET_VARIABLES = ("RUNNER_SPARK_MASTER", "RUNNER_SPARK_REMOTE", "RUNNER_SPARK_CONF")
@@ -104,15 +104,97 @@ def _spark_target_left_as_found() -> Iterator[None]:
             os.environ[name] = value
 
 
-@pytest.hookimpl(trylast=True)
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Whole modules on the shared cluster run last, those that damage it after the
-    others: one cluster start serves them all, and it is up only while they run. The
-    sort is stable: every other test, and each module's tests, keep their order."""
-    turn: dict[object, int] = {}
+#: Where a module runs in the order of the run, heaviest first: the modules on a loopback
+#: Spark cluster (one with a cluster of its own, those on the shared one, then those that
+#: damage it), then the local Spark session's, then other Spark work (worker processes
+#: with their own JVMs), then real processes (e2e, chaos), then the rest. Serially, one
+#: cluster is up at a time and one start serves every module on the shared one; spread
+#: over xdist's workers, the longest units start first and the short ones fill in at
+#: the end.
+(
+    OWN_CLUSTER_TURN,
+    CLUSTER_TURN,
+    DAMAGE_TURN,
+    LOCAL_SPARK_TURN,
+    SPARK_TURN,
+    PROCESSES_TURN,
+    REST_TURN,
+) = range(7)
+#: Turns whose modules are one xdist work unit, run on one worker in the order above:
+#: all the Spark work. Each Spark module uses both cores on its own (a local session, a
+#: cluster of five JVMs, Spark worker processes); two side by side took five times as
+#: long and pushed real-time tests past their bounds. One at a time, the other workers
+#: run the rest of the suite beside it, and one cluster and one local session serve all.
+SPARK_TURNS = {OWN_CLUSTER_TURN, CLUSTER_TURN, DAMAGE_TURN, LOCAL_SPARK_TURN, SPARK_TURN}
+SPARK_GROUP = "spark"
+#: The modules of that unit by name. xdist's scheduler sees only test ids, not fixtures
+#: or marks (and pytest-xdist 3.8's ``xdist_group`` no longer reaches it under pytest 9),
+#: so they are written out here, and every collection checks the list against the turns
+#: (:func:`_check_groups`): a new Spark module not listed fails the run by name.
+SPARK_MODULES = frozenset(
+    {
+        "tests/samples/test_spark_cluster.py",
+        "tests/jobs/test_spark_connect.py",
+        "tests/samples/test_migration_cluster.py",
+        "tests/jobs/test_spark.py",
+        "tests/samples/test_migration_sample.py",
+        "tests/bench/test_cluster.py",
+        "tests/bench/test_streaming.py",
+    }
+)
+
+
+def _turn(item: pytest.Item) -> int:
+    names = getattr(item, "fixturenames", ())
+    if DAMAGED_CLUSTER in names:
+        return DAMAGE_TURN
+    if SHARED_CLUSTER in names:
+        return CLUSTER_TURN
+    if item.get_closest_marker("cluster"):
+        return OWN_CLUSTER_TURN
+    if LOCAL_SPARK in names:
+        return LOCAL_SPARK_TURN
+    if item.get_closest_marker("spark"):
+        return SPARK_TURN
+    if item.get_closest_marker("e2e") or item.nodeid.startswith("tests/chaos/"):
+        return PROCESSES_TURN
+    return REST_TURN
+
+
+def _module_turns(items: list[pytest.Item]) -> dict[Path, int]:
+    """Each module's turn: that of a test damaging the cluster if it has one (the
+    cluster is stopped after it), else the earliest of its tests'."""
+    turns: dict[Path, set[int]] = {}
     for item in items:
-        turn[item.path] = max(turn.get(item.path, 0), _cluster_turn(item))
+        turns.setdefault(item.path, set()).add(_turn(item))
+    return {
+        path: DAMAGE_TURN if DAMAGE_TURN in found else min(found) for path, found in turns.items()
+    }
+
+
+def _module_name(item: pytest.Item) -> str:
+    return item.nodeid.split("::", 1)[0]
+
+
+def _check_groups(items: list[pytest.Item], turn: dict[Path, int]) -> None:
+    """Every module of a Spark turn listed in :data:`SPARK_MODULES` (a listed module
+    may be run in part, by tests that need no Spark)."""
+    for item in items:
+        name = _module_name(item)
+        if turn[item.path] in SPARK_TURNS and name not in SPARK_MODULES:
+            raise pytest.UsageError(
+                f"{name} runs Spark: add it to SPARK_MODULES in tests/conftest.py"
+            )
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Whole modules in the order of their turn; a stable sort, so modules of one turn,
+    and each module's tests, keep their order."""
+    turn = _module_turns(items)
+    _check_groups(items, turn)
     items.sort(key=lambda item: turn[item.path])
+    LOCAL_SPARK_MODULES.update(path for path, at in turn.items() if at == LOCAL_SPARK_TURN)
 
 
 @pytest.fixture(params=BACKENDS)
@@ -131,3 +213,44 @@ def backend(request: pytest.FixtureRequest, tmp_path) -> Iterator[Backend]:
     finally:
         subject.clean_up()
         storage.close()
+
+
+class ModuleGroupScheduling(LoadScopeScheduling):  # type: ignore[misc]  # xdist is untyped
+    """xdist's ``loadfile`` with the modules of :data:`SPARK_MODULES` joined into one
+    unit: a module's fixtures (a demo run, a Spark session) are made once, on one
+    worker, and all the Spark work runs one module at a time. The units go out in the
+    order of the run (``--no-loadscope-reorder``), the Spark unit first."""
+
+    def _split_scope(self, nodeid: str) -> str:
+        module = nodeid.split("::", 1)[0]
+        return SPARK_GROUP if module in SPARK_MODULES else module
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> ModuleGroupScheduling:
+    return ModuleGroupScheduling(config, log)
+
+
+# --------------------------------------------------------------------------- local Spark
+
+#: The fixture of the run's one local SparkSession (the migration sample's settings, which
+#: tests/jobs/test_spark.py's jobs share so that they find it and start no other).
+LOCAL_SPARK = "local_spark"
+LOCAL_SPARK_SETTINGS = SparkSettings.for_job(MigrateOrders, environ={})
+#: The modules of tests asking for it (set at collection).
+LOCAL_SPARK_MODULES: set[Path] = set()
+
+
+@pytest.fixture
+def local_spark() -> Any:
+    """This process's local SparkSession: started by the first test asking for it, kept
+    while the run stays in the modules that ask (they run one after the other), stopped
+    after their last test (:func:`pytest_runtest_teardown`), so a later Spark Connect
+    client in this process starts clean."""
+    return spark_session(LOCAL_SPARK_SETTINGS)
+
+
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> None:
+    if item.path in LOCAL_SPARK_MODULES and (
+        nextitem is None or nextitem.path not in LOCAL_SPARK_MODULES
+    ):
+        stop_spark()

@@ -28,18 +28,16 @@ from jobs.spark import (
     COMMIT_MARKER,
     EXACT_FORMATS,
     SparkChunkedJob,
-    SparkSettings,
     chunk_output_path,
     content_checksum,
     is_committed,
     observed_metrics,
     read_commit,
-    spark_session,
-    stop_spark,
     write_chunk_output,
 )
 from jobs.summary import JobSummary
 from jobs.testing import ChunkEnvironment
+from samples.migration.job import SPARK_CONF
 from tests.jobs import output_races
 from tests.jobs.output_races import OutputJob, attempts_of, chunk_of
 from tests.jobs.spark_jobs import orders_frame, run_in_thread, spark_jobs
@@ -53,16 +51,14 @@ SLEEP_SECONDS = 600
 
 
 class LocalSparkJob(SparkChunkedJob):
-    spark_master = "local[2]"
-    # No UI: other test runs share this machine's ports; few shuffle partitions: tiny data.
-    spark_conf = {"spark.ui.enabled": False, "spark.sql.shuffle.partitions": 2}
+    # The settings of the run's one local session (tests/conftest.py): no UI, as other
+    # test runs share this machine's ports, and few shuffle partitions for tiny data.
+    spark_conf = SPARK_CONF
 
 
-@pytest.fixture(scope="module")
-def spark():
-    session = spark_session(SparkSettings.for_job(LocalSparkJob))
-    yield session
-    stop_spark()
+@pytest.fixture
+def spark(local_spark):
+    return local_spark
 
 
 # --------------------------------------------------------------------------- session, groups

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import random
 from collections import defaultdict
-from collections.abc import Iterator
 from datetime import UTC, date, datetime
 from pathlib import Path
 from typing import Any
@@ -27,11 +26,8 @@ from checkpoint.backends import open_storage
 from jobs.spark import (
     ATTEMPTS_DIR,
     COMMIT_MARKER,
-    SparkSettings,
     content_checksum,
     read_commit,
-    spark_session,
-    stop_spark,
 )
 from jobs.testing import ChunkEnvironment
 from samples.migration import generate as gen
@@ -60,16 +56,15 @@ FILES = 8
 FILES_PER_CHUNK = 4
 
 
-@pytest.fixture(scope="module")
-def spark() -> Iterator[Any]:
-    """This process's session (the demo's verification uses it too), stopped at the end."""
-    yield spark_session(SparkSettings.for_job(MigrateOrders))
-    stop_spark()
+@pytest.fixture
+def spark(local_spark: Any) -> Any:
+    """The run's one local session (tests/conftest.py); the demo's verification finds it."""
+    return local_spark
 
 
 @pytest.fixture(scope="module", params=BACKENDS)
 def demo(
-    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory, spark: Any
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> tuple[DemoResult, list[str], Path]:
     """One whole demo run on the backend; its result, its printed lines and its folder."""
     storage = None
