@@ -29,7 +29,7 @@ help:
 	@echo "make test-fast  the suite without Spark (pytest -m 'not spark and not cluster'),"
 	@echo "                not under coverage: the quick loop while you work"
 	@echo "make bench      storage operations, the chunk engine, a resume of 1,000 parked"
-	@echo "                chunks (both backends) and the"
+	@echo "                chunks (both backends), a metrics scrape of 4 workers and the"
 	@echo "                migration chunked vs one plain Spark job, locally and on a loopback"
 	@echo "                cluster through Spark Connect (and Structured Streaming) -> BENCHMARKS.md"
 	@echo "make chaos      fault-injection runs (kills, a pause, storage faults) on both"
@@ -81,6 +81,7 @@ bench: venv azurite
 	$(BIN)/python -m tests.bench.storage --output BENCHMARKS.md
 	$(BIN)/python -m tests.bench.chunks --output BENCHMARKS.md
 	$(BIN)/python -m tests.bench.parks --output BENCHMARKS.md
+	$(BIN)/python -m tests.bench.metrics --output BENCHMARKS.md
 	$(BIN)/python -m tests.bench.migration --output BENCHMARKS.md
 	$(BIN)/python -m tests.bench.migration --files-per-batch 3 --output BENCHMARKS.md
 	$(BIN)/python -m tests.bench.migration --files-per-batch 3 --rows 8000000 --output BENCHMARKS.md

@@ -12,7 +12,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import replace
 from typing import Any, Literal
 
-from checkpoint import checks, layout, retries, settle
+from checkpoint import checks, layout, metering, retries, settle
 from checkpoint.clock import Clock
 from checkpoint.errors import BadRecord, BatchFailed, Conflict, NotFound, StorageError
 from checkpoint.records import TaskRecord
@@ -182,9 +182,11 @@ class ShardCounters:
         except TRANSIENT as lost:
             if not self._batch_applied(partition, ops):
                 raise lost
+            metering.report(lost, "ambiguous_settled")
         except BatchFailed as failed:
             if not isinstance(failed.reason, Conflict) or not self._batch_applied(partition, ops):
                 raise
+            metering.report(failed, "ambiguous_settled")
         else:
             return [
                 Record(partition, op.row_key, dict(op.properties), etag)

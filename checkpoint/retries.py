@@ -24,6 +24,7 @@ from typing import TypeVar
 import tenacity
 from tenacity import RetryCallState, retry_if_exception_type, wait_exponential_jitter
 
+from checkpoint import metering
 from checkpoint.clock import Clock
 from checkpoint.errors import StorageError, Throttled, Unavailable
 
@@ -102,6 +103,7 @@ class Budget:
             first_wait = self.policy.first_wait_seconds * (1 + random.random())
             if self._spent_at(started, first_wait):
                 raise
+            metering.report(error, "retried")
             log.warning(
                 "%s: %s; try 1 failed, next in %.1f s", what or self.policy.name, error, first_wait
             )
@@ -140,6 +142,8 @@ class Budget:
 
 def _log_retry(state: RetryCallState, what: str) -> None:
     error = state.outcome.exception() if state.outcome else None
+    if error is not None:
+        metering.report(error, "retried")
     log.warning(
         "%s: %s; try %d failed, next in %.1f s",
         what,

@@ -25,6 +25,7 @@ import threading
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from checkpoint import metering
 from checkpoint.errors import AlreadyExists, BatchFailed, Conflict, NotFound
 from checkpoint.retries import TRANSIENT, Budget
 from checkpoint.storage import BatchOp, Record, RecordStore, Where
@@ -84,13 +85,17 @@ def merge(
             etag = records.merge(
                 table, current.partition_key, current.row_key, changes, etag=current.etag
             )
-        except Conflict:
+        except Conflict as refused:
             found = records.get(table, current.partition_key, current.row_key)
+            if same_claim(token, token_of(found.properties)):
+                # The SDK's own retry of a write of ours that was applied got 412.
+                metering.report(refused, "ambiguous_settled")
             return _settled(found, token, base)
         except TRANSIENT as lost:
             found = records.get(table, current.partition_key, current.row_key)
             if found.etag == current.etag:
                 raise lost  # not applied: the budget decides whether to try again
+            metering.report(lost, "ambiguous_settled")
             return _settled(found, token, base)
         return _with(current, {**current.properties, **changes}, etag)
 
@@ -133,14 +138,18 @@ def insert(
     def attempt() -> Record | None:
         try:
             etag = records.insert(table, partition_key, row_key, properties)
-        except AlreadyExists:
+        except AlreadyExists as refused:
             found = records.get(table, partition_key, row_key)
-            return found if token_of(found.properties) == token else None
+            if token_of(found.properties) != token:
+                return None
+            metering.report(refused, "ambiguous_settled")  # an earlier try of ours applied
+            return found
         except TRANSIENT as lost:
             try:
                 found = records.get(table, partition_key, row_key)
             except NotFound:
                 raise lost from None  # not applied: try again while the budget allows
+            metering.report(lost, "ambiguous_settled")
             return found if token_of(found.properties) == token else None
         return Record(partition_key, row_key, dict(properties), etag)
 
@@ -174,9 +183,10 @@ def insert_many(
                 raise
             _read_existing(records, table, partition_key, ops, outcome)
             raise _Again from failed
-        except TRANSIENT:
+        except TRANSIENT as lost:
             _read_existing(records, table, partition_key, ops, outcome)
             if len(outcome) == len(ops):
+                metering.report(lost, "ambiguous_settled")
                 return  # applied after all (its answer lost): nothing is left to try
             raise
         for op, etag in zip(missing, etags, strict=True):

@@ -48,6 +48,8 @@ from runner.worker.loop import (
     DEFAULT_STOP_TIMEOUT_SECONDS,
     WorkerSettings,
 )
+from runner.worker.metrics_server import DEFAULT_HOST as DEFAULT_METRICS_HOST
+from runner.worker.metrics_server import MetricsAddress
 from runner.worker.supervisor import StartOptions, configure_logging, run_workers
 
 STORAGE_HELP = (
@@ -70,6 +72,10 @@ def _storage(ctx: click.Context, param: click.Parameter, value: str | None) -> s
 storage_option = click.option(
     "--storage", metavar="LOCATION", default=None, callback=_storage, help=STORAGE_HELP
 )
+
+#: Where ``runner start --metrics-port`` / ``--metrics-host`` default from.
+METRICS_PORT_ENV = "RUNNER_METRICS_PORT"
+METRICS_HOST_ENV = "RUNNER_METRICS_HOST"
 
 LOG_LEVELS = click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False)
 
@@ -240,6 +246,23 @@ def _json_params(text: str) -> object:
     show_default=True,
     help="Log lines as text, or as one JSON object per line (for log collectors).",
 )
+@click.option(
+    "--metrics-port",
+    type=click.IntRange(1, 65535),
+    default=None,
+    envvar=METRICS_PORT_ENV,
+    metavar="PORT",
+    help="Serve Prometheus metrics of every worker process at http://HOST:PORT/metrics "
+    f"(docs/metrics.md). Default: ${METRICS_PORT_ENV}, else none.",
+)
+@click.option(
+    "--metrics-host",
+    default=DEFAULT_METRICS_HOST,
+    envvar=METRICS_HOST_ENV,
+    metavar="HOST",
+    help="The address the metrics listen on; 0.0.0.0 for every interface. Default: "
+    f"${METRICS_HOST_ENV}, else {DEFAULT_METRICS_HOST} (this machine only).",
+)
 @storage_option
 def start(
     jobs: tuple[str, ...],
@@ -255,6 +278,8 @@ def start(
     spark_conf: str | None,
     log_level: str | None,
     log_format: LogFormat,
+    metrics_port: int | None,
+    metrics_host: str,
     storage: str | None,
 ) -> None:
     """Run workers serving the queues of these job types (JOB is module:Class).
@@ -285,7 +310,8 @@ def start(
         burst=burst,
         stop_timeout_seconds=stop_timeout_seconds,
     )
-    options = StartOptions(jobs, storage, settings, level.upper(), log_format)
+    metrics = MetricsAddress(metrics_port, metrics_host) if metrics_port is not None else None
+    options = StartOptions(jobs, storage, settings, level.upper(), log_format, metrics)
     sys.exit(run_workers(options, workers, restart=restart))
 
 

@@ -32,6 +32,7 @@ from checkpoint.store import CheckpointStore
 from runner.worker.job_completion import Completion, set_job
 from runner.worker.lease import Lease, LeaseKeeper
 from runner.worker.logs import in_context
+from runner.worker.recorder import SILENT, Recorder
 
 log = logging.getLogger(__name__)
 
@@ -47,11 +48,14 @@ LINGER_SECONDS = 0.005
 @dataclass
 class Ended:
     """A chunk that finished: its record as last written, its final properties
-    (:meth:`~checkpoint.store.CheckpointStore.final_changes`) and its message's lease."""
+    (:meth:`~checkpoint.store.CheckpointStore.final_changes`), its message's lease, and
+    for the recorder its job type and how long its attempt ran."""
 
     task: TaskRecord
     final: dict[str, Any]
     lease: Lease
+    job_type: str = ""
+    ran_seconds: float = 0.0
 
 
 class Finisher:
@@ -59,9 +63,15 @@ class Finisher:
     started (before that, and after :meth:`stop`, at once in the caller's thread)."""
 
     def __init__(
-        self, store: CheckpointStore, keeper: LeaseKeeper, completion: Completion, clock: Clock
+        self,
+        store: CheckpointStore,
+        keeper: LeaseKeeper,
+        completion: Completion,
+        clock: Clock,
+        recorder: Recorder = SILENT,
     ):
         self._store = store
+        self._recorder = recorder
         self._keeper = keeper
         self._completion = completion
         self._clock = clock
@@ -201,6 +211,7 @@ class Finisher:
                 self._keeper.drop(ended.lease)
             else:
                 done.append(ended.lease)
+                self._recorder.chunk_done(ended.job_type, ended.ran_seconds)
         if not done:
             return []
         try:

@@ -33,6 +33,7 @@ from checkpoint.throttle import CheckpointThrottle
 from jobs.chunk import Takeover
 from jobs.errors import ChunkStopped, JobCancelled, JobDeleted, JobPaused
 from runner.worker.lease import Lease
+from runner.worker.recorder import SILENT, Checkpoints
 
 T = TypeVar("T")
 log = logging.getLogger(__name__)
@@ -50,6 +51,7 @@ class TaskControl:
         writer: the claim's writer tokens (its own applied writes are recognised by
             them, so it never mistakes one for another worker's).
         taken_over: the attempt the claim took the task over from, if known.
+        checkpoints: what times and tells the task's checkpoint writes (none: untold).
     """
 
     def __init__(
@@ -62,8 +64,10 @@ class TaskControl:
         worker_stopping: threading.Event,
         writer: Writer | None = None,
         taken_over: Takeover | None = None,
+        checkpoints: Checkpoints | None = None,
     ):
         self._store = store
+        self._checkpoints = checkpoints or Checkpoints(SILENT, "", clock)
         self.taken_over = taken_over
         self._outputs: dict[str, Any] | None = None  # read from the record when first asked
         #: Why the job stopped wanting this task ("cancelled", "paused"), or None:
@@ -140,7 +144,9 @@ class TaskControl:
         if self.lease.expired(now):
             # Not flushed: the chunk may be someone else's now, and a paused worker must
             # stop without waiting for the store to tell it so.
-            raise LeaseLost(self.lease.why_lost(now))
+            why = self.lease.why_lost(now)
+            self.lease.lose(why)  # it was, and so it is counted
+            raise LeaseLost(why)
         if self.held == "deleted":
             # Not flushed: the task's record is deleted, or about to be.
             raise JobDeleted(f"job {self.task.job_id} was deleted")
@@ -229,7 +235,10 @@ class TaskControl:
         the lease lasts)."""
         with self._lock:
             if self._throttle.unwritten:
-                self._fenced({}, {"progress": self._throttle.newest}, self.lease_budget())
+                budget = self.lease_budget()
+                self._checkpoints.write(
+                    lambda: self._fenced({}, {"progress": self._throttle.newest}, budget)
+                )
 
     def write(self, changes: dict[str, Any], values: dict[str, Any] | None = None) -> TaskRecord:
         """A fenced write of other fields (state, error, ...) with the newest state,
@@ -289,7 +298,8 @@ class TaskControl:
         # Forget the state only once written: after a failed write (a busy service) the
         # failure path must still flush it. Not retried in place: the user's thread goes
         # on, and the next due checkpoint writes the newest state.
-        self._fenced({}, {"progress": self._throttle.newest}, retries.once(self._clock))
+        once = retries.once(self._clock)
+        self._checkpoints.write(lambda: self._fenced({}, {"progress": self._throttle.newest}, once))
 
     def _fenced(
         self,

@@ -28,6 +28,7 @@ from runner.worker.job_cache import JobCache
 from runner.worker.job_completion import Completion
 from runner.worker.lease import Lease, LeaseKeeper
 from runner.worker.poison import PoisonRouter
+from runner.worker.recorder import SILENT, Recorder
 
 
 @dataclass
@@ -52,6 +53,8 @@ class Context:
     stopping: threading.Event = field(default_factory=threading.Event)
     rng: random.Random = field(default_factory=random.Random)
     running: RunningTasks = field(default_factory=RunningTasks)
+    #: Told what happens (metrics), or silent.
+    recorder: Recorder = SILENT
 
     @property
     def by_queue(self) -> dict[str, type[ChunkedJob]]:

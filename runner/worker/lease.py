@@ -35,6 +35,7 @@ from checkpoint.retries import Budget
 from checkpoint.storage import QueueMessage, QueueStore
 from runner.worker.logs import in_context
 from runner.worker.pool import DaemonPool
+from runner.worker.recorder import SILENT, Recorder
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -110,11 +111,25 @@ class Lease:
     receipt_lost: bool = False
     #: When the renewal now in flight was sent (monotonic), or None.
     renewing_since: float | None = None
+    #: The job type of the queue the message is in, and what is told of its renewals
+    #: and of its loss.
+    job_type: str = ""
+    recorder: Recorder = SILENT
 
     def lose(self, reason: str) -> None:
         if self.lost_reason is None:
             self.lost_reason = reason
-        self.lost = True
+        if not self.lost:
+            self.lost = True
+            self.recorder.lease_lost(self.job_type)
+
+    def renewed(self, pop_receipt: str, started: float) -> None:
+        """A renewal sent at ``started`` (monotonic) was answered with ``pop_receipt``."""
+        self.pop_receipt = pop_receipt
+        # Counted from before the call: the service's clock started no earlier.
+        self.visible_at = started + self.lease_seconds
+        self.next_renewal_at = started + renew_after_seconds(self.lease_seconds)
+        self.recorder.lease_renewed(self.job_type)
 
     def expired(self, now: float) -> bool:
         """True once the lease is lost or has run out (judged locally, no round trip)."""
@@ -202,8 +217,11 @@ class LeaseKeeper:
         received_at: float,
         max_seconds: float | None = None,
         on_renewed: Callable[[Lease], None] | None = None,
+        job_type: str = "",
+        recorder: Recorder = SILENT,
     ) -> Lease:
-        """Start renewing a message received at ``received_at`` (monotonic)."""
+        """Start renewing a message received at ``received_at`` (monotonic); its
+        renewals and its loss are told to ``recorder`` under ``job_type``."""
         assert message.pop_receipt is not None, "only a received message can be held"
         lease = Lease(
             queue,
@@ -215,6 +233,8 @@ class LeaseKeeper:
             max_seconds=max_seconds,
             on_renewed=on_renewed,
             next_renewal_at=received_at + renew_after_seconds(lease_seconds),
+            job_type=job_type,
+            recorder=recorder,
         )
         with self._guard:
             self._leases.add(lease)
@@ -415,10 +435,7 @@ class LeaseKeeper:
                 return False
             finally:
                 lease.renewing_since = None
-            lease.pop_receipt = receipt.pop_receipt
-            # Counted from before the call: the service's clock started no earlier.
-            lease.visible_at = started + lease.lease_seconds
-            lease.next_renewal_at = started + renew_after_seconds(lease.lease_seconds)
+            lease.renewed(receipt.pop_receipt, started)
         return True
 
     # ----------------------------------------------------------------- thread

@@ -36,6 +36,7 @@ from runner.worker.lease import Lease, LeaseKeeper
 from runner.worker.logs import in_context, worker_ids
 from runner.worker.poison import PoisonRouter
 from runner.worker.prefetch import Prefetch
+from runner.worker.recorder import SILENT, Recorder
 from runner.worker.tasks import handle, hold
 
 log = logging.getLogger(__name__)
@@ -94,11 +95,15 @@ def new_worker_id() -> str:
 
 
 def assemble(
-    storage: Storage, job_classes: list[type[ChunkedJob]], clock: Clock, worker_id: str
+    storage: Storage,
+    job_classes: list[type[ChunkedJob]],
+    clock: Clock,
+    worker_id: str,
+    recorder: Recorder = SILENT,
 ) -> Context:
     """The parts one worker's tasks share, each given what it uses. The keeper, the
     hold watcher and the finisher are not started: the loop starts them (a test may
-    drive them by hand)."""
+    drive them by hand). ``recorder`` is told what happens (metrics)."""
     store = CheckpointStore(storage, clock)
     keeper = LeaseKeeper(storage.queues, clock)
     classes = {cls.job_type(): cls for cls in job_classes}
@@ -114,10 +119,11 @@ def assemble(
         job_classes=classes,
         poison=PoisonRouter(storage.queues, keeper, clock),
         completion=completion,
-        finisher=Finisher(store, keeper, completion, clock),
+        finisher=Finisher(store, keeper, completion, clock, recorder),
         job_cache=job_cache,
         holds=holds,
         workers=WorkerBook(storage.records),
+        recorder=recorder,
     )
 
 
@@ -132,12 +138,15 @@ class WorkerLoop:
         settings: WorkerSettings = WorkerSettings(),
         clock: Clock | None = None,
         worker_id: str | None = None,
+        recorder: Recorder = SILENT,
     ):
         _check_queues(job_classes)
         self.clock = clock or SystemClock()
         self.settings = settings
         self.storage = storage
-        self.context = assemble(storage, job_classes, self.clock, worker_id or new_worker_id())
+        self.context = assemble(
+            storage, job_classes, self.clock, worker_id or new_worker_id(), recorder
+        )
         self._classes = job_classes
         self._stop = threading.Event()
         self._work: queue.SimpleQueue[tuple[str, QueueMessage, float, Lease] | None] = (

@@ -44,9 +44,10 @@ def succeeded(delivery: Delivery, control: TaskControl, outcome: Any) -> None:
             done.update(control.checkpoint_changes())
         token = control.writer.next()
         final = worker.store.final_changes(task, done, values, token)  # CodecError: failed
-        log.info(finished_line(task, worker.clock.monotonic() - control.started_at))
+        seconds = worker.clock.monotonic() - control.started_at
+        log.info(finished_line(task, seconds))
         lease.handed_over = True
-        worker.finisher.add(Ended(task, final, lease))
+        worker.finisher.add(Ended(task, final, lease, delivery.job.job_type, seconds))
         return
     task = control.write(done, {"progress": outcome} if task.kind == "plan" else {})
     log.info(finished_line(task, worker.clock.monotonic() - control.started_at))
@@ -111,6 +112,7 @@ def failed(delivery: Delivery, control: TaskControl, error: BaseException, trace
     except LeaseLost:
         worker.keeper.drop(delivery.lease)
         return
+    worker.recorder.task_failed(delivery.job.job_type, task.kind)
     worker.keeper.release(delivery.lease, wait)
 
 
@@ -142,6 +144,7 @@ def stopped(
         log.warning("handing back %s %s failed: %s", task.kind, task.index, error)
         keeper.drop(lease)
         return
+    delivery.worker.recorder.task_handed_back(delivery.job.job_type, control.task.kind)
     if then is None:
         keeper.release(lease, 0)
     else:
@@ -205,8 +208,8 @@ def write_poisoned(
     budget = delivery.budget(retries.TASK_WRITE)
     if task.kind == "chunk":
         store.count_chunk(task, changes, values, "poisoned", token=token, budget=budget)
-    else:
-        store.write_task(task, changes, values, token=token, budget=budget)
-        set_job(
-            store, delivery.job_id, budget, state="failed", error=f"{task.kind} poisoned: {reason}"
-        )
+        delivery.worker.recorder.task_poisoned(delivery.job.job_type, task.kind)
+        return
+    store.write_task(task, changes, values, token=token, budget=budget)
+    delivery.worker.recorder.task_poisoned(delivery.job.job_type, task.kind)
+    set_job(store, delivery.job_id, budget, state="failed", error=f"{task.kind} poisoned: {reason}")

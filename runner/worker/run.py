@@ -21,6 +21,7 @@ from runner.worker.observe import task_running
 from runner.worker.outcome import failed, poison_task, stopped, succeeded
 from runner.worker.parking import park
 from runner.worker.plan import run_plan
+from runner.worker.recorder import Checkpoints, attempt
 from runner.worker.takeover import takeover_of
 from runner.worker.user_code import run_user_code
 
@@ -41,14 +42,17 @@ def start(
         worker.stopping,
         writer,
         taken_over=takeover_of(before, worker.workers, worker.clock, delivery.budget(retries.READ)),
+        checkpoints=Checkpoints(worker.recorder, delivery.job.job_type, worker.clock),
     )
     lease.on_renewed = control.on_renewed
     if claimed.kind == "final":
         # Finalize has no state to hand back: once its message's pop receipt is lost,
         # its record holds it (docs/semantics.md §4).
         lease.on_record = control.hold_on_record
+    resumed = before is not None and before.has_progress
     with (
         task_running(worker.worker_id, worker.running, claimed, before),
+        attempt(worker.recorder, delivery.job.job_type, claimed.kind, resumed),
         worker.holds.watching(delivery.job_id, control),
     ):
         _execute(delivery, control)

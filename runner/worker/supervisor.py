@@ -29,15 +29,21 @@ from multiprocessing.process import BaseProcess
 from types import FrameType
 
 import setproctitle
+from prometheus_client import CollectorRegistry
 
 from checkpoint.backends import open_storage
 from checkpoint.errors import RunnerError
+from checkpoint.metering import metered
 from jobs.backoff import Backoff, compute_backoff
+from jobs.job import ChunkedJob
 from jobs.registry import load_job_class
 from runner.worker import logs
 from runner.worker.faults import injected_faults
 from runner.worker.logs import LogFormat
 from runner.worker.loop import EXIT_ERROR, EXIT_FORCED, EXIT_OK, WorkerLoop, WorkerSettings
+from runner.worker.metrics import PrometheusRecorder
+from runner.worker.metrics_server import MetricsAddress, Serving, serving
+from runner.worker.recorder import SILENT
 
 log = logging.getLogger(__name__)
 
@@ -77,12 +83,17 @@ class StartOptions:
     settings: WorkerSettings
     log_level: str = "INFO"
     log_format: LogFormat = "text"
+    #: Where ``runner start`` serves Prometheus metrics; None: no metrics.
+    metrics: MetricsAddress | None = None
 
 
-def run_in_this_process(options: StartOptions, name: str | None = None) -> int:
+def run_in_this_process(
+    options: StartOptions, name: str | None = None, metrics: PrometheusRecorder | None = None
+) -> int:
     """Run one worker here until it stops; install the signal handlers. A worker process
     of ``--workers N`` (``name``: ``worker-1`` ...) is titled for ``ps`` and ``top``:
-    ``runner worker-1 QUEUE``."""
+    ``runner worker-1 QUEUE``. ``metrics``: what keeps this worker's metrics, its
+    storage requests metered too."""
     # The handlers go in first: a SIGTERM while the worker starts (its store opening,
     # say) stops it cleanly once its loop exists, instead of killing it outright.
     signals = {"count": 0}
@@ -102,7 +113,9 @@ def run_in_this_process(options: StartOptions, name: str | None = None) -> int:
         setproctitle.setproctitle(" ".join(["runner", name, *(cls.queue for cls in classes)]))
     faults = os.environ.get(FAULTS_ENV, ""), os.environ.get(FAULTS_REPORT_ENV, "")
     with open_storage(options.storage) as opened, injected_faults(opened, *faults) as storage:
-        loop = WorkerLoop(storage, classes, options.settings)
+        if metrics is not None:
+            storage = metered(storage, metrics)
+        loop = WorkerLoop(storage, classes, options.settings, recorder=metrics or SILENT)
         loops.append(loop)
         if signals["count"]:
             loop.request_stop()
@@ -122,8 +135,11 @@ def _child(options: StartOptions, parent_pid: int) -> None:
     os.setsid()
     _die_with_parent(parent_pid)
     configure_logging(options.log_level, options.log_format)
+    # Multiprocess values (the parent set PROMETHEUS_MULTIPROC_DIR before the spawn):
+    # this registry only owns the names; the parent serves what the files hold.
+    metrics = PrometheusRecorder(CollectorRegistry()) if options.metrics else None
     try:
-        code = run_in_this_process(options, multiprocessing.current_process().name)
+        code = run_in_this_process(options, multiprocessing.current_process().name, metrics)
     except RunnerError as error:  # a setting, a credential, a job: restarting won't help
         log.debug("worker failed", exc_info=True)
         log.error("worker failed: %s", error)
@@ -153,6 +169,10 @@ def _die_with_parent(parent_pid: int) -> None:
         os._exit(EXIT_ERROR)
 
 
+def _unnoted(pid: int) -> None:
+    """A worker's exit, when nothing needs to know of it."""
+
+
 @dataclass
 class _Worker:
     """One of the N worker processes, and the restarts of its place."""
@@ -171,11 +191,28 @@ def run_workers(options: StartOptions, workers: int, restart: bool = True) -> in
     A worker that dies (a non-zero exit, a signal nobody sent through this parent) is
     reported in one line and, with ``restart``, replaced after a backoff of
     :data:`RESTART_BACKOFF` (reset once a worker has run :data:`STABLE_SECONDS`).
+    With ``options.metrics`` their metrics are served meanwhile, as one endpoint
+    (:mod:`runner.worker.metrics_server`).
     """
-    for path in options.job_paths:
-        load_job_class(path)  # fail here, once, before any process starts
+    # Fail here, once, before any process starts.
+    classes = [load_job_class(path) for path in options.job_paths]
+    if options.metrics is None:
+        return _run(options, workers, restart, None)
+    with serving(options.metrics, options.storage, _queues(classes), workers) as metrics:
+        return _run(options, workers, restart, metrics)
+
+
+def _queues(classes: list[type[ChunkedJob]]) -> list[str]:
+    """The queues whose message counts the metrics show: each job type's and its poison
+    queue."""
+    return [name for cls in classes for name in (cls.queue, cls.poison_queue())]
+
+
+def _run(options: StartOptions, workers: int, restart: bool, metrics: Serving | None) -> int:
     if workers == 1:
-        return run_in_this_process(options)
+        if metrics is not None:
+            metrics.workers_alive(1)
+        return run_in_this_process(options, metrics=metrics.recorder if metrics else None)
     context = multiprocessing.get_context("spawn")
     places = [_Worker(f"worker-{n + 1}") for n in range(workers)]
     signals = {"count": 0}
@@ -198,11 +235,15 @@ def run_workers(options: StartOptions, workers: int, restart: bool = True) -> in
         launch(place)
     rng = random.Random()
     unusable = False
+    exited = metrics.exited if metrics is not None else _unnoted
     while any(place.exit_code is None for place in places):
         running = [p.process.sentinel for p in places if p.process and p.process.exitcode is None]
+        if metrics is not None:
+            metrics.workers_alive(len(running))
         multiprocessing.connection.wait(running, timeout=0.5)
         for place in places:
-            _look_after(place, bool(signals["count"]) or unusable, restart, rng, launch)
+            stopping = bool(signals["count"]) or unusable
+            _look_after(place, stopping, restart, rng, launch, exited)
             if place.exit_code == _EXIT_UNUSABLE and not unusable:
                 unusable = True
                 log.error("%s cannot run here (see its error); stopping the others", place.name)
@@ -220,8 +261,10 @@ def _look_after(
     restart: bool,
     rng: random.Random,
     launch: Callable[[_Worker], None],
+    exited: Callable[[int], None] = _unnoted,
 ) -> None:
-    """Note a worker's exit, report a death, restart it when its backoff is over."""
+    """Note a worker's exit (``exited(pid)``, once), report a death, restart it when its
+    backoff is over."""
     now = time.monotonic()
     if place.restart_at is not None:
         if stopping:
@@ -233,6 +276,8 @@ def _look_after(
     process = place.process
     if place.exit_code is not None or process is None or process.exitcode is None:
         return
+    if process.pid is not None:
+        exited(process.pid)
     code = _exit_code(process.exitcode)
     if stopping and process.exitcode == -signal.SIGTERM:
         # The SIGTERM this parent passed on reached it before its handler was in place

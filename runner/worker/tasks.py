@@ -50,6 +50,8 @@ def hold(worker: Context, queue: str, message: QueueMessage, received_at: float)
         queue_class.lease_seconds,
         received_at=received_at,
         max_seconds=queue_class.max_chunk_seconds,
+        job_type=queue_class.job_type(),
+        recorder=worker.recorder,
     )
 
 

@@ -1,0 +1,136 @@
+"""What the engine tells whoever measures it: a :class:`Recorder`, silent unless metrics
+are on.
+
+The engine calls a recorder where things happen (a chunk starts, is done, fails, a lease
+is renewed or lost, a checkpoint is written) and knows nothing of what records them:
+:data:`SILENT` records nothing, :class:`runner.worker.metrics.PrometheusRecorder` keeps
+Prometheus metrics. Calls are cheap and never raise into the engine's work; they only
+observe, after the fact, what the engine decided.
+
+Each event names the job type and, for a task's events, the task's kind: a recorder
+chooses what it counts (the Prometheus one counts chunks; planning and finalize run once
+a job and would only blur the chunk rates).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Protocol
+
+from checkpoint.clock import Clock
+from checkpoint.errors import LeaseLost, StorageError
+from checkpoint.records import TaskKind
+
+
+class Recorder(Protocol):
+    """Events of one worker process (thread-safe: its threads all call it)."""
+
+    def task_started(self, job_type: str, kind: TaskKind, resumed: bool) -> None:
+        """A claimed task's attempt starts running here (``resumed``: from the state an
+        earlier attempt left)."""
+        ...
+
+    def task_left(self, job_type: str, kind: TaskKind) -> None:
+        """That attempt ended here, however (no longer running in this process)."""
+        ...
+
+    def chunk_done(self, job_type: str, seconds: float) -> None:
+        """A chunk was marked done (its attempt ran ``seconds``)."""
+        ...
+
+    def task_failed(self, job_type: str, kind: TaskKind) -> None:
+        """An attempt failed and the task will be retried after its backoff."""
+        ...
+
+    def task_poisoned(self, job_type: str, kind: TaskKind) -> None:
+        """A task was marked poisoned."""
+        ...
+
+    def task_handed_back(self, job_type: str, kind: TaskKind) -> None:
+        """A task was handed back unfailed (the worker stopping, the job paused or
+        cancelled, the store's trouble), its attempt given back."""
+        ...
+
+    def lease_renewed(self, job_type: str) -> None:
+        """A held message's lease was renewed."""
+        ...
+
+    def lease_lost(self, job_type: str) -> None:
+        """A held message's lease was lost (each lease once)."""
+        ...
+
+    def checkpoint_written(self, job_type: str, seconds: float) -> None:
+        """A task's newest state was written (the write took ``seconds``)."""
+        ...
+
+    def checkpoint_failed(self, job_type: str, seconds: float) -> None:
+        """Writing it failed for the store's trouble; the next checkpoint tries again."""
+        ...
+
+
+class Silent:
+    """The recorder when metrics are off: every event is dropped."""
+
+    def task_started(self, job_type: str, kind: TaskKind, resumed: bool) -> None:
+        pass
+
+    def task_left(self, job_type: str, kind: TaskKind) -> None:
+        pass
+
+    def chunk_done(self, job_type: str, seconds: float) -> None:
+        pass
+
+    def task_failed(self, job_type: str, kind: TaskKind) -> None:
+        pass
+
+    def task_poisoned(self, job_type: str, kind: TaskKind) -> None:
+        pass
+
+    def task_handed_back(self, job_type: str, kind: TaskKind) -> None:
+        pass
+
+    def lease_renewed(self, job_type: str) -> None:
+        pass
+
+    def lease_lost(self, job_type: str) -> None:
+        pass
+
+    def checkpoint_written(self, job_type: str, seconds: float) -> None:
+        pass
+
+    def checkpoint_failed(self, job_type: str, seconds: float) -> None:
+        pass
+
+
+SILENT: Recorder = Silent()
+
+
+@contextmanager
+def attempt(recorder: Recorder, job_type: str, kind: TaskKind, resumed: bool) -> Iterator[None]:
+    """The block in which a task's attempt runs, told to ``recorder`` as it starts and
+    as it leaves (whatever way it ends)."""
+    recorder.task_started(job_type, kind, resumed)
+    try:
+        yield
+    finally:
+        recorder.task_left(job_type, kind)
+
+
+class Checkpoints:
+    """The checkpoint writes of one task, timed on ``clock`` and told to ``recorder``."""
+
+    def __init__(self, recorder: Recorder, job_type: str, clock: Clock):
+        self._recorder, self._job_type, self._clock = recorder, job_type, clock
+
+    def write(self, write: Callable[[], None]) -> None:
+        """Make the write; a fenced one is the lease's loss, told as such, not here."""
+        started = self._clock.monotonic()
+        try:
+            write()
+        except LeaseLost:
+            raise
+        except StorageError:
+            self._recorder.checkpoint_failed(self._job_type, self._clock.monotonic() - started)
+            raise
+        self._recorder.checkpoint_written(self._job_type, self._clock.monotonic() - started)
