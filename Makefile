@@ -18,7 +18,7 @@ DEMO_ARGS ?=
 export AZURITE_BIN := $(abspath $(AZURITE_BIN))
 export SPARK_LOCAL_IP := 127.0.0.1
 
-.PHONY: help venv azurite test test-fast lint typecheck bench chaos demo demo-azure demo-cluster clean
+.PHONY: help venv azurite chromium test test-fast lint typecheck bench chaos demo demo-azure demo-cluster clean
 
 help:
 	@echo "make demo       run the main job on the embedded default (DEMO_ARGS='--rows 200000')"
@@ -29,7 +29,8 @@ help:
 	@echo "make test-fast  the suite without Spark (pytest -m 'not spark and not cluster'),"
 	@echo "                not under coverage: the quick loop while you work"
 	@echo "make bench      storage operations, the chunk engine, a resume of 1,000 parked"
-	@echo "                chunks (both backends), a metrics scrape of 4 workers and the"
+	@echo "                chunks (both backends), a metrics scrape of 4 workers, the dashboard's"
+	@echo "                requests per refresh and the"
 	@echo "                migration chunked vs one plain Spark job, locally and on a loopback"
 	@echo "                cluster through Spark Connect (and Structured Streaming) -> BENCHMARKS.md"
 	@echo "make chaos      fault-injection runs (kills, a pause, storage faults) on both"
@@ -55,9 +56,15 @@ $(AZURITE_BIN):
 		azurite@$(AZURITE_VERSION)
 	test -x $@
 
+# Debian's chromium, which the dashboard's browser tests drive through Playwright
+# (Playwright's own browser download is not reachable here); a missing one fails them.
+SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
+chromium:
+	command -v chromium >/dev/null || ($(SUDO) apt-get update && $(SUDO) apt-get install -y chromium)
+
 # The suite under coverage (pyproject.toml [tool.coverage]; worker subprocesses too), then
 # the report and the check that every uncovered line is in tests/coverage_gaps.txt.
-test: venv azurite lint typecheck
+test: venv azurite chromium lint typecheck
 	$(BIN)/python -m coverage erase
 	$(BIN)/python -m coverage run -m pytest $(XDIST) $(PYTEST_ARGS)
 	$(BIN)/python -m coverage combine --quiet
@@ -66,7 +73,7 @@ test: venv azurite lint typecheck
 
 # Everything but Spark (the `spark` and `cluster` markers, pyproject.toml), Azurite and
 # the end-to-end processes included; no coverage, so no gap check. Not what CI runs.
-test-fast: venv azurite
+test-fast: venv azurite chromium
 	$(BIN)/python -m pytest -m "not spark and not cluster" $(XDIST) $(PYTEST_ARGS)
 
 lint: venv
@@ -82,6 +89,7 @@ bench: venv azurite
 	$(BIN)/python -m tests.bench.chunks --output BENCHMARKS.md
 	$(BIN)/python -m tests.bench.parks --output BENCHMARKS.md
 	$(BIN)/python -m tests.bench.metrics --output BENCHMARKS.md
+	$(BIN)/python -m tests.bench.dashboard --chunks 100000 --azurite-chunks 10000 --output BENCHMARKS.md
 	$(BIN)/python -m tests.bench.migration --output BENCHMARKS.md
 	$(BIN)/python -m tests.bench.migration --files-per-batch 3 --output BENCHMARKS.md
 	$(BIN)/python -m tests.bench.migration --files-per-batch 3 --rows 8000000 --output BENCHMARKS.md

@@ -10,7 +10,8 @@ blob intact; the loser deletes its own.
 :class:`CheckpointStore` is the one front every caller uses; each concern is a module of
 its own behind it: :mod:`checkpoint.values` (values inline or spilled),
 :mod:`checkpoint.job_records`, :mod:`checkpoint.task_records`, :mod:`checkpoint.counting`
-(a chunk's end and its shard's counter in one batch) and :mod:`checkpoint.reading`.
+(a chunk's end and its shard's counter in one batch), :mod:`checkpoint.reading` and
+:mod:`checkpoint.chunk_pages`.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 from checkpoint import layout, retries
+from checkpoint.chunk_pages import ChunkCursor, ChunkPage, ChunkPages
 from checkpoint.clock import Clock, SystemClock
 from checkpoint.counting import CounterName, ShardCounters
 from checkpoint.deletion import Deleted
@@ -50,6 +52,7 @@ class CheckpointStore:
         self._jobs = JobRecords(storage, self.clock, self._values, self._counting, self.ensure)
         self._tasks = TaskRecords(storage, self.clock, self._values)
         self._reading = JobReader(storage, self.clock, self._values)
+        self._pages = ChunkPages(storage.records, self.clock)
 
     def budget(self, policy: retries.RetryPolicy = retries.STANDALONE) -> Budget:
         """A budget of ``policy`` on this store's clock, bounded only by the policy."""
@@ -247,3 +250,21 @@ class CheckpointStore:
     def outputs(self, job_id: str, budget: Budget | None = None) -> Iterator[tuple[int, Any]]:
         """``(index, published outputs by name)`` of every done chunk, in index order."""
         return self._reading.outputs(job_id, budget)
+
+    def chunk_page(
+        self, job_id: str, first: int, count: int, budget: Budget | None = None
+    ) -> ChunkPage:
+        """The recorded chunks ``first`` to ``first + count - 1``, in index order, one
+        query per shard they fall in."""
+        return self._pages.by_index(job_id, first, count, budget)
+
+    def chunk_page_in_state(
+        self,
+        job_id: str,
+        state: str,
+        count: int,
+        cursor: ChunkCursor | None = None,
+        budget: Budget | None = None,
+    ) -> ChunkPage:
+        """Up to ``count`` chunks in ``state`` from ``cursor``, shard by shard."""
+        return self._pages.in_state(job_id, state, count, cursor, budget)

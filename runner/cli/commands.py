@@ -35,7 +35,9 @@ from jobs.retention import purge as purge_jobs
 from jobs.spark_settings import CONF_ENV, MASTER_ENV, REMOTE_ENV, check_remote
 from jobs.submit import submit as submit_job
 from runner.cli.checking import check_location
+from runner.cli.dashboard.command import dashboard
 from runner.cli.json_form import to_json, utc
+from runner.cli.options import storage_option
 from runner.cli.redrive import redrive
 from runner.cli.render import render_poisoned, render_report, render_status, report_csv_row
 from runner.cli.snapshot import read_report
@@ -51,27 +53,6 @@ from runner.worker.loop import (
 from runner.worker.metrics_server import DEFAULT_HOST as DEFAULT_METRICS_HOST
 from runner.worker.metrics_server import MetricsAddress
 from runner.worker.supervisor import StartOptions, configure_logging, run_workers
-
-STORAGE_HELP = (
-    "Azure Storage connection string (AccountName=... or UseDevelopmentStorage=true), "
-    "account URL (https://<account>.blob.core.windows.net, DefaultAzureCredential), "
-    "or a directory for the embedded store. Default: $RUNNER_STORAGE, then ./.runner"
-)
-
-
-def _storage(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
-    """A command's ``--storage``, else the one given before the command."""
-    before = ctx.find_root().params.get("storage")
-    if value is not None and before is not None and value != before:
-        raise click.UsageError(
-            "--storage is given before and after the command, differently; give it once"
-        )
-    return value if value is not None else before
-
-
-storage_option = click.option(
-    "--storage", metavar="LOCATION", default=None, callback=_storage, help=STORAGE_HELP
-)
 
 #: Where ``runner start --metrics-port`` / ``--metrics-host`` default from.
 METRICS_PORT_ENV = "RUNNER_METRICS_PORT"
@@ -593,6 +574,9 @@ def _deleted_json(deleted: Deleted) -> dict[str, object]:
         "blobs": deleted.blobs,
         "messages": deleted.messages,
     }
+
+
+cli.add_command(dashboard)
 
 
 def main() -> None:

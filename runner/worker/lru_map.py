@@ -41,6 +41,11 @@ class LruMap(Generic[K, V]):
             while len(self._entries) > self.size:
                 self._entries.popitem(last=False)
 
+    def values(self) -> list[V]:
+        """The values held, least recently used first (a copy: the map may change)."""
+        with self._lock:
+            return list(self._entries.values())
+
     def forget(self, key: K) -> None:
         with self._lock:
             self._entries.pop(key, None)

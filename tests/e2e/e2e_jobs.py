@@ -86,7 +86,7 @@ class Items(ChunkedJob):
                 record(params, "item", chunk=chunk.index, item=item)
                 put_item(params, item)
                 item += 1
-                chunk.checkpoint(item)
+                chunk.checkpoint(item, progress=self.said(chunk, item))
         except BaseException as error:
             record(params, "exit", chunk=chunk.index, error=type(error).__name__)
             raise
@@ -95,6 +95,13 @@ class Items(ChunkedJob):
 
     def work(self, chunk: Chunk, item: int) -> None:
         time.sleep(chunk.params.get("item_seconds", 0.0))
+
+    def said(self, chunk: Chunk, item: int) -> tuple[int, int] | None:
+        """How far the chunk got, if its params ask it to say (``say_progress``)."""
+        if not chunk.params.get("say_progress"):
+            return None
+        first, last = chunk.payload["first"], chunk.payload["last"]
+        return item - first, last - first
 
     def finalize(self, params: dict[str, Any], summary: JobSummary) -> None:
         record(params, "finalize_start", total=summary.total, done=summary.done)
@@ -189,3 +196,22 @@ class Flaky(Items):
             record(params, "fail", chunk=chunk.index, attempt=chunk.attempt)
             raise RuntimeError(f"chunk {chunk.index} always fails (attempt {chunk.attempt})")
         return super().process(chunk)
+
+
+#: Markup in :class:`Marked`'s error: run as a script, it would retitle the page.
+MARKUP = "<script>document.title='owned'</script>"
+
+
+class Marked(Flaky):
+    """:class:`Flaky` whose failing chunk's error holds markup: a dashboard must show it
+    as text (the browser test checks the script in it never runs)."""
+
+    queue = queue_for("marked")
+    checkpoint_interval_seconds = 0.5
+
+    def process(self, chunk: Chunk) -> Any:
+        params = chunk.params
+        if chunk.index == params["fail_chunk"]:
+            record(params, "fail", chunk=chunk.index, attempt=chunk.attempt)
+            raise RuntimeError(f"{MARKUP} chunk {chunk.index} fails (attempt {chunk.attempt})")
+        return Items.process(self, chunk)

@@ -37,6 +37,9 @@ DEFERRED = {
     ("checkpoint.backends", "checkpoint.backends.azure"): "the Azure SDKs load only for Azure",
     ("checkpoint.backends", "checkpoint.backends.embedded"): "likewise sqlite for the embedded",
     ("runner.cli.entry", "runner.cli.commands"): "once no package of the user's hides ours",
+    ("runner.cli.dashboard.command", "runner.cli.dashboard.serve"): (
+        "Starlette, Jinja2 and uvicorn load for `runner dashboard` only"
+    ),
 }
 #: The most lines one class of ours may span, its docstring and comments included: a
 #: class past it holds more than one concern, to be split into parts of one each.

@@ -1,0 +1,375 @@
+"""The dashboard's routes: pages of the store's status, their live fragments, the
+status as JSON, and the actions.
+
+- ``GET /``: every job, newest first: state, progress, rate and ETA, failures;
+- ``GET /jobs/{job_id}``: one job: counts, running and failed chunks, its workers, and a
+  page of its chunks (``page``, ``size``, ``chunk``; or ``state`` and ``after``);
+- ``GET /workers``: the workers of the last hour, from their heartbeats;
+- ``GET /poison``: every job's poisoned tasks, as ``runner poison list`` shows them;
+- ``GET /api/status[/{job_id}]``: ``runner status [JOB_ID] --json``, from the same snapshot;
+- ``POST /jobs/{job_id}/{action}``: cancel, pause, resume, redrive (:mod:`.actions`).
+
+Each page with ``?fragment=1`` is only its live part, which the page's script fetches
+every refresh and swaps in. Every page reads the one snapshot of :mod:`.shared` for its
+key, so viewers share reads.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
+from typing import Any
+from urllib.parse import parse_qs, quote, urlencode
+
+from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
+from starlette.datastructures import MutableHeaders
+from starlette.middleware import Middleware
+from starlette.middleware.trustedhost import TrustedHostMiddleware
+from starlette.requests import Request
+from starlette.responses import JSONResponse, RedirectResponse, Response
+from starlette.routing import Mount, Route
+from starlette.staticfiles import StaticFiles
+from starlette.templating import Jinja2Templates
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from checkpoint.errors import ConfigurationError, JobNotFound, RunnerError
+from checkpoint.store import CheckpointStore
+from runner.cli.dashboard.actions import (
+    ACTIONS,
+    TOKEN_FIELD,
+    TOKEN_HEADER,
+    Done,
+    act,
+    said,
+    token_matches,
+)
+from runner.cli.dashboard.chunk_table import ChunkQuery, ChunkTable, read_chunk_table, stale_table
+from runner.cli.dashboard.shared import DEFAULT_KEYS, SharedReads
+from runner.cli.dashboard.views import STATIC, environment
+from runner.cli.json_form import to_json
+from runner.cli.snapshot import read_snapshot
+from runner.cli.status_types import JobStatus, WatchFrame
+from runner.cli.watch import DEFAULT_INTERVAL_SECONDS, Rates
+from runner.worker.lru_map import LruMap
+
+#: The largest action form read (a token, a reason and a flag fit many times over).
+MAX_FORM_BYTES = 16 * 1024
+#: Rows of a job's running, failed and poisoned tasks shown at most from the snapshot
+#: (the chunk table pages through all of them).
+MAX_TASK_ROWS = 50
+#: What every answer says to the browser: no script, style or frame from elsewhere, no
+#: inline script, forms post only here, nothing sniffed, no referrer sent.
+SECURITY_HEADERS = {
+    "content-security-policy": "default-src 'self'; script-src 'self'; style-src 'self'; "
+    "img-src 'self' data:; frame-ancestors 'none'; form-action 'self'; base-uri 'none'",
+    "x-content-type-options": "nosniff",
+    "x-frame-options": "DENY",
+    "referrer-policy": "no-referrer",
+    "cache-control": "no-store",
+}
+
+
+@dataclass(frozen=True)
+class DashboardSettings:
+    """How a dashboard serves.
+
+    Attributes:
+        storage: the store's description, secrets hidden (``Storage.description``).
+        refresh_seconds: how often pages refresh, and how long a read is shared.
+        token: the actions' token; None: read-only, every action answers 403.
+        allowed_hosts: the Host headers answered (others get 400), so a page of another
+            site cannot reach a dashboard on loopback through a name it rebinds there.
+    """
+
+    storage: str
+    refresh_seconds: float = DEFAULT_INTERVAL_SECONDS
+    token: str | None = None
+    allowed_hosts: tuple[str, ...] = ("*",)
+
+
+def build_app(
+    store: CheckpointStore,
+    settings: DashboardSettings,
+    monotonic: Callable[[], float] = time.monotonic,
+) -> Starlette:
+    """The dashboard of ``store`` as an ASGI application."""
+    pages = Pages(store, settings, monotonic)
+    routes = [
+        Route("/", pages.jobs, name="jobs"),
+        Route("/jobs/{job_id}", pages.job, name="job"),
+        Route("/jobs/{job_id}/{action}", pages.action, methods=["POST"], name="action"),
+        Route("/workers", pages.workers, name="workers"),
+        Route("/poison", pages.poison, name="poison"),
+        Route("/api/status", pages.status_json, name="status"),
+        Route("/api/status/{job_id}", pages.status_json, name="job_status"),
+        Mount("/static", StaticFiles(directory=STATIC), name="static"),
+    ]
+    middleware = [
+        Middleware(TrustedHostMiddleware, allowed_hosts=list(settings.allowed_hosts)),
+        Middleware(SecurityHeaders),
+    ]
+    return Starlette(routes=routes, middleware=middleware)
+
+
+class SecurityHeaders:
+    """Adds :data:`SECURITY_HEADERS` to every answer."""
+
+    def __init__(self, app: ASGIApp):
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        async def sending(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                headers = MutableHeaders(scope=message)
+                for name, value in SECURITY_HEADERS.items():
+                    headers.setdefault(name, value)
+            await send(message)
+
+        await self.app(scope, receive, sending)
+
+
+class Pages:
+    """The endpoints, over one store, with reads shared between viewers."""
+
+    def __init__(
+        self, store: CheckpointStore, settings: DashboardSettings, monotonic: Callable[[], float]
+    ):
+        self.store = store
+        self.settings = settings
+        self._monotonic = monotonic
+        self._templates = Jinja2Templates(env=environment())
+        age = settings.refresh_seconds
+        self.frames: SharedReads[str | None, WatchFrame] = SharedReads(
+            self._read_frame, _stale_frame, age, monotonic
+        )
+        self.tables: SharedReads[tuple[str, ChunkQuery], ChunkTable] = SharedReads(
+            self._read_table, stale_table, age, monotonic
+        )
+        self._rates: LruMap[str | None, Rates] = LruMap(DEFAULT_KEYS)
+
+    # ----------------------------------------------------------------- reading
+
+    def _read_frame(self, job_id: str | None) -> WatchFrame:
+        """A snapshot (every job, or one) with each job's rate, as ``--watch`` has it."""
+        snapshot = read_snapshot(self.store, job_id)
+        rates = self._rates.get(job_id)
+        if rates is None:
+            rates = Rates()
+            self._rates.put(job_id, rates)
+        return WatchFrame(
+            snapshot=snapshot,
+            rates=rates.observe(self._monotonic(), snapshot.jobs),
+            storage=self.settings.storage,
+            interval_seconds=self.settings.refresh_seconds,
+        )
+
+    def _read_table(self, key: tuple[str, ChunkQuery]) -> ChunkTable:
+        return read_chunk_table(self.store, *key)
+
+    # ----------------------------------------------------------------- pages
+
+    def jobs(self, request: Request) -> Response:
+        def context() -> dict[str, Any]:
+            frame = self.frames.get(None)
+            return {"frame": frame, "now": frame.snapshot.taken_on}
+
+        return self._page(request, "jobs", context)
+
+    def job(self, request: Request) -> Response:
+        job_id = request.path_params["job_id"]
+
+        def context() -> dict[str, Any]:
+            frame = self.frames.get(job_id)
+            job = frame.snapshot.jobs[0]
+            query = ChunkQuery.from_params(request.query_params)
+            table = self.tables.get((job_id, query)) if isinstance(job, JobStatus) else None
+            return {
+                "frame": frame,
+                "now": frame.snapshot.taken_on,
+                "job": job,
+                "rate": frame.rates.get(job_id),
+                "table": table,
+                "paging": _paging(job, query, table),
+                "filters": _filters(job, query),
+                "said": _said(request.query_params),
+                "max_rows": MAX_TASK_ROWS,
+            }
+
+        return self._page(request, "job", context)
+
+    def workers(self, request: Request) -> Response:
+        def context() -> dict[str, Any]:
+            frame = self.frames.get(None)
+            workers = sorted(frame.snapshot.workers, key=lambda w: (w.gone, w.worker_id))
+            return {"frame": frame, "now": frame.snapshot.taken_on, "workers": workers}
+
+        return self._page(request, "workers", context)
+
+    def poison(self, request: Request) -> Response:
+        def context() -> dict[str, Any]:
+            frame = self.frames.get(None)
+            poisoned = [j for j in frame.snapshot.jobs if isinstance(j, JobStatus) and j.poisoned]
+            return {
+                "frame": frame,
+                "now": frame.snapshot.taken_on,
+                "poisoned": poisoned,
+                "max_rows": MAX_TASK_ROWS,
+            }
+
+        return self._page(request, "poison", context)
+
+    def status_json(self, request: Request) -> Response:
+        """What ``runner status [JOB_ID] --json`` prints, from the shared snapshot."""
+        job_id = request.path_params.get("job_id")
+        try:
+            jobs = self.frames.get(job_id).snapshot.jobs
+        except RunnerError as error:
+            return JSONResponse({"error": str(error)}, status_code=_status_of(error))
+        return JSONResponse(to_json(jobs[0] if job_id else list(jobs)))
+
+    def _page(self, request: Request, name: str, context: Callable[[], dict[str, Any]]) -> Response:
+        try:
+            values = context()
+        except RunnerError as error:
+            return self._error(request, _status_of(error), str(error))
+        fragment = request.query_params.get("fragment")
+        template = f"_{name}.html" if fragment else f"{name}.html"
+        return self._templates.TemplateResponse(request, template, {**self._common(name), **values})
+
+    def _common(self, nav: str) -> dict[str, Any]:
+        return {
+            "nav": nav,
+            "storage": self.settings.storage,
+            "refresh_seconds": self.settings.refresh_seconds,
+            "actions_on": self.settings.token is not None,
+            "token_field": TOKEN_FIELD,
+            "quote": quote,
+        }
+
+    def _error(self, request: Request, status: int, message: str) -> Response:
+        return self._templates.TemplateResponse(
+            request,
+            "error.html",
+            {**self._common("error"), "status": status, "message": message},
+            status_code=status,
+        )
+
+    # ----------------------------------------------------------------- actions
+
+    async def action(self, request: Request) -> Response:
+        """An action on a job: 403 unless actions are on and the token is given."""
+        job_id, action = request.path_params["job_id"], request.path_params["action"]
+        if self.settings.token is None:
+            message = "actions are off: start the dashboard with --allow-actions"
+            return self._error(request, 403, message)
+        if action not in ACTIONS:
+            return self._error(request, 404, f"no action {action!r}: {', '.join(ACTIONS)}")
+        form = await _form(request)
+        if form is None:
+            return self._error(request, 413, f"a form over {MAX_FORM_BYTES:,} bytes")
+        given = request.headers.get(TOKEN_HEADER) or form.get(TOKEN_FIELD)
+        if not token_matches(given, self.settings.token):
+            message = "the token is missing or wrong: give the one `runner dashboard` printed"
+            return self._error(request, 403, message)
+        try:
+            done = await run_in_threadpool(act, self.store, job_id, action, form)
+        except RunnerError as error:
+            return self._error(request, _status_of(error, refused=409), str(error))
+        self.frames.expire()
+        self.tables.expire()
+        return RedirectResponse(_job_url(job_id, _done_params(done)), status_code=303)
+
+
+def _stale_frame(frame: WatchFrame, error: str) -> WatchFrame:
+    return replace(frame, error=error)
+
+
+def _status_of(error: RunnerError, refused: int = 503) -> int:
+    """404 for a job that is not there, 400 for a request not understood; else
+    ``refused`` (503: the store did not answer; 409 for an action the job refuses)."""
+    if isinstance(error, JobNotFound):
+        return 404
+    if isinstance(error, ConfigurationError):
+        return 400
+    return refused
+
+
+async def _form(request: Request) -> dict[str, str] | None:
+    """The posted form's fields (first value of each), None when it is too large."""
+    body = b""
+    async for part in request.stream():
+        body += part
+        if len(body) > MAX_FORM_BYTES:
+            return None
+    fields = parse_qs(body.decode("utf-8", "replace"), max_num_fields=20)
+    return {name: values[0] for name, values in fields.items()}
+
+
+def _job_url(job_id: str, params: Mapping[str, str]) -> str:
+    query = urlencode(params)
+    return f"/jobs/{quote(job_id, safe='')}" + (f"?{query}" if query else "")
+
+
+def _done_params(done: Done) -> dict[str, str]:
+    params = {"did": done.action}
+    if done.action == "redrive":
+        params.update(count=str(done.count), unreadable=str(done.unreadable))
+    return params
+
+
+def _said(params: Mapping[str, str]) -> str | None:
+    """What the page says of the action it was sent back from (``?did=``)."""
+    action = params.get("did")
+    if action not in ACTIONS:
+        return None
+    counts = [params.get(name, "0") for name in ("count", "unreadable")]
+    count, unreadable = (int(text) if text.isdigit() else 0 for text in counts)
+    return said(Done(action, "", count, unreadable))
+
+
+def _paging(job: Any, query: ChunkQuery, table: ChunkTable | None) -> list[tuple[str, str | None]]:
+    """The table's page links, ``(label, url)``; None where there is no such page."""
+    if table is None:
+        return []
+    job_id = table.job_id
+    if query.state:
+        first = replace(query, after=None)
+        return [
+            ("first", _job_url(job_id, first.params()) if query.after else None),
+            ("next", _job_url(job_id, table.next.params()) if table.next else None),
+        ]
+    pages = max(1, -(-job.chunks.total // query.size))
+
+    def to(page: int) -> str:
+        return _job_url(job_id, replace(query, page=page).params())
+
+    return [
+        ("first", to(0) if query.page else None),
+        ("previous", to(min(query.page, pages) - 1) if query.page else None),
+        ("next", to(query.page + 1) if query.page + 1 < pages else None),
+        ("last", to(pages - 1) if query.page != pages - 1 else None),
+    ]
+
+
+def _filters(job: Any, query: ChunkQuery) -> list[tuple[str, int, str, bool]]:
+    """The table's state filters: ``(state, count, url, chosen)``; the counts are the
+    snapshot's (``retrying`` is status's ``failed``)."""
+    if not isinstance(job, JobStatus):
+        return []
+    chunks = job.chunks
+    counted = [
+        ("all", chunks.total),
+        ("waiting", chunks.waiting),
+        ("running", chunks.running),
+        ("retrying", chunks.failed),
+        ("done", chunks.done),
+        ("poisoned", chunks.poisoned),
+    ]
+    found = []
+    for state, number in counted:
+        chosen = (query.state or "all") == state
+        params = replace(query, state=None if state == "all" else state, page=0, after=None)
+        found.append((state, number, _job_url(job.job_id, params.params()), chosen))
+    return found

@@ -1,0 +1,1 @@
+"""Tests of runner/cli/dashboard/: one module's tests named after it."""
