@@ -28,6 +28,7 @@ from jobs.errors import ChunkStopped
 from runner.worker.control import TaskControl
 from runner.worker.lease import Lease, LeaseKeeper
 from runner.worker.outcome import stopped
+from runner.worker.recorder import SILENT
 
 LEASE_SECONDS = 30
 
@@ -291,8 +292,10 @@ def test_a_handed_back_chunk_keeps_its_state_and_spends_no_attempt(faulty: Fault
     assert control.stopping
     with pytest.raises(ChunkStopped, match="handed back"):
         control.raise_if_stopped()
-    worker = SimpleNamespace(keeper=LeaseKeeper(faulty.store.storage.queues, clock))
-    stopped(SimpleNamespace(worker=worker, lease=lease), control)  # type: ignore[arg-type]
+    keeper = LeaseKeeper(faulty.store.storage.queues, clock)
+    worker = SimpleNamespace(keeper=keeper, recorder=SILENT)
+    job = SimpleNamespace(job_type="tests:Job")
+    stopped(SimpleNamespace(worker=worker, lease=lease, job=job), control)  # type: ignore[arg-type]
 
     # Then the record holds the newest state, waiting, with the claim's attempt given back
     stored = faulty.plain.get_task(faulty.job_id, "chunk", 0)

@@ -15,7 +15,9 @@ from tests.e2e.harness import Cluster
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]
 
-DELAY_SECONDS = 4
+#: Long enough that a slow `runner submit` (seconds, on a loaded machine) still leaves
+#: the half-way look inside the delay.
+DELAY_SECONDS = 8
 #: Azure and Azurite count visibility to about 10 ms; allow for that and clock reads.
 CLOCK_SLACK_SECONDS = 0.25
 
@@ -24,7 +26,7 @@ def test_delay_holds_planning_back(cluster: Cluster) -> None:
     # Given a worker already serving the queue
     worker = cluster.start("Delayed", burst=False, ready=True)
 
-    # When a job is submitted with --delay 4
+    # When a job is submitted with --delay 8
     before = time.time()
     job_id = cluster.submit("Delayed", cluster.params(chunks=2, items=2), delay=DELAY_SECONDS)
     submitted = time.time()

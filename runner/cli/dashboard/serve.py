@@ -93,11 +93,6 @@ def prepare(
 def run(listening: Listening, say: Callable[[str], None]) -> None:
     """Say where the dashboard is (and the token), then serve until a signal."""
     settings = listening.settings
-    mode = "actions on" if settings.token else "read-only"
-    say(f"dashboard of {settings.storage} at {listening.url} ({mode})")
-    if settings.token:
-        say(f"action token: {settings.token}")
-    say("Ctrl-C stops it")
     store = CheckpointStore(listening.storage)
     config = uvicorn.Config(
         build_app(store, settings),
@@ -107,19 +102,28 @@ def run(listening: Listening, say: Callable[[str], None]) -> None:
         lifespan="off",
         server_header=False,
     )
-    with _signals_end_quietly():
-        uvicorn.Server(config).run(sockets=[listening.sock])
+    server = uvicorn.Server(config)
+    # Stopping is set up before the lines that invite it: a signal that comes before
+    # uvicorn has put in its own handlers still ends the server, at its first look.
+    with _signals_stop(server):
+        mode = "actions on" if settings.token else "read-only"
+        say(f"dashboard of {settings.storage} at {listening.url} ({mode})")
+        if settings.token:
+            say(f"action token: {settings.token}")
+        say("Ctrl-C stops it")
+        server.run(sockets=[listening.sock])
 
 
 @contextmanager
-def _signals_end_quietly() -> Iterator[None]:
-    """uvicorn stops on the first SIGINT or SIGTERM, then raises it again for the
-    handler that was there before: let that one do nothing, so the command exits 0."""
+def _signals_stop(server: uvicorn.Server) -> Iterator[None]:
+    """SIGINT and SIGTERM tell ``server`` to exit, and nothing more. uvicorn handles
+    them itself while it serves, then raises the one it got again for the handler that
+    was there before: this one, so the command exits 0."""
 
-    def ignore(number: int, frame: FrameType | None) -> None:
-        return None
+    def stop(number: int, frame: FrameType | None) -> None:
+        server.should_exit = True
 
-    previous = {number: signal.signal(number, ignore) for number in (signal.SIGINT, signal.SIGTERM)}
+    previous = {number: signal.signal(number, stop) for number in (signal.SIGINT, signal.SIGTERM)}
     try:
         yield
     finally:

@@ -9,7 +9,9 @@ from typing import Any
 
 import pytest
 
+from checkpoint import layout
 from checkpoint.clock import FakeClock
+from checkpoint.storage import ANY_ETAG
 from checkpoint.store import CheckpointStore
 from jobs import manage
 from runner.cli.json_form import VALUE_JSON_BYTES, to_json, user_value, utc
@@ -152,3 +154,25 @@ def test_a_retry_that_is_due_says_it_waits_for_a_worker(store: CheckpointStore):
         f"failed  chunk #1 attempt 1 of 5, next try due since {failed['retry_at']} "
         "(waiting for a worker): ValueError: row 130"
     ) in render_status([typed])
+
+
+def test_a_garbled_planning_record_is_shown_unreadable_and_the_rest_still_counted(
+    store: CheckpointStore, backend: Backend
+):
+    # Given a running job whose planning record another version garbled
+    job_id = _running_job(store, [1], waiting=1)
+    store.ensure_task(job_id, "plan")
+    backend.storage.records.merge(
+        layout.TASKS_TABLE,
+        layout.control_partition(job_id),
+        layout.PLAN_ROW,
+        {"attempt": "x"},
+        etag=ANY_ETAG,
+    )
+
+    # When its status is read, then the record is one unreadable line, no traceback
+    report = to_json(job_status(store, store.get_job(job_id), datetime.now(UTC)))
+    assert [(bad["kind"], bad["index"]) for bad in report["unreadable"]] == [("plan", 0)]
+    assert "attempt 'x' is not a whole number" in report["unreadable"][0]["problem"]
+    # and the chunks are counted as before
+    assert report["chunks"]["running"] == 1 and report["chunks"]["waiting"] == 1
