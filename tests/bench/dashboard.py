@@ -265,7 +265,7 @@ def run(which: list[str], chunks: dict[str, int], runs: int) -> list[str]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=" ".join(__doc__.split("\n\n")[0].split()))
     parser.add_argument("--chunks", type=int, default=100_000)
     parser.add_argument("--azurite-chunks", type=int, default=10_000)
     parser.add_argument("--runs", type=int, default=5)
