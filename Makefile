@@ -89,7 +89,7 @@ bench: venv azurite
 	$(BIN)/python -m tests.bench.chunks --output BENCHMARKS.md
 	$(BIN)/python -m tests.bench.parks --output BENCHMARKS.md
 	$(BIN)/python -m tests.bench.metrics --output BENCHMARKS.md
-	$(BIN)/python -m tests.bench.dashboard --chunks 100000 --azurite-chunks 10000 --output BENCHMARKS.md
+	$(BIN)/python -m tests.bench.dashboard --chunks 100000 --azurite-chunks 100000 --runs 3 --output BENCHMARKS.md
 	$(BIN)/python -m tests.bench.migration --output BENCHMARKS.md
 	$(BIN)/python -m tests.bench.migration --files-per-batch 3 --output BENCHMARKS.md
 	$(BIN)/python -m tests.bench.migration --files-per-batch 3 --rows 8000000 --output BENCHMARKS.md

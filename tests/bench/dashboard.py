@@ -1,12 +1,12 @@
 """What the dashboard costs the store per refresh, beside ``runner status --json`` on the
 same store -> a section of BENCHMARKS.md.
 
-``python -m tests.bench.dashboard [--chunks 100000] [--azurite-chunks 10000] [--runs 5]
+``python -m tests.bench.dashboard [--chunks 100000] [--azurite-chunks 100000] [--runs 3]
 [--backend NAME] [--output BENCHMARKS.md]``
 
 On each backend a store holds a job of ``--chunks`` chunks (``--azurite-chunks`` on
-Azurite, whose tables take minutes to fill and to scan at 100,000 rows on a 2-core
-machine) as a run leaves it midway
+Azurite, smaller for a quick look: its tables take minutes to fill at 100,000 rows on a
+busy 2-core machine) as a run leaves it midway
 (60 % done, 8 running with a checkpoint, 2 retrying, 1 poisoned), a job of 1,000 chunks
 the same way, and 4 workers' heartbeats. Requests are counted by a counting wrapper of
 the three storage protocols (:mod:`tests.bench.counting`), each protocol call one
@@ -267,8 +267,8 @@ def run(which: list[str], chunks: dict[str, int], runs: int) -> list[str]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=" ".join(__doc__.split("\n\n")[0].split()))
     parser.add_argument("--chunks", type=int, default=100_000)
-    parser.add_argument("--azurite-chunks", type=int, default=10_000)
-    parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--azurite-chunks", type=int, default=100_000)
+    parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--backend", action="append", choices=BACKENDS)
     parser.add_argument("--output", type=Path, default=None)
     args = parser.parse_args()
@@ -277,13 +277,15 @@ def main() -> None:
     load.start()
     sizes = {"embedded": args.chunks, "azurite": args.azurite_chunks}
     rows = run(which, sizes, args.runs)
+    other_size = (
+        f" ({args.azurite_chunks:,} on Azurite)" if args.azurite_chunks != args.chunks else ""
+    )
     body = [
         machine_line(),
         load.stop(),
         f"Command: `make bench` (`python -m tests.bench.dashboard --chunks {args.chunks} "
         f"--azurite-chunks {args.azurite_chunks} --runs {args.runs}`). A store holding a job "
-        f"of {args.chunks:,} chunks ({args.azurite_chunks:,} on Azurite, whose tables take "
-        "minutes to fill and to scan at 100,000 rows here) midway "
+        f"of {args.chunks:,} chunks{other_size} midway "
         f"({DONE_FRACTION:.0%} done, {RUNNING} running with a checkpoint, {RETRYING} "
         "retrying, 1 poisoned), a job of 1,000 chunks the same way, and 4 workers' "
         "heartbeats; embedded in a temp directory, Azurite "
