@@ -49,11 +49,17 @@ def task_running(
         yield
 
 
+def resumes(before: TaskRecord | None) -> bool:
+    """True when the task's record as read before the claim holds a state an earlier
+    attempt left, which this attempt resumes from (what the log says and metrics count)."""
+    return before is not None and before.has_progress
+
+
 def start_line(claimed: TaskRecord, before: TaskRecord | None) -> str:
     """``chunk 3 of job-x started (attempt 1)``, or ``... resumed (attempt 2) from its
     checkpoint of TIME, 43% (430/1,000)`` when an earlier attempt left a state."""
     name = task_name(claimed)
-    if before is None or not before.has_progress:
+    if before is None or not resumes(before):
         return f"{name} started (attempt {claimed.attempt})"
     written = before.properties.get(CHECKPOINT_ON) or before.updated_on
     when = f" of {written.isoformat(timespec='seconds')}" if isinstance(written, datetime) else ""

@@ -17,7 +17,7 @@ from jobs.errors import ChunkStopped, JobCancelled, JobDeleted, JobPaused
 from runner.worker.control import TaskControl
 from runner.worker.delivery import Delivery
 from runner.worker.logs import TASK_LOGGER
-from runner.worker.observe import task_running
+from runner.worker.observe import resumes, task_running
 from runner.worker.outcome import failed, poison_task, stopped, succeeded
 from runner.worker.parking import park
 from runner.worker.plan import run_plan
@@ -49,10 +49,9 @@ def start(
         # Finalize has no state to hand back: once its message's pop receipt is lost,
         # its record holds it (docs/semantics.md §4).
         lease.on_record = control.hold_on_record
-    resumed = before is not None and before.has_progress
     with (
         task_running(worker.worker_id, worker.running, claimed, before),
-        attempt(worker.recorder, delivery.job.job_type, claimed.kind, resumed),
+        attempt(worker.recorder, delivery.job.job_type, claimed.kind, resumes(before)),
         worker.holds.watching(delivery.job_id, control),
     ):
         _execute(delivery, control)
