@@ -523,7 +523,13 @@ def _store_with_a_job(tmp_path: Path) -> str:
 
 
 def _env() -> dict[str, str]:
-    return {**os.environ, "PYTHONPATH": str(ROOT), "PYTHONUNBUFFERED": "1", "COLUMNS": "100"}
+    return {
+        **os.environ,
+        "PYTHONPATH": str(ROOT),
+        "PYTHONUNBUFFERED": "1",
+        "PYTHONFAULTHANDLER": "1",
+        "COLUMNS": "100",
+    }
 
 
 def test_watch_without_a_terminal_refreshes_until_sigint_then_exits_0(tmp_path: Path):
@@ -566,8 +572,14 @@ def test_watch_on_a_terminal_redraws_in_place_and_ends_on_ctrl_c(tmp_path: Path)
         output = _read_until(terminal, lambda out: out.count(b"chunkrunner") >= 3, 30)
         assert b"\x1b[1A" in output
         os.write(terminal, b"\x03")  # Ctrl-C, through the terminal: SIGINT
-        output += _read_until(terminal, lambda out: False, 10)
-        _, status = os.waitpid(pid, 0)
+        # Read on until the child ends (so it never blocks on a full terminal), with a
+        # generous bound for a loaded machine; past it, its threads' stacks are shown.
+        output += _read_until(terminal, lambda out: False, 60)
+        ended, status = _wait_for_exit(pid, 30)
+        if not ended:
+            os.kill(pid, signal.SIGABRT)  # faulthandler prints every thread's stack
+            output += _read_until(terminal, lambda out: False, 10)
+            pytest.fail("Ctrl-C did not end the view:\n" + output.decode(errors="replace"))
     finally:
         try:
             os.kill(pid, signal.SIGKILL)
@@ -577,6 +589,16 @@ def test_watch_on_a_terminal_redraws_in_place_and_ends_on_ctrl_c(tmp_path: Path)
     text = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", output.decode(errors="replace"))
     assert "watched-1  tests:Job  running" in text
     assert "Traceback" not in text and "aborted" not in text
+
+
+def _wait_for_exit(pid: int, seconds: float) -> tuple[int, int]:
+    """``os.waitpid`` for at most ``seconds``: (0, 0) if the child is still running."""
+    deadline = time.monotonic() + seconds
+    while True:
+        ended, status = os.waitpid(pid, os.WNOHANG)
+        if ended or time.monotonic() > deadline:
+            return ended, status
+        time.sleep(0.05)
 
 
 def _read_until(terminal: int, done: Any, seconds: float) -> bytes:
