@@ -45,9 +45,9 @@ class Deleted:
             16 shard counters, the notes of messages parked while it was paused.
         blobs: its spilled values (params, planning progress, chunk payloads, states,
             results).
-        messages: its messages the sweep found visible in its queue and poison queue;
-            those invisible then (held, backing off, delayed) are deleted unrun by the
-            worker that receives them later.
+        messages: its messages the sweep found visible in its queue, resume queue and
+            poison queue; those invisible then (held, backing off, delayed) are deleted
+            unrun by the worker that receives them later.
     """
 
     job_id: str

@@ -184,7 +184,11 @@ class JobRecords:
         blobs = deletion.delete_blobs(self._storage.blobs, job_id, budget)
         swept = sum(
             deletion.sweep(self._storage.queues, queue, job_id, budget)
-            for queue in (job.queue, job.queue + layout.POISON_SUFFIX)
+            for queue in (
+                job.queue,
+                layout.resume_queue_of(job.queue),
+                job.queue + layout.POISON_SUFFIX,
+            )
         )
         budget.call(
             lambda: self._records.delete(

@@ -37,6 +37,27 @@ FINAL_ROW = "final"
 #: A job queue's poison queue is its name with this suffix, so a job queue name leaves
 #: room for it within Azure's 63 characters.
 POISON_SUFFIX = "-poison"
+#: A job queue's resume queue: where a chunk's message waits while the chunk runs, so
+#: that a chunk whose lease ran out is received before the job queue's fresh chunks.
+#: As long as the poison suffix, so the same room is left for it.
+RESUME_SUFFIX = "-resume"
+
+
+def resume_queue_of(queue: str) -> str:
+    """The resume queue of job queue ``queue``."""
+    return queue + RESUME_SUFFIX
+
+
+def home_queue_of(queue: str) -> str:
+    """The job queue a message in ``queue`` belongs to: ``queue`` itself, or the job
+    queue of a resume queue."""
+    return queue.removesuffix(RESUME_SUFFIX)
+
+
+def poison_queue_of(queue: str) -> str:
+    """Where a message from ``queue`` (a job queue or its resume queue) is poisoned."""
+    return home_queue_of(queue) + POISON_SUFFIX
+
 
 _JOB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
 

@@ -80,6 +80,7 @@ def submit(
             # again only duplicates the planning message (the claim runs it once).
             budget = store.budget()
             budget.call(lambda: opened.queues.create_queue(job_class.queue))
+            budget.call(lambda: opened.queues.create_queue(job_class.resume_queue()))
             budget.call(lambda: opened.queues.create_queue(job_class.poison_queue()))
             task = messages.TaskMessage(
                 "plan", record.job_type, job_id, incarnation=record.incarnation

@@ -163,12 +163,12 @@ class _Mortal:
         inner: Any,
         worker: _Worker,
         visible_at: dict[str, datetime] | None = None,
-        queue: str = "",
+        queues: tuple[str, ...] = (),
     ):
         self._inner = inner
         self._worker = worker
         self._visible_at = visible_at
-        self._queue = queue
+        self._queues = queues
 
     def __getattr__(self, method: str) -> Any:
         target = getattr(self._inner, method)
@@ -179,7 +179,7 @@ class _Mortal:
             if self._worker.dead:
                 raise SimulatedCrash(f"{self._worker.id} is dead: it makes no more calls")
             result = target(*args, **kwargs)
-            if self._visible_at is not None and args and args[0] == self._queue:
+            if self._visible_at is not None and args and args[0] in self._queues:
                 self._note(method, args, result)
             return result
 
@@ -189,6 +189,8 @@ class _Mortal:
         assert self._visible_at is not None
         if method == "receive":
             self._visible_at.update((message.id, message.next_visible_on) for message in result)
+        elif method == "send":
+            self._visible_at[result.id] = result.next_visible_on
         elif method == "update":
             self._visible_at[args[1]] = result.next_visible_on
         elif method == "delete":
@@ -289,20 +291,30 @@ class _WholeJob:
         # As burst mode's test: the job ended and nothing is left on its queue (a
         # duplicate message left behind is delivered, found done and deleted unrun).
         state = self.store.get_job(self.job_id).state
-        queue = self.job_class.queue
-        return state in ("done", "failed") and self.storage.queues.approximate_length(queue) == 0
+        return state in ("done", "failed") and self._queued() == 0
+
+    def _queued(self) -> int:
+        """Messages in the job's queue and its resume queue, visible or not."""
+        queues = self.storage.queues
+        return sum(queues.approximate_length(name) for name in self._served())
+
+    def _served(self) -> tuple[str, str]:
+        """The queues a worker polls, in its order: resumed work first."""
+        return (self.job_class.resume_queue(), self.job_class.queue)
 
     def _deliver(self) -> bool:
         """Receive one message, as the worker loop does, and handle it; False if none
         was visible."""
         worker = self._worker = self._worker or self._new_worker()
         assert worker.context is not None
-        queue = self.job_class.queue
-        received_at = self.clock.monotonic()  # before the receive, as the loop takes it
-        batch = worker.context.queues.receive(
-            queue, max_messages=1, visibility_seconds=self.job_class.lease_seconds
-        )
-        if not batch:
+        for queue in self._served():
+            received_at = self.clock.monotonic()  # before the receive, as the loop takes it
+            batch = worker.context.queues.receive(
+                queue, max_messages=1, visibility_seconds=self.job_class.lease_seconds
+            )
+            if batch:
+                break
+        else:
             return False
         lease = hold(worker.context, queue, batch[0], received_at)
         try:
@@ -323,7 +335,7 @@ class _WholeJob:
             # Visibility is stored as float seconds: if rounding left the message hidden
             # at its own time, a microsecond more shows it.
             self.pass_time((min(upcoming) - now).total_seconds() or 1e-6)
-        elif self.storage.queues.approximate_length(self.job_class.queue):
+        elif self._queued():
             self.pass_time(1.0)  # not one we saw received: wait for it a second at a time
         else:
             state = self.store.get_job(self.job_id).state
@@ -334,7 +346,7 @@ class _WholeJob:
     def _new_worker(self) -> _Worker:
         self._workers += 1
         worker = _Worker(f"worker-{self._workers}")
-        queues = _Mortal(self.storage.queues, worker, self._visible_at, self.job_class.queue)
+        queues = _Mortal(self.storage.queues, worker, self._visible_at, self._served())
         storage = Storage(
             queues=cast(QueueStore, queues),
             records=cast(RecordStore, _Mortal(self.storage.records, worker)),

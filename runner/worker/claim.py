@@ -32,8 +32,12 @@ log = logging.getLogger(TASK_LOGGER)
 DELIVERIES_PER_ATTEMPT = 4
 
 
-def claim_planned(delivery: Delivery, writer: Writer) -> TaskRecord | None:
-    """Claim a chunk from the planned record its message carries, without reading it.
+def claim_planned(
+    delivery: Delivery, writer: Writer, message_id: str | None = None
+) -> TaskRecord | None:
+    """Claim a chunk from the planned record its message carries, without reading it;
+    the claim names ``message_id`` (default: the delivery's message, see
+    :mod:`runner.worker.resume` for the other).
 
     The write is conditional on the planned ETag, so it succeeds only if the chunk is
     still exactly as planned: waiting, never claimed. Returns None if the message
@@ -54,7 +58,7 @@ def claim_planned(delivery: Delivery, writer: Writer) -> TaskRecord | None:
     try:
         return store.write_task(
             planned,
-            _claim_changes(delivery, planned),
+            _claim_changes(delivery, planned, message_id),
             token=writer.next(),
             budget=delivery.budget(retries.CLAIM),
         )
@@ -181,10 +185,12 @@ def verdict(delivery: Delivery, task: TaskRecord) -> str | None:
     return None
 
 
-def claim(delivery: Delivery, task: TaskRecord, writer: Writer) -> TaskRecord | None:
-    """The task marked running under this message, or None if another worker's claim
-    came first."""
-    changes = _claim_changes(delivery, task)
+def claim(
+    delivery: Delivery, task: TaskRecord, writer: Writer, message_id: str | None = None
+) -> TaskRecord | None:
+    """The task marked running under this message (or ``message_id``), or None if
+    another worker's claim came first."""
+    changes = _claim_changes(delivery, task, message_id)
     budget = delivery.budget(retries.CLAIM)
     try:
         return delivery.worker.store.write_task(task, changes, token=writer.next(), budget=budget)
@@ -193,12 +199,12 @@ def claim(delivery: Delivery, task: TaskRecord, writer: Writer) -> TaskRecord | 
         return None
 
 
-def _claim_changes(delivery: Delivery, task: TaskRecord) -> dict[str, Any]:
+def _claim_changes(delivery: Delivery, task: TaskRecord, message_id: str | None) -> dict[str, Any]:
     worker, now = delivery.worker, delivery.worker.clock.now()
     changes: dict[str, Any] = {
         "state": "running",
         "owner": worker.worker_id,
-        "message_id": delivery.message.id,
+        "message_id": message_id or delivery.message.id,
         "attempt": task.attempt + 1,
         "started_on": now,
         # This process's Spark Connect session, if it has one already (else the

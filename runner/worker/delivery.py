@@ -22,6 +22,7 @@ from checkpoint.store import CheckpointStore
 from checkpoint.workers import WorkerBook
 from jobs.job import ChunkedJob
 from runner.worker.chunk_finisher import Finisher
+from runner.worker.chunk_times import ChunkTimes
 from runner.worker.heartbeat import RunningTasks
 from runner.worker.holds import HoldWatcher
 from runner.worker.job_cache import JobCache
@@ -55,10 +56,15 @@ class Context:
     running: RunningTasks = field(default_factory=RunningTasks)
     #: Told what happens (metrics), or silent.
     recorder: Recorder = SILENT
+    #: How long each job type's chunks take here (whether their messages move).
+    chunk_times: ChunkTimes = field(default_factory=ChunkTimes)
 
     @property
     def by_queue(self) -> dict[str, type[ChunkedJob]]:
-        return {cls.queue: cls for cls in self.job_classes.values()}
+        """The job class of each queue served: job queues and their resume queues."""
+        served = {cls.queue: cls for cls in self.job_classes.values()}
+        served.update((cls.resume_queue(), cls) for cls in self.job_classes.values())
+        return served
 
 
 @dataclass(frozen=True)

@@ -131,6 +131,24 @@ class Lease:
         self.next_renewal_at = started + renew_after_seconds(self.lease_seconds)
         self.recorder.lease_renewed(self.job_type)
 
+    def follow(self, queue: str, copy: QueueMessage, sent_at: float) -> tuple[str, str, str] | None:
+        """Hold ``copy`` (just sent to ``queue``, hidden for a lease from ``sent_at``,
+        monotonic) in place of the message held so far; return the old message's queue,
+        id and newest pop receipt, for its delete. None if the old one cannot be
+        deleted (its receipt was lost: it comes back and is found a duplicate), and
+        nothing changes if this lease is lost already."""
+        assert copy.pop_receipt is not None, "a sent message comes with its pop receipt"
+        with self.lock:
+            if self.lost:
+                return None
+            old = (self.queue, self.message_id, self.pop_receipt)
+            known = not self.receipt_lost
+            self.queue, self.message_id, self.pop_receipt = queue, copy.id, copy.pop_receipt
+            self.receipt_lost = False
+            self.visible_at = sent_at + self.lease_seconds
+            self.next_renewal_at = sent_at + renew_after_seconds(self.lease_seconds)
+        return old if known else None
+
     def expired(self, now: float) -> bool:
         """True once the lease is lost or has run out (judged locally, no round trip)."""
         return self.lost or now >= self.visible_at

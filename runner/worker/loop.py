@@ -37,6 +37,7 @@ from runner.worker.logs import in_context, worker_ids
 from runner.worker.poison import PoisonRouter
 from runner.worker.prefetch import Prefetch
 from runner.worker.recorder import SILENT, Recorder
+from runner.worker.resume import queues_to_poll
 from runner.worker.tasks import handle, hold
 
 log = logging.getLogger(__name__)
@@ -155,6 +156,8 @@ class WorkerLoop:
         # Messages received and not yet finished (running or waiting for a slot).
         self._outstanding = 0
         self.prefetch = Prefetch(settings.concurrency, settings.prefetch)
+        #: When each job queue's resume queue was last polled (monotonic).
+        self._resume_polled_at: dict[str, float] = {}
         self._outstanding_changed = threading.Condition()
         identity = Identity(
             worker_id=self.worker_id,
@@ -223,8 +226,10 @@ class WorkerLoop:
         a reason to exit."""
         budget = Budget(retries.START_UP, self.clock, stopping=self._stop)
         self.context.store.ensure(budget)
-        queues = [cls.queue for cls in self._classes] + [
-            cls.poison_queue() for cls in self._classes
+        queues = [
+            name
+            for cls in self._classes
+            for name in (cls.queue, cls.resume_queue(), cls.poison_queue())
         ]
         for name in queues:
             budget.call(functools.partial(self.storage.queues.create_queue, name))
@@ -267,26 +272,35 @@ class WorkerLoop:
     def _receive(self, free: int) -> int:
         received = 0
         for cls in self._classes:
-            if free <= 0 or self._stop.is_set():
-                break
-            # Taken before the call: the lease can only have started later than this.
-            received_at = self.clock.monotonic()
-            try:
-                batch = self.storage.queues.receive(
-                    cls.queue, max_messages=min(free, 32), visibility_seconds=cls.lease_seconds
-                )
-            except StorageError as error:
-                log.warning("receiving from %s failed: %s", cls.queue, error)
-                continue
-            with self._outstanding_changed:
-                self._outstanding += len(batch)
-            for message in batch:
-                # Held at once, so a message waiting for a free slot is renewed too.
-                lease = hold(self.context, cls.queue, message, received_at)
-                self._work.put((cls.queue, message, received_at, lease))
-            received += len(batch)
-            free -= len(batch)
+            now = self.clock.monotonic()
+            # Resumed work first (runner.worker.resume): the resume queue, then the rest.
+            for name in queues_to_poll(cls, now, self._resume_polled_at.get(cls.queue)):
+                if free <= 0 or self._stop.is_set():
+                    return received
+                if name != cls.queue:
+                    self._resume_polled_at[cls.queue] = now
+                got = self._receive_from(cls, name, free)
+                received += got
+                free -= got
         return received
+
+    def _receive_from(self, cls: type[ChunkedJob], queue_name: str, free: int) -> int:
+        # Taken before the call: the lease can only have started later than this.
+        received_at = self.clock.monotonic()
+        try:
+            batch = self.storage.queues.receive(
+                queue_name, max_messages=min(free, 32), visibility_seconds=cls.lease_seconds
+            )
+        except StorageError as error:
+            log.warning("receiving from %s failed: %s", queue_name, error)
+            return 0
+        with self._outstanding_changed:
+            self._outstanding += len(batch)
+        for message in batch:
+            # Held at once, so a message waiting for a free slot is renewed too.
+            lease = hold(self.context, queue_name, message, received_at)
+            self._work.put((queue_name, message, received_at, lease))
+        return len(batch)
 
     def _slot(self) -> None:
         while True:
@@ -322,7 +336,9 @@ class WorkerLoop:
             if not all(job.ended for job in jobs):
                 return False
             if not all(
-                self.storage.queues.approximate_length(cls.queue) == 0 for cls in self._classes
+                self.storage.queues.approximate_length(name) == 0
+                for cls in self._classes
+                for name in (cls.queue, cls.resume_queue())
             ):
                 return False
         except StorageError as error:

@@ -203,9 +203,9 @@ def run_workers(options: StartOptions, workers: int, restart: bool = True) -> in
 
 
 def _queues(classes: list[type[ChunkedJob]]) -> list[str]:
-    """The queues whose message counts the metrics show: each job type's and its poison
-    queue."""
-    return [name for cls in classes for name in (cls.queue, cls.poison_queue())]
+    """The queues whose message counts the metrics show: each job type's, its resume
+    queue and its poison queue."""
+    return [name for cls in classes for name in (cls.queue, cls.resume_queue(), cls.poison_queue())]
 
 
 def _run(options: StartOptions, workers: int, restart: bool, metrics: Serving | None) -> int:

@@ -26,8 +26,11 @@ step in a module of its own, given the message in hand as one
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from checkpoint import messages, retries
 from checkpoint.errors import BadMessage, BadRecord, JobNotFound
+from checkpoint.layout import home_queue_of
 from checkpoint.records import JobRecord
 from checkpoint.settle import Writer
 from checkpoint.storage import QueueMessage
@@ -37,6 +40,7 @@ from runner.worker.delivery import Context, Delivery
 from runner.worker.lease import Lease
 from runner.worker.leftovers import leftover
 from runner.worker.parking import held_back
+from runner.worker.resume import copy_to_resume, discard, follow
 from runner.worker.run import start
 
 
@@ -96,7 +100,7 @@ def _delivery(worker: Context, lease: Lease, message: QueueMessage) -> Delivery 
         job = _job(worker, task_message.job_id, lease)
         job_type = job.job_type
         job_class = worker.job_classes.get(task_message.job_type)
-        if job_class is None or job_class.queue != lease.queue:
+        if job_class is None or job_class.queue != home_queue_of(lease.queue):
             raise BadMessage(f"unknown job type {task_message.job_type!r} on queue {lease.queue!r}")
     except BadMessage as bad:
         # Only for the job's own type does the job fail too: a stray message naming
@@ -133,16 +137,33 @@ def _run_task(delivery: Delivery) -> bool:
         held_back(delivery)
         return False
     writer = Writer()
-    claimed = claim_planned(delivery, writer)
+    moved = copy_to_resume(delivery)  # a chunk's message waits in its resume queue
+    message_id = moved.copy.id if moved is not None else None
+    claimed = claim_planned(delivery, writer, message_id)
     if claimed is not None:
-        start(delivery, claimed, writer)
+        follow(delivery, moved)
+        _timed(delivery, lambda: start(delivery, claimed, writer))
         return delivery.kind == "chunk"
     task = claimable(delivery)
     if task is None:
+        discard(delivery, moved)
         return False
-    claimed = claim(delivery, task, writer)
+    claimed = claim(delivery, task, writer, message_id)
     if claimed is None:
+        discard(delivery, moved)
         delivery.worker.keeper.release(delivery.lease, delivery.job_class.lease_seconds)
         return False
-    start(delivery, claimed, writer, before=task)
+    follow(delivery, moved)
+    _timed(delivery, lambda: start(delivery, claimed, writer, before=task))
     return delivery.kind == "chunk"
+
+
+def _timed(delivery: Delivery, run: Callable[[], None]) -> None:
+    """Run the claimed task; a chunk's time, whatever its outcome, is noted for its type."""
+    clock = delivery.worker.clock
+    started = clock.monotonic()
+    run()
+    if delivery.kind == "chunk":
+        delivery.worker.chunk_times.observe(
+            delivery.job_class.job_type(), clock.monotonic() - started
+        )

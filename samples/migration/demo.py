@@ -25,11 +25,13 @@ import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from datetime import datetime
 from pathlib import Path
 from typing import Any, Protocol
 
 from checkpoint.backends import open_storage
 from checkpoint.storage import Storage
+from checkpoint.store import CheckpointStore
 from jobs.spark import SparkSettings, spark_session
 from samples.migration.cluster import LoopbackCluster
 from samples.migration.demo_cluster import SparkKill, SparkSide
@@ -76,6 +78,10 @@ class Crash:
     of: int
     resumed_by: str | None = None
     resumed_attempt: int | None = None
+    #: When the killed attempt's lease ran out (its record's last ``lease_until``), and
+    #: when the next attempt started: the resumed chunk's wait (UTC).
+    lease_until: datetime | None = None
+    resumed_on: datetime | None = None
 
 
 @dataclass(frozen=True)
@@ -282,8 +288,15 @@ def _maybe_kill(
             f"lease runs out (at most {MigrateOrders.lease_seconds} s), for the next free "
             "worker"
         )
-        return Crash(worker.name, entry["index"], batch, of)
+        return Crash(
+            worker.name, entry["index"], batch, of, lease_until=_time(entry["lease_until"])
+        )
     return None
+
+
+def _time(text: str | None) -> datetime | None:
+    """A time of ``runner status --json`` (UTC, ``Z``) as a datetime."""
+    return datetime.fromisoformat(text.replace("Z", "+00:00")) if text else None
 
 
 def _notice_resume(runner: Runner, status: dict[str, Any], crash: Crash, say: Say) -> None:
@@ -293,6 +306,7 @@ def _notice_resume(runner: Runner, status: dict[str, Any], crash: Crash, say: Sa
         worker = runner.worker_with_pid(worker_pid(entry["worker"]) or -1)
         crash.resumed_by = worker.name if worker else entry["worker"]
         crash.resumed_attempt = entry["attempt"]
+        crash.resumed_on = _time(entry["started_on"])
         kept = "batch 0 is" if crash.batch == 1 else f"batches 0-{crash.batch - 1} are"
         say(
             f"4. chunk #{crash.chunk} taken over by {crash.resumed_by}: attempt "
@@ -337,6 +351,8 @@ def _conclude(
         manifest = get_json(opened, settings.results_container, f"{job_id}/manifest.json")
         summary = get_json(opened, settings.results_container, f"{job_id}/summary.json")
         _report(summary, manifest, crash, say)
+        if crash is not None:
+            _report_wait(CheckpointStore(opened), job_id, crash, say)
         started = time.monotonic()
         spark = spark_session(SparkSettings.for_job(MigrateOrders))
         say(
@@ -385,6 +401,28 @@ def _report(
             )
     if crash is not None and crash.resumed_by is None:
         say(f"   (chunk #{crash.chunk} was resumed between two status polls)")
+
+
+def _report_wait(store: CheckpointStore, job_id: str, crash: Crash, say: Say) -> None:
+    """How long the killed chunk waited once its lease ran out, and how many fresh chunks
+    started meanwhile (resumed work first: docs/semantics.md §20)."""
+    starts = {c.index: c.properties.get("started_on") for c in store.chunks(job_id)}
+    started = starts.get(crash.chunk)
+    resumed_on = started if isinstance(started, datetime) else crash.resumed_on
+    lease_until = crash.lease_until
+    if lease_until is None or resumed_on is None:
+        return
+    ahead = [
+        index
+        for index, at in starts.items()
+        if index != crash.chunk and isinstance(at, datetime) and lease_until < at < resumed_on
+    ]
+    wait = (resumed_on - lease_until).total_seconds()
+    say(
+        f"   chunk #{crash.chunk} started again {wait:.1f} s after its lease ran out; "
+        f"fresh chunks started before it meanwhile: {len(ahead)}"
+        + (f" ({', '.join(f'#{i}' for i in ahead)})" if ahead else "")
+    )
 
 
 # --------------------------------------------------------------------------- command line

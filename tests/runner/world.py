@@ -25,6 +25,7 @@ from checkpoint.store import CheckpointStore
 from jobs.backoff import Backoff
 from jobs.chunk import Chunk
 from jobs.job import ChunkedJob
+from jobs.job_run import SimulatedCrash
 from jobs.summary import JobSummary
 from runner.worker.loop import assemble
 from runner.worker.tasks import handle
@@ -54,6 +55,9 @@ class Verdicts(ChunkedJob):
     lease_seconds = LEASE_SECONDS
     max_attempts = 2
     checkpoint_interval_seconds = 60.0  # the newest state is written only at the end
+    # Its messages stay where they came in, so a test can follow one by its id; the
+    # move to the resume queue has tests of its own (tests/runner/worker/test_resume.py).
+    resume_first = False
     backoff = Backoff(first_seconds=FIRST_BACKOFF_SECONDS, max_seconds=100, jitter=0)
 
     def split(self, params: dict[str, Any]) -> Any:
@@ -166,6 +170,10 @@ class Meanwhile:
         self.busy: set[str] = set()
         #: Calls to fail busy this many more times (a short outage).
         self.busy_times: Counter[str] = Counter()
+        #: Calls to apply but answer as lost this many more times.
+        self.ambiguous_times: Counter[str] = Counter()
+        #: Set: the worker is dead, as by SIGKILL, and each call of it raises.
+        self.dead = False
         self._before: dict[str, list[Callable[[], None]]] = {}
 
     def before(self, call: str, action: Callable[[], None]) -> None:
@@ -178,11 +186,16 @@ class Meanwhile:
 
     def decide(self, service: str, method: str) -> Fault | None:
         call = f"{service}.{method}"
+        if self.dead:
+            raise SimulatedCrash(f"the worker died before {call}")
         for action in self._before.pop(call, []):
             action()
         if self.busy_times[call] > 0:
             self.busy_times[call] -= 1
             return Fault("busy")
+        if self.ambiguous_times[call] > 0:
+            self.ambiguous_times[call] -= 1
+            return Fault("ambiguous")
         return Fault("busy") if call in self.busy else None
 
 
@@ -196,8 +209,9 @@ class World:
         self.clock = backend.clock or FakeClock()
         self.queue = backend.queue()
         monkeypatch.setattr(Verdicts, "queue", self.queue)
-        backend.storage.queues.create_queue(Verdicts.poison_queue())
-        backend.made.append(("queue", Verdicts.poison_queue()))
+        for made in (Verdicts.poison_queue(), Verdicts.resume_queue()):
+            backend.storage.queues.create_queue(made)
+            backend.made.append(("queue", made))
         self.log = QueueLog(backend.storage.queues)
         self.meanwhile = Meanwhile()
         logged = replace(backend.storage, queues=self.log, closer=None)

@@ -1,13 +1,16 @@
 """The worker loop's own decisions (runner/worker/loop.py), in this process on the embedded
-store and the real clock: here, when a burst worker may stop.
+store and the real clock: when a burst worker may stop, and which queue it polls first.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
+from checkpoint import messages
 from checkpoint.backends import open_storage
+from checkpoint.storage import NEVER_EXPIRES
+from checkpoint.store import CheckpointStore
 from jobs import manage
 from jobs.chunk import Chunk
 from jobs.job import ChunkedJob
@@ -43,5 +46,45 @@ def test_a_burst_worker_waits_for_a_hidden_message_of_an_ended_job(tmp_path: Pat
         assert exit_code == 0
         assert storage.queues.approximate_length(Noop.queue) == 0
         assert held.id  # the message it waited for was real
+    finally:
+        storage.close()
+
+
+class Ordered(ChunkedJob):
+    queue = "loop-resume-first"
+    ran: ClassVar[list[int]] = []
+
+    def split(self, params: dict[str, Any]) -> Any:
+        return []
+
+    def process(self, chunk: Chunk) -> Any:
+        Ordered.ran.append(chunk.index)
+        return None
+
+
+def test_the_loop_receives_from_the_resume_queue_before_the_job_queue(tmp_path: Path):
+    # Given fresh chunks 1 and 2 waiting in the job queue since before chunk 0 came back
+    # to the resume queue (its worker died)
+    storage = open_storage(str(tmp_path / "store"))
+    try:
+        store = CheckpointStore(storage)
+        store.ensure()
+        job, _ = store.create_job("ordered-1", Ordered.job_type(), Ordered.queue, {})
+        store.add_chunks(job.job_id, 0, [{}, {}, {}])
+        store.update_job(job, state="running", total=3)
+        for queue in (Ordered.queue, Ordered.resume_queue()):
+            storage.queues.create_queue(queue)
+        for index, queue in ((1, Ordered.queue), (2, Ordered.queue), (0, Ordered.resume_queue())):
+            body = messages.encode(
+                messages.TaskMessage("chunk", Ordered.job_type(), job.job_id, index)
+            )
+            storage.queues.send(queue, body, ttl_seconds=NEVER_EXPIRES)
+
+        # When a worker of one slot, taking nothing ahead, serves them
+        settings = WorkerSettings(concurrency=1, prefetch=0, burst=True)
+        assert WorkerLoop(storage, [Ordered], settings).run() == 0
+
+        # Then the resumed chunk ran first
+        assert Ordered.ran == [0, 1, 2]
     finally:
         storage.close()
