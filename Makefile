@@ -28,9 +28,9 @@ help:
 	@echo "make test       install everything, then run the full test suite (both backends)"
 	@echo "make test-fast  the suite without Spark (pytest -m 'not spark and not cluster'),"
 	@echo "                not under coverage: the quick loop while you work"
-	@echo "make bench      storage operations, the chunk engine, a resume of 1,000 parked"
-	@echo "                chunks (both backends), a metrics scrape of 4 workers, the dashboard's"
-	@echo "                requests per refresh and the"
+	@echo "make bench      storage operations, the chunk engine, requests per chunk by kind"
+	@echo "                (SCALE.md's input), a resume of 1,000 parked chunks (both backends),"
+	@echo "                a metrics scrape of 4 workers, the dashboard's requests per refresh and the"
 	@echo "                migration chunked vs one plain Spark job, locally and on a loopback"
 	@echo "                cluster through Spark Connect (and Structured Streaming) -> BENCHMARKS.md"
 	@echo "make chaos      fault-injection runs (kills, a pause, storage faults) on both"
@@ -87,6 +87,7 @@ typecheck: venv
 bench: venv azurite
 	$(BIN)/python -m tests.bench.storage --output BENCHMARKS.md
 	$(BIN)/python -m tests.bench.chunks --output BENCHMARKS.md
+	$(BIN)/python -m tests.bench.requests_per_chunk --output BENCHMARKS.md
 	$(BIN)/python -m tests.bench.parks --output BENCHMARKS.md
 	$(BIN)/python -m tests.bench.metrics --output BENCHMARKS.md
 	$(BIN)/python -m tests.bench.dashboard --chunks 100000 --azurite-chunks 100000 --runs 3 --output BENCHMARKS.md

@@ -3,7 +3,8 @@
 :class:`Trivial` measures the engine alone: its ``process`` returns at once.
 :class:`Checkpointing` holds one chunk for as long as the benchmark wants, writing a
 checkpoint every 0.2 s under a 3 s lease, so a SIGKILLed worker leaves a chunk whose
-message reappears when the lease runs out.
+message reappears when the lease runs out. :class:`Renewing` runs chunks past two lease
+renewals, checkpointing all along (the storage requests of a long chunk).
 """
 
 from __future__ import annotations
@@ -66,3 +67,28 @@ class Padded(ChunkedJob):
 
     def process(self, chunk: Chunk) -> Any:
         return None
+
+
+#: Seconds between two ``checkpoint`` calls of :class:`Renewing` (most are coalesced).
+RENEWING_CALL_SECONDS = 0.1
+
+
+class Renewing(ChunkedJob):
+    """``params["chunks"]`` chunks of ``params["seconds"]`` each, ``checkpoint`` called
+    every 0.1 s: written at most once a second, the 4 s lease renewed every 2 s."""
+
+    queue = "bench-renewing"
+    lease_seconds = 4
+    checkpoint_interval_seconds = 1.0
+
+    def split(self, params: dict[str, Any]) -> Any:
+        return range(params["chunks"])
+
+    def process(self, chunk: Chunk) -> Any:
+        ticks = chunk.state or 0
+        began = time.monotonic()
+        while time.monotonic() - began < chunk.params["seconds"]:
+            time.sleep(RENEWING_CALL_SECONDS)
+            ticks += 1
+            chunk.checkpoint(ticks)
+        return ticks
