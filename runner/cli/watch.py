@@ -30,6 +30,7 @@ from runner.cli.snapshot import read_snapshot
 from runner.cli.status_types import AnyJob, JobStatus, Rate, Snapshot, WatchFrame
 from runner.cli.watch_lines import active_jobs, plain_lines
 from runner.cli.watch_view import ENDED_STATES, render_watch
+from runner.worker.signal_safe import off_signal
 
 DEFAULT_INTERVAL_SECONDS = 2.0
 MIN_INTERVAL_SECONDS = 0.2
@@ -154,7 +155,7 @@ def watch_status(store: CheckpointStore, job_id: str | None, interval_seconds: f
         signals["count"] += 1
         if signals["count"] > 1:
             raise KeyboardInterrupt
-        stop.set()
+        off_signal(stop.set, "watch-stop")  # the main thread may be inside stop.wait
 
     previous = signal.signal(signal.SIGINT, on_signal)
     try:

@@ -14,8 +14,10 @@ one the original would have had), and one receive of the resume queue per receiv
 the job queue. Chunks that take under :data:`MOVE_MIN_CHUNK_SECONDS` on average on this
 worker do not move: for them that would double the queue requests per chunk, and a
 dead worker's chunk behind the fresh ones delays the job's end by about its own short
-time only. A job class sets ``resume_first = False`` never to move. Every step may fail, even applied with its
-answer lost; none loses the chunk or runs it twice at once:
+time only. A job class sets ``resume_first = False`` never to move.
+
+Every step may fail, even applied with its answer lost; none loses the chunk or runs it
+twice at once:
 
 - the copy's send fails: the chunk runs from the original, as without this module (an
   applied send's copy comes back after a lease and is found a duplicate: the record

@@ -44,6 +44,7 @@ from runner.worker.loop import EXIT_ERROR, EXIT_FORCED, EXIT_OK, WorkerLoop, Wor
 from runner.worker.metrics import PrometheusRecorder
 from runner.worker.metrics_server import MetricsAddress, Serving, serving
 from runner.worker.recorder import SILENT
+from runner.worker.signal_safe import off_signal
 
 log = logging.getLogger(__name__)
 
@@ -104,7 +105,8 @@ def run_in_this_process(
         if signals["count"] > 1:
             os._exit(EXIT_FORCED)
         for started in loops:
-            started.request_stop()
+            # Off this thread: the loop's main thread may be inside an Event.wait.
+            off_signal(started.request_stop, "stop-request")
 
     for number in (signal.SIGTERM, signal.SIGINT):
         signal.signal(number, on_signal)

@@ -26,6 +26,7 @@ step in a module of its own, given the message in hand as one
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 
 from checkpoint import messages, retries
@@ -142,7 +143,7 @@ def _run_task(delivery: Delivery) -> bool:
     claimed = claim_planned(delivery, writer, message_id)
     if claimed is not None:
         follow(delivery, moved)
-        _timed(delivery, lambda: start(delivery, claimed, writer))
+        _timed(delivery, functools.partial(start, delivery, claimed, writer))
         return delivery.kind == "chunk"
     task = claimable(delivery)
     if task is None:
@@ -154,7 +155,7 @@ def _run_task(delivery: Delivery) -> bool:
         delivery.worker.keeper.release(delivery.lease, delivery.job_class.lease_seconds)
         return False
     follow(delivery, moved)
-    _timed(delivery, lambda: start(delivery, claimed, writer, before=task))
+    _timed(delivery, functools.partial(start, delivery, claimed, writer, before=task))
     return delivery.kind == "chunk"
 
 

@@ -64,6 +64,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from types import TracebackType
 
+from runner.worker.signal_safe import off_signal
 from samples.migration.daemon import Daemon
 
 #: The master declares a worker dead after this long without a heartbeat.
@@ -418,7 +419,7 @@ def main(argv: list[str] | None = None) -> int:
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="loopback-spark-"))
     stopping = threading.Event()
     # The handler only sets the flag; the main thread stops the cluster.
-    signal.signal(signal.SIGTERM, lambda *_: stopping.set())
+    signal.signal(signal.SIGTERM, lambda *_: off_signal(stopping.set))
     try:
         with LoopbackCluster(
             workdir,

@@ -25,7 +25,11 @@ from pyspark.sql import SparkSession
 
 def main() -> None:
     stopping = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stopping.set())
+    # Set off the handler's thread: the main thread may be inside stopping.wait, holding
+    # the event's lock (runner/worker/signal_safe.py).
+    signal.signal(
+        signal.SIGTERM, lambda *_: threading.Thread(target=stopping.set, daemon=True).start()
+    )
     spark = SparkSession.builder.config(
         "spark.plugins", "org.apache.spark.sql.connect.SparkConnectPlugin"
     ).getOrCreate()
