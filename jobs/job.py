@@ -187,6 +187,23 @@ def _check_limits(cls: type[ChunkedJob], name: str) -> None:
             )
 
 
+def resource_rate(cls: type[ChunkedJob], name: str) -> str:
+    """The rate of resource ``name`` in ``cls.limits``, for ``chunk.limit(name)``.
+
+    Raises:
+        JobDefinitionError: the class names no such resource (one line, naming those
+            it does name).
+    """
+    rate = cls.limits.get(name) if isinstance(name, str) else None
+    if rate is None:
+        known = ", ".join(sorted(cls.limits)) or "none"
+        raise JobDefinitionError(
+            f"chunk.limit({name!r}): {cls.__qualname__}.limits names no such resource "
+            f"(it names: {known}); add it, like limits = {{{name!r}: '50/s'}}"
+        )
+    return rate
+
+
 #: What a job class must define itself before a job of it can be submitted or served.
 REQUIRED_METHODS = ("split", "process")
 
