@@ -37,6 +37,8 @@ RUNNING_ROW = "running"
 #: Writer tokens kept in a row, to recognise an applied write whose answer was lost.
 RECENT_WRITES = 32
 RECENT = "recent"
+#: The catalogue row's list of job types whose classes name the limit.
+NAMED_BY = "named_by"
 
 
 @dataclass(frozen=True)
@@ -50,11 +52,13 @@ class Taken:
 
 @dataclass(frozen=True)
 class Limit:
-    """One named limit as stored: its bucket, its slots, either or both."""
+    """One named limit as stored: its bucket, its slots, either or both, and the job
+    types whose classes name it (as their workers said at start)."""
 
     name: str
     rate: Bucket | None
     running: Slots | None
+    named_by: tuple[str, ...] = ()
 
 
 class _Again(Exception):
@@ -131,7 +135,7 @@ class QuotaBook:
                 return None, found
             return self._rated(found, rate, source)
 
-        self._catalogue(name, budget)
+        self._catalogue(name, source, budget)
         return self._change(name, RATE_ROW, change, budget)
 
     def define_running(self, name: str, max_running: int, source: str, budget: Budget) -> Slots:
@@ -147,7 +151,7 @@ class QuotaBook:
             changed = replace(found, max_running=max_running)
             return changed.properties(), changed
 
-        self._catalogue(name, budget)
+        self._catalogue(name, source, budget)
         return self._change(name, RUNNING_ROW, change, budget)
 
     def set_rate(self, name: str, rate: Rate, budget: Budget) -> Bucket:
@@ -158,7 +162,7 @@ class QuotaBook:
                 return self._new_bucket(name, rate, BY_HAND)
             return self._rated(Bucket.from_record(name, row), rate, BY_HAND)
 
-        self._catalogue(name, budget)
+        self._catalogue(name, BY_HAND, budget)
         return self._change(name, RATE_ROW, change, budget)
 
     def set_running(self, name: str, max_running: int, budget: Budget) -> Slots:
@@ -171,7 +175,7 @@ class QuotaBook:
             changed = replace(found, source=BY_HAND)
             return changed.properties(), changed
 
-        self._catalogue(name, budget)
+        self._catalogue(name, BY_HAND, budget)
         return self._change(name, RUNNING_ROW, change, budget)
 
     def clear(self, name: str, budget: Budget) -> bool:
@@ -203,16 +207,13 @@ class QuotaBook:
 
     def scan(self, budget: Budget) -> list[Limit | BadRecord]:
         """Every limit named in the catalogue, by name; a BadRecord for one unreadable."""
-        names = budget.call(
-            lambda: [
-                row.row_key
-                for row in self._records.query(layout.LIMITS_TABLE, layout.LIMITS_CATALOGUE)
-            ]
+        rows = budget.call(
+            lambda: list(self._records.query(layout.LIMITS_TABLE, layout.LIMITS_CATALOGUE))
         )
         found: list[Limit | BadRecord] = []
-        for name in names:
+        for row in rows:
             try:
-                limit = self.get(name, budget)
+                limit = replace(self.get(row.row_key, budget), named_by=_named_by(row))
             except BadRecord as bad:
                 found.append(bad)
                 continue
@@ -239,12 +240,19 @@ class QuotaBook:
         changed = replace(full, rate=rate, burst=burst, tokens=tokens, source=source)
         return changed.properties(), changed
 
-    def _catalogue(self, name: str, budget: Budget) -> None:
+    def _catalogue(self, name: str, source: str, budget: Budget) -> None:
+        """Name ``name`` in the catalogue, with ``source`` among the job types naming it
+        (written only when it is news: once per job type and limit)."""
         check_limit_name(name)
-        # An upsert of nothing but the name: a PUT, safe to repeat, nothing to settle.
-        budget.call(
-            lambda: self._records.upsert(layout.LIMITS_TABLE, layout.LIMITS_CATALOGUE, name, {})
-        )
+
+        def change(row: Record | None) -> tuple[dict[str, PropertyValue] | None, None]:
+            named_by = _named_by(row) if row is not None else ()
+            if row is not None and (source == BY_HAND or source in named_by):
+                return None, None
+            kept = named_by if source == BY_HAND else (*named_by, source)
+            return {NAMED_BY: " ".join(kept)}, None
+
+        self._change(layout.LIMITS_CATALOGUE, name, change, budget)
 
     def _read(self, name: str, row: str, budget: Budget) -> Record | None:
         try:
@@ -297,6 +305,11 @@ class QuotaBook:
                 return budget.call(attempt, f"limit {name} ({row})")
             except _Again:
                 continue
+
+
+def _named_by(row: Record) -> tuple[str, ...]:
+    named = row.properties.get(NAMED_BY)
+    return tuple(named.split()) if isinstance(named, str) else ()
 
 
 def _recent(row: Record | None) -> list[str]:

@@ -244,3 +244,15 @@ def test_an_unreadable_limit_is_named_not_hidden(limits: Limits):
     with pytest.raises(BadRecord, match="refilled_on, burst and tokens"):
         limits.book.get(limits.name, budget)
     assert limits.book.clear(limits.name, budget) is True
+
+
+def test_the_catalogue_says_which_job_types_name_a_limit(limits: Limits):
+    book, name, budget = limits.book, limits.name, limits.budget()
+    book.define_rate(name, parse_rate("5/s"), SOURCE, budget)
+    book.define_rate(name, parse_rate("5/s"), "other:Job", budget)
+    book.define_running(name, 2, SOURCE, budget)
+    book.set_rate(name, parse_rate("1/s"), budget)
+    (found,) = [one for one in book.scan(budget) if getattr(one, "name", "") == name]
+    assert not isinstance(found, BadRecord)
+    assert found.named_by == (SOURCE, "other:Job")
+    book.clear(name, budget)
