@@ -224,7 +224,9 @@ class Admission:
 
     def _keep(self, queue: str, count: int) -> None:
         with self._lock:
-            self._stash[queue] = (count, self._clock.monotonic())
+            # Added to what is kept already, dated by the older take: kept no longer.
+            kept, taken_at = self._stash.get(queue, (0, self._clock.monotonic()))
+            self._stash[queue] = (kept + count, taken_at)
 
     def _kept(self, queue: str, wanted: int) -> int:
         with self._lock:

@@ -16,6 +16,7 @@ import functools
 from typing import Any
 
 from checkpoint import retries
+from checkpoint.errors import BadRecord, StorageTrouble
 from checkpoint.quotas import Taken
 from checkpoint.rates import Rate, parse_rate
 from jobs.job import ChunkedJob, resource_rate
@@ -49,7 +50,12 @@ class LimitedControl(TaskControl):
 
     def _take(self, name: str, wanted: int, rate: Rate) -> Taken:
         quotas, budget = self._admission.quotas, self.lease_budget(retries.READ)
-        taken = quotas.take_tokens(name, wanted, budget)
+        try:
+            taken = quotas.take_tokens(name, wanted, budget)
+        except BadRecord as bad:
+            # Not the chunk's fault, so neither a failure nor poison: handed back, no
+            # attempt spent, until someone mends the record.
+            raise StorageTrouble(f"{bad} (`runner limit {name} --clear` resets it)") from bad
         if taken is None:
             # Cleared by hand while we run: the class value applies again.
             quotas.define_rate(name, rate, self._job_class.job_type(), budget)

@@ -10,10 +10,11 @@ from typing import Any
 
 import pytest
 
+from checkpoint import layout
 from checkpoint.clock import FakeClock
 from checkpoint.errors import StorageTrouble
 from checkpoint.faults import FaultyStorage
-from checkpoint.quotas import QuotaBook
+from checkpoint.quotas import RATE_ROW, QuotaBook
 from checkpoint.rates import parse_rate
 from checkpoint.retries import STANDALONE, Budget
 from checkpoint.storage import Storage
@@ -154,4 +155,14 @@ def test_storage_trouble_taking_units_is_the_runners_not_the_chunks(backend: Bac
     plan.busy.add("records.get")
     one.control.lease.visible_at = one.clock.monotonic() + 1  # a short budget
     with pytest.raises(StorageTrouble, match="limit ul-"):
+        one.chunk.limit(one.resource)
+
+
+def test_an_unreadable_resource_record_hands_the_chunk_back_not_poisons_it(
+    backend: Backend, waiting: Any
+):
+    one = waiting("4/s")
+    one.chunk.limit(one.resource)
+    backend.storage.records.upsert(layout.LIMITS_TABLE, one.resource, RATE_ROW, {"rate": "4/s"})
+    with pytest.raises(StorageTrouble, match=r"--clear` resets it"):
         one.chunk.limit(one.resource)
