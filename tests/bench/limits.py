@@ -191,7 +191,7 @@ def report(results: dict[str, Figures], runs: int, load: str, command: str) -> l
     lines = [
         machine_line(),
         load,
-        f"Command: `{command}`. Median of {runs} run(s), min-max in brackets.",
+        f"Command: {command}. Median of {runs} run(s), min-max in brackets.",
         "",
         f"`runner start --workers {WORKERS} --concurrency {CONCURRENCY} --burst` (four worker "
         "processes) serves each job; each chunk logs its start and end. Rate: starts per "
@@ -255,7 +255,7 @@ def main(argv: list[str] | None = None) -> None:
     sampler.start()
     began = time.monotonic()
     results = run(backends, runs, args.quick)
-    command = f"make bench (python -m tests.bench.limits --runs {runs})"
+    command = f"`make bench` (`python -m tests.bench.limits --runs {runs}`)"
     body = report(results, runs, sampler.stop(), command)
     body.append("")
     body.append(f"The whole benchmark took {time.monotonic() - began:.0f} s.")
