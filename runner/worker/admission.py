@@ -120,6 +120,16 @@ class Admission:
             self._keep(cls.queue, tokens.count - slots)
         return Admitted(slots)
 
+    def _keep(self, queue: str, count: int) -> None:
+        """Keep ``count`` tokens of ``queue``'s bucket for the next receive (none if the
+        queue has no bucket: then there is nothing to keep)."""
+        if self._absent(queue, "rate"):
+            return
+        with self._lock:
+            # Added to what is kept already, dated by the older take: kept no longer.
+            kept, taken_at = self._stash.get(queue, (0, self._clock.monotonic()))
+            self._stash[queue] = (kept + count, taken_at)
+
     def received(self, cls: type[ChunkedJob], admitted: Admitted, message_ids: list[str]) -> None:
         """The receive after :meth:`admit` got ``message_ids``: each holds a slot (if
         the queue has a running limit) until it ends; the rest go back."""
@@ -219,14 +229,8 @@ class Admission:
                 log.warning("releasing a slot of %s failed (renewal mends it): %s", name, trouble)
 
     def lease_seconds(self, name: str) -> float:
-        cls = self._classes.get(name)
-        return float(cls.lease_seconds if cls is not None else 30)
-
-    def _keep(self, queue: str, count: int) -> None:
-        with self._lock:
-            # Added to what is kept already, dated by the older take: kept no longer.
-            kept, taken_at = self._stash.get(queue, (0, self._clock.monotonic()))
-            self._stash[queue] = (kept + count, taken_at)
+        """A slot's expiry: the lease of the job type whose queue names the limit."""
+        return float(self._classes[name].lease_seconds)
 
     def _kept(self, queue: str, wanted: int) -> int:
         with self._lock:

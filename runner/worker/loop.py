@@ -154,9 +154,7 @@ class WorkerLoop:
         self._classes = job_classes
         self._stop = threading.Event()
         self.admission = self.context.admission
-        self.slot_keeper = SlotKeeper(
-            self.admission, self.clock, min(cls.lease_seconds for cls in job_classes)
-        )
+        self.slot_keeper = SlotKeeper(self.admission, min(cls.lease_seconds for cls in job_classes))
         #: When the last receive round took no message for want of tokens: the seconds
         #: until the next one is due (None: it was not the tokens).
         self._token_wait: float | None = None

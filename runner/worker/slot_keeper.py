@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import threading
 
-from checkpoint.clock import Clock
 from runner.worker.admission import Admission
 from runner.worker.logs import in_context
 
@@ -21,9 +20,8 @@ RENEWALS_PER_LEASE = 3
 class SlotKeeper:
     """Renews a worker's slots every ``lease_seconds / 3`` until stopped."""
 
-    def __init__(self, admission: Admission, clock: Clock, lease_seconds: float):
+    def __init__(self, admission: Admission, lease_seconds: float):
         self._admission = admission
-        self._clock = clock
         self.interval_seconds = lease_seconds / RENEWALS_PER_LEASE
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -40,5 +38,6 @@ class SlotKeeper:
             self._thread.join()
 
     def _run(self) -> None:
-        while not self._clock.wait(self._stop, self.interval_seconds):
+        # Real waits, as the lease keeper's: a FakeClock would spin through renewals.
+        while not self._stop.wait(self.interval_seconds):
             self._admission.renew()

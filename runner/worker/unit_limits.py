@@ -46,7 +46,9 @@ class LimitedControl(TaskControl):
             left -= taken.count
             if left <= 0:
                 return
-            self._clock.wait(self._worker_stopping, min(taken.wait_seconds, STOP_CHECK_SECONDS))
+            if taken.wait_seconds > 0:  # 0: the bucket was just made again; try it
+                wait = min(taken.wait_seconds, STOP_CHECK_SECONDS)
+                self._clock.wait(self._worker_stopping, wait)
 
     def _take(self, name: str, wanted: int, rate: Rate) -> Taken:
         quotas, budget = self._admission.quotas, self.lease_budget(retries.READ)
@@ -57,7 +59,8 @@ class LimitedControl(TaskControl):
             # attempt spent, until someone mends the record.
             raise StorageTrouble(f"{bad} (`runner limit {name} --clear` resets it)") from bad
         if taken is None:
-            # Cleared by hand while we run: the class value applies again.
+            # Cleared by hand while we run: the class value applies again, from the
+            # next try on.
             quotas.define_rate(name, rate, self._job_class.job_type(), budget)
-            taken = quotas.take_tokens(name, wanted, budget)
-        return taken if taken is not None else Taken(0, STOP_CHECK_SECONDS)
+            return Taken(0)
+        return taken

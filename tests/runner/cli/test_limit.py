@@ -9,9 +9,10 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner, Result
 
+from checkpoint import layout
 from checkpoint.backends import open_storage
 from checkpoint.clock import SystemClock
-from checkpoint.quotas import QuotaBook
+from checkpoint.quotas import RUNNING_ROW, QuotaBook
 from checkpoint.rates import parse_rate
 from checkpoint.store import CheckpointStore
 from jobs.submit import submit
@@ -103,3 +104,14 @@ def test_status_shows_a_jobs_own_limits_and_the_resources_its_class_names(tmp_pa
     assert shown["limits"][0]["running"] == 0 and shown["limits"][0]["named_by"] == [
         TwoAtOnce.job_type()
     ]
+
+
+def test_a_limit_that_cannot_be_read_is_logged_and_left_out(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+):
+    runner(tmp_path / "store", "limit", "good", "1/s")
+    runner(tmp_path / "store", "limit", "garbled", "--running", "2")
+    with open_storage(str(tmp_path / "store")) as storage:
+        storage.records.upsert(layout.LIMITS_TABLE, "garbled", RUNNING_ROW, {"holders": "{"})
+    assert runner(tmp_path / "store", "limit").output.startswith("good  rate 1/s")
+    assert "a limit cannot be read: running limit 'garbled'" in caplog.text

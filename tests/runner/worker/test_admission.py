@@ -5,6 +5,7 @@ counted; slots go back as messages end, and storage trouble only skips a round."
 
 from __future__ import annotations
 
+import threading
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -21,6 +22,7 @@ from jobs.chunk import Chunk
 from jobs.job import ChunkedJob
 from runner.worker.admission import KEEP_TOKENS_SECONDS, LOOK_AGAIN_SECONDS
 from runner.worker.loop import WorkerLoop
+from runner.worker.slot_keeper import SlotKeeper
 from tests.backends import Backend
 from tests.runner.world import Meanwhile
 
@@ -236,3 +238,27 @@ def test_a_failed_release_is_mended_by_the_next_renewal(served: Any):
     one.loop.admission.renew()
     slots = one.quotas.get(one.cls.queue, one.budget()).running
     assert slots is not None and slots.holders["w-test"][0] == 1
+
+
+def test_kept_tokens_serve_a_smaller_receive_and_the_rest_stay_kept(served: Any):
+    one = served(job_class(rate_limit="10/s"))
+    one.send(1)
+    assert one.receive() == 1  # 9 kept
+    one.send(5)
+    assert one.loop._receive(2) == 2  # room for 2: 2 of the 9, 7 still kept
+    assert one.loop._receive(32) == 3
+    bucket = one.quotas.get(one.cls.queue, one.budget()).rate
+    assert bucket is not None and bucket.tokens == 0  # all from the one take of 10
+
+
+def test_the_slot_keeper_renews_every_third_of_a_lease_until_stopped(served: Any):
+    one = served(job_class(max_running=3))
+    keeper = SlotKeeper(one.loop.admission, lease_seconds=0.03)
+    renewed = threading.Event()
+    one.loop.admission.renew = renewed.set  # type: ignore[method-assign]
+    keeper.start()
+    try:
+        assert renewed.wait(5.0)  # real time: its waits are real (a fake clock would spin)
+    finally:
+        keeper.stop()
+    assert keeper.interval_seconds == pytest.approx(0.01)
