@@ -12,9 +12,10 @@ from typing import Any
 
 import pytest
 
+from checkpoint import layout
 from checkpoint.clock import FakeClock
 from checkpoint.faults import FaultyStorage
-from checkpoint.quotas import QuotaBook
+from checkpoint.quotas import RUNNING_ROW, QuotaBook
 from checkpoint.rates import parse_rate
 from checkpoint.retries import STANDALONE, Budget
 from checkpoint.store import CheckpointStore
@@ -262,3 +263,16 @@ def test_the_slot_keeper_renews_every_third_of_a_lease_until_stopped(served: Any
     finally:
         keeper.stop()
     assert keeper.interval_seconds == pytest.approx(0.01)
+
+
+def test_a_limit_unreadable_at_start_is_warned_of_and_its_queue_skipped_not_the_worker(
+    backend: Backend, served: Any, caplog: pytest.LogCaptureFixture
+):
+    cls = job_class(max_running=2)
+    CheckpointStore(backend.storage, FakeClock()).ensure()
+    backend.storage.records.upsert(layout.LIMITS_TABLE, cls.queue, RUNNING_ROW, {"holders": "{"})
+    one = served(cls)  # the worker starts all the same
+    assert "a limit of these job types cannot be read" in caplog.text
+    one.send(1)
+    assert one.receive() == 0 and one.unreceived_dequeues() == [0]
+    assert "limits of " + cls.queue + " could not be read, not receiving" in caplog.text
