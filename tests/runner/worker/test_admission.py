@@ -276,3 +276,15 @@ def test_a_limit_unreadable_at_start_is_warned_of_and_its_queue_skipped_not_the_
     one.send(1)
     assert one.receive() == 0 and one.unreceived_dequeues() == [0]
     assert "limits of " + cls.queue + " could not be read, not receiving" in caplog.text
+
+
+def test_slots_taken_for_a_receive_that_failed_go_back(served: Any):
+    plan = Meanwhile()
+    one = served(job_class(max_running=2), plan)
+    one.send(2)
+    plan.busy.add("queues.receive")
+    assert one.receive() == 0
+    slots = one.quotas.get(one.cls.queue, one.budget()).running
+    assert slots is not None and slots.holders == {}
+    plan.busy.clear()
+    assert one.receive() == 2
