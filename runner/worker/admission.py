@@ -34,6 +34,7 @@ from checkpoint.errors import BadRecord, StorageError
 from checkpoint.quotas import QuotaBook, Taken
 from checkpoint.rates import parse_rate
 from checkpoint.retries import Budget, RetryPolicy
+from checkpoint.storage import QueueMessage
 from jobs.job import ChunkedJob
 
 log = logging.getLogger(__name__)
@@ -73,7 +74,7 @@ class Admission:
         self._writing: defaultdict[str, threading.Lock] = defaultdict(threading.Lock)
         self._stash: dict[str, tuple[int, float]] = {}  # queue -> tokens, taken at
         self.held: dict[str, int] = {}  # limit name -> slots this worker holds
-        self._by_message: dict[str, str] = {}  # message id -> name of the slot it holds
+        self._by_message: dict[str, str] = {}  # delivery -> name of the slot it holds
         self._pending: dict[str, int] = {}  # queue -> slots taken for the coming receive
         self._absent_until: dict[tuple[str, str], float] = {}  # (name, kind) -> monotonic
 
@@ -130,9 +131,12 @@ class Admission:
             kept, taken_at = self._stash.get(queue, (0, self._clock.monotonic()))
             self._stash[queue] = (kept + count, taken_at)
 
-    def received(self, cls: type[ChunkedJob], admitted: Admitted, message_ids: list[str]) -> None:
-        """The receive after :meth:`admit` got ``message_ids``: each holds a slot (if
-        the queue has a running limit) until it ends; the rest go back."""
+    def received(
+        self, cls: type[ChunkedJob], admitted: Admitted, messages: list[QueueMessage]
+    ) -> None:
+        """The receive after :meth:`admit` got ``messages``: each holds a slot (if the
+        queue has a running limit) until it ends; the rest go back."""
+        message_ids = [delivery_key(message) for message in messages]
         unused = admitted.count - len(message_ids)
         if unused > 0:
             self._keep(cls.queue, unused)
@@ -144,11 +148,11 @@ class Admission:
         if holding > len(message_ids):
             self._release(cls.queue, holding - len(message_ids))
 
-    def ended(self, message_id: str) -> None:
+    def ended(self, message: QueueMessage) -> None:
         """The message ended (done, failed, handed back, lost, or not a chunk): its slot,
         if it holds one, goes back (idempotent)."""
         with self._lock:
-            name = self._by_message.pop(message_id, None)
+            name = self._by_message.pop(delivery_key(message), None)
         if name is not None:
             self._release(name, 1)
 
@@ -247,6 +251,13 @@ class Admission:
 
     def _note_absent(self, name: str, kind: str) -> None:
         self._absent_until[(name, kind)] = self._clock.monotonic() + LOOK_AGAIN_SECONDS
+
+
+def delivery_key(message: QueueMessage) -> str:
+    """One delivery of a message: its id and the pop receipt it was received with (the
+    same message received again, its lease lapsed, is another delivery, with a slot of
+    its own)."""
+    return f"{message.id}/{message.pop_receipt}"
 
 
 def _differs(name: str, ours: str, stored: object, source: str) -> None:

@@ -303,7 +303,7 @@ class WorkerLoop:
             except StorageError as error:
                 log.warning("receiving from %s failed: %s", cls.queue, error)
                 batch = []
-            self.admission.received(cls, admitted, [message.id for message in batch])
+            self.admission.received(cls, admitted, batch)
             with self._outstanding_changed:
                 self._outstanding += len(batch)
             for message in batch:
@@ -336,7 +336,7 @@ class WorkerLoop:
                     "handling message %s from %s failed; it will be retried", message.id, queue
                 )
             finally:
-                self.admission.ended(message.id)  # every ending passes here, once
+                self.admission.ended(message)  # every ending passes here, once
                 with self._outstanding_changed:
                     self._outstanding -= 1
                     if ran_chunk:

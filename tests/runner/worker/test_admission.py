@@ -8,6 +8,7 @@ from __future__ import annotations
 import threading
 import uuid
 from collections.abc import Iterator
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -18,6 +19,7 @@ from checkpoint.faults import FaultyStorage
 from checkpoint.quotas import RUNNING_ROW, QuotaBook
 from checkpoint.rates import parse_rate
 from checkpoint.retries import STANDALONE, Budget
+from checkpoint.storage import QueueMessage
 from checkpoint.store import CheckpointStore
 from jobs.chunk import Chunk
 from jobs.job import ChunkedJob
@@ -55,7 +57,7 @@ class Served:
         self.loop._prepare()
         backend.made += [("queue", cls.queue), ("queue", cls.poison_queue())]
         self.quotas = QuotaBook(backend.storage.records, self.clock)
-        self.received: list[str] = []
+        self.received: list[QueueMessage] = []
 
     def send(self, count: int) -> None:
         for n in range(count):
@@ -67,7 +69,7 @@ class Served:
         got = self.loop._receive(32)
         for _ in range(self.loop._work.qsize() - before):
             _, message, _, _ = self.loop._work.get()
-            self.received.append(message.id)
+            self.received.append(message)
         return got
 
     def unreceived_dequeues(self) -> list[int]:
@@ -288,3 +290,21 @@ def test_slots_taken_for_a_receive_that_failed_go_back(served: Any):
     assert slots is not None and slots.holders == {}
     plan.busy.clear()
     assert one.receive() == 2
+
+
+def test_a_message_delivered_again_holds_a_slot_per_delivery(served: Any):
+    # Given one message received twice by this worker (its first lease lapsed while the
+    # first delivery still ran): each delivery took a slot
+    one = served(job_class(max_running=2))
+    admission = one.loop.admission
+    first = QueueMessage("m-1", b"", 1, one.clock.now(), None, one.clock.now(), "receipt-1")
+    again = replace(first, dequeue_count=2, pop_receipt="receipt-2")
+    for delivery in (first, again):
+        admitted = admission.admit(one.cls, 1)
+        admission.received(one.cls, admitted, [delivery])
+    assert admission.held[one.cls.queue] == 2
+    # When each ends, then each gives back its own slot
+    admission.ended(first)
+    assert admission.held[one.cls.queue] == 1
+    admission.ended(again)
+    assert admission.held[one.cls.queue] == 0
