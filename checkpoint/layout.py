@@ -21,6 +21,12 @@ TASKS_TABLE = "runnertasks"
 #: Workers' heartbeats: one record per worker process, in one partition.
 WORKERS_TABLE = "runnerworkers"
 WORKERS_PARTITION = "workers"
+#: Rate and concurrency limits shared by every worker (:mod:`checkpoint.quotas`): one
+#: partition per limit name (its ``rate`` and ``running`` rows), so one busy limit's
+#: compare-and-swap writes never contend with another's, and a catalogue partition
+#: naming them all (a listing reads one partition, not the whole table).
+LIMITS_TABLE = "runnerlimits"
+LIMITS_CATALOGUE = "~names"
 #: Blob container for large params, payloads, state and results.
 DATA_CONTAINER = "runner-data"
 #: Partition of the job catalogue (one record per job).

@@ -59,7 +59,7 @@ class CheckpointStore:
         return Budget(policy, self.clock)
 
     def ensure(self, budget: Budget | None = None) -> None:
-        """Create the tables (jobs, tasks, workers) and the blob container (idempotent;
+        """Create the tables (jobs, tasks, workers, limits) and the blob container (idempotent;
         once per store)."""
         if not self._ready:
             budget = retries.given(budget, self.clock)
@@ -67,6 +67,7 @@ class CheckpointStore:
             budget.call(lambda: records.create_table(layout.JOBS_TABLE))
             budget.call(lambda: records.create_table(layout.TASKS_TABLE))
             budget.call(lambda: records.create_table(layout.WORKERS_TABLE))
+            budget.call(lambda: records.create_table(layout.LIMITS_TABLE))
             budget.call(lambda: self.storage.blobs.create_container(layout.DATA_CONTAINER))
             self._ready = True
 

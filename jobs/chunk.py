@@ -83,6 +83,13 @@ class ChunkControl(Protocol):
         stop (lease lost or expired, worker stopping); return otherwise."""
         ...
 
+    def limit(self, name: str, units: int) -> None:
+        """Take ``units`` tokens of the job class's resource ``name`` (its ``limits``),
+        shared by every worker, waiting until they are there; raise as
+        :meth:`raise_if_stopped` if the chunk must stop meanwhile, and
+        JobDefinitionError if the class names no such resource."""
+        ...
+
     @property
     def stopping(self) -> bool:
         """True once the chunk should stop at its next checkpoint."""
@@ -192,6 +199,24 @@ class Chunk:
         self.state = state
         self._control.offer(state, told)
         self._control.raise_if_stopped()
+
+    def limit(self, name: str, units: int = 1) -> None:
+        """Wait for ``units`` of the shared resource ``name`` before using it.
+
+        ``name`` is a key of the job class's ``limits`` (``{"orders-db": "50/s"}``):
+        a rate every worker of every job type naming it shares. Call it once per unit
+        of work on that resource (a query, a request); it returns once the units are
+        taken, at once while the rate allows. Like :meth:`checkpoint` it is a
+        cancellation point: waiting, it stops the chunk when the lease is lost, the
+        job is cancelled or paused, or the worker stops.
+
+        Raises:
+            JobDefinitionError: the class names no resource ``name``.
+            ValueError: ``units`` is not a whole number >= 1.
+            LeaseLost, ChunkStopped: the chunk must stop (as at a checkpoint).
+        """
+        checks.whole(units, "chunk.limit units", lowest=1)
+        self._control.limit(name, units)
 
     @property
     def stopping(self) -> bool:

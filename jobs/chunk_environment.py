@@ -41,8 +41,7 @@ from checkpoint.codec import round_trip
 from checkpoint.errors import LeaseLost
 from checkpoint.records import Progress
 from jobs.chunk import Chunk, Takeover
-from jobs.errors import ChunkStopped
-from jobs.job import ChunkedJob
+from jobs.job import ChunkedJob, resource_rate
 from jobs.job_steps import run_finalize, run_split
 from jobs.simulated_worker import SimulatedCheckpoints, SimulatedWorker
 
@@ -131,6 +130,8 @@ class ChunkEnvironment:
         self.on_checkpoint = on_checkpoint
         self.checkpoints: list[Any] = []
         self.progress: list[Progress | None] = []
+        #: ``(name, units)`` of each ``chunk.limit`` call, in order.
+        self.limits_taken: list[tuple[str, int]] = []
         self.result: Any = None
         self._lock = threading.RLock()
         #: The lease, the stop and the checkpoint writes (:mod:`jobs.simulated_worker`).
@@ -193,13 +194,7 @@ class ChunkEnvironment:
 
         Part of :class:`~jobs.chunk.ChunkControl`, called by ``chunk.checkpoint``.
         """
-        self._worker.check_deadline()
-        if self._worker.lost:
-            # Not flushed: the chunk may be someone else's now.
-            raise LeaseLost(self._worker.lost_reason)
-        if self._worker.stopping:
-            self._flush()
-            raise ChunkStopped("worker is stopping; progress saved, chunk released")
+        self._worker.raise_if_stopping(self._flush)
         with self._lock:
             offered = self._offered
         self._worker.passed_checkpoint(offered, self.on_checkpoint)
@@ -228,6 +223,13 @@ class ChunkEnvironment:
         """Part of :class:`~jobs.chunk.ChunkControl`: every publication so far."""
         with self._lock:
             return dict(self.published_outputs)
+
+    def limit(self, name: str, units: int) -> None:
+        """Part of :class:`~jobs.chunk.ChunkControl`: record ``(name, units)`` in
+        :attr:`limits_taken` (nothing is taken, nothing waits); stop as a checkpoint."""
+        resource_rate(self.job_class, name)
+        self._worker.raise_if_stopping(self._flush)
+        self.limits_taken.append((name, units))
 
     def record_spark_session(self, session: str) -> None:
         """Part of :class:`~jobs.chunk.ChunkControl`: a fenced write of the session."""

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import inspect
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any, ClassVar
 
-from checkpoint import checks, limits
+from checkpoint import checks, limits, rates
 from checkpoint.layout import POISON_SUFFIX, resume_queue_of
 from checkpoint.limits import MAX_VISIBILITY_SECONDS
 from jobs.backoff import Backoff
@@ -58,6 +58,15 @@ class ChunkedJob:
             ``<queue>-resume``, which workers poll first: a queue send and a delete more
             per attempt, made only for chunks taking 1 s or more on average. False:
             never; a dead worker's chunk then waits behind the queue's fresh chunks.
+        rate_limit: chunks started per second by all workers together (``"200/s"``,
+            ``"6000/min"``, ``"1/h"``), or None for no limit.
+        max_running: chunks running at once on all workers together, or None.
+            Both are kept in the shared store under the name of the job's queue, so
+            ``runner limit <queue> 100/s`` (or ``--running 20``) changes them while
+            the job runs; a value set that way stands until ``--clear``.
+        limits: named resources several job types may share, each with its rate
+            (``{"orders-db": "50/s"}``); ``chunk.limit("orders-db")`` in ``process``
+            waits for one unit of it. See docs/writing-jobs.md.
     """
 
     queue: ClassVar[str] = ""
@@ -69,6 +78,9 @@ class ChunkedJob:
     tolerated_failures: ClassVar[int | float | None] = None
     non_retryable: ClassVar[tuple[type[BaseException], ...]] = ()
     resume_first: ClassVar[bool] = True
+    rate_limit: ClassVar[str | None] = None
+    max_running: ClassVar[int | None] = None
+    limits: ClassVar[Mapping[str, str]] = {}
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -165,6 +177,45 @@ def check_job_class(cls: type[ChunkedJob]) -> None:
         raise JobDefinitionError(f"{name}.backoff must be a jobs.Backoff")
     if not isinstance(cls.resume_first, bool):
         raise JobDefinitionError(f"{name}.resume_first must be True or False")
+    _check_limits(cls, name)
+
+
+def _check_limits(cls: type[ChunkedJob], name: str) -> None:
+    if cls.rate_limit is not None:
+        rates.parse_rate(cls.rate_limit, f"{name}.rate_limit", error=JobDefinitionError)
+    if cls.max_running is not None:
+        checks.whole(cls.max_running, f"{name}.max_running", lowest=1, error=JobDefinitionError)
+    if not isinstance(cls.limits, Mapping):
+        raise JobDefinitionError(
+            f"{name}.limits must map resource names to rates, like {{'orders-db': '50/s'}}, "
+            f"not {cls.limits!r}"
+        )
+    for resource, rate in cls.limits.items():
+        what = f"{name}.limits[{resource!r}]"
+        rates.check_limit_name(resource, f"{name}.limits: resource name", JobDefinitionError)
+        rates.parse_rate(rate, what, error=JobDefinitionError)
+        if resource == cls.queue:
+            raise JobDefinitionError(
+                f"{what}: the queue's own name holds rate_limit and max_running; "
+                "name the resource something else"
+            )
+
+
+def resource_rate(cls: type[ChunkedJob], name: str) -> str:
+    """The rate of resource ``name`` in ``cls.limits``, for ``chunk.limit(name)``.
+
+    Raises:
+        JobDefinitionError: the class names no such resource (one line, naming those
+            it does name).
+    """
+    rate = cls.limits.get(name) if isinstance(name, str) else None
+    if rate is None:
+        known = ", ".join(sorted(cls.limits)) or "none"
+        raise JobDefinitionError(
+            f"chunk.limit({name!r}): {cls.__qualname__}.limits names no such resource "
+            f"(it names: {known}); add it, like limits = {{{name!r}: '50/s'}}"
+        )
+    return rate
 
 
 #: What a job class must define itself before a job of it can be submitted or served.

@@ -132,6 +132,8 @@ class Call:
         checkpoints: the states ``process`` passed to ``chunk.checkpoint``, in order.
         progress: the ``progress=`` of each of those checkpoints, as a
             :class:`~checkpoint.records.Progress` (None where it was not given).
+        limits: the ``(name, units)`` of each ``chunk.limit`` call, in order (the
+            harness takes nothing from a store and never waits for a token).
         passed: cancellation points passed: checkpoints (``process``), payloads yielded
             (``split``), results read and stop checks (``finalize``).
         outcome: "returned", "raised" (your exception), "crashed" (a :class:`CrashAt`
@@ -150,6 +152,7 @@ class Call:
     started_from: Any = None
     checkpoints: list[Any] = field(default_factory=list)
     progress: list[Progress | None] = field(default_factory=list)
+    limits: list[tuple[str, int]] = field(default_factory=list)
     passed: int = 0
     outcome: Outcome = "running"
     result: Any = None

@@ -16,6 +16,7 @@ from checkpoint.codec import round_trip
 from checkpoint.errors import LeaseLost
 from checkpoint.records import Progress
 from checkpoint.throttle import CheckpointThrottle
+from jobs.errors import ChunkStopped
 from jobs.job import ChunkedJob
 
 
@@ -94,6 +95,17 @@ class SimulatedWorker:
             self.lose_lease(f"lease lost after {self._lose_after} checkpoint(s) (simulated)")
         if self._stop_after is not None and passed >= self._stop_after:
             self.stop()
+
+    def raise_if_stopping(self, flush: Callable[[], None]) -> None:
+        """Raise LeaseLost (writing nothing) if the lease is lost; ``flush`` the newest
+        state and raise ChunkStopped if the worker is stopping."""
+        self.check_deadline()
+        if self.lost:
+            # Not flushed: the chunk may be someone else's now.
+            raise LeaseLost(self.lost_reason)
+        if self.stopping:
+            flush()
+            raise ChunkStopped("worker is stopping; progress saved, chunk released")
 
     def check_deadline(self) -> None:
         """Lose the lease if the chunk has run past ``max_chunk_seconds``."""

@@ -48,7 +48,7 @@ from checkpoint.storage import BlobStore, QueueStore, RecordStore, Storage
 from checkpoint.store import CheckpointStore
 from jobs.chunk import Chunk, ChunkControl, Takeover
 from jobs.chunk_environment import ChunkEnvironment
-from jobs.job import ChunkedJob
+from jobs.job import ChunkedJob, resource_rate
 from jobs.job_run import (
     Call,
     CrashAt,
@@ -240,6 +240,12 @@ class _Watched:
 
     def record_spark_session(self, session: str) -> None:
         self._inner.record_spark_session(session)
+
+    def limit(self, name: str, units: int) -> None:
+        # Recorded, not taken: a test's job runs on one fake clock, not the store's limits.
+        resource_rate(self._harness.job_class, name)
+        self._inner.raise_if_stopped()
+        self._call.limits.append((name, units))
 
 
 class _WholeJob:

@@ -37,6 +37,7 @@ from jobs.submit import submit as submit_job
 from runner.cli.checking import check_location
 from runner.cli.dashboard.command import dashboard
 from runner.cli.json_form import to_json, utc
+from runner.cli.limit_command import limit
 from runner.cli.options import storage_option
 from runner.cli.redrive import redrive
 from runner.cli.render import render_poisoned, render_report, render_status, report_csv_row
@@ -577,6 +578,7 @@ def _deleted_json(deleted: Deleted) -> dict[str, object]:
 
 
 cli.add_command(dashboard)
+cli.add_command(limit)
 
 
 def main() -> None:

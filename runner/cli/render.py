@@ -7,6 +7,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from runner.cli.json_form import utc
+from runner.cli.limit_view import limit_line
 from runner.cli.status import ReportRow
 from runner.cli.status_types import (
     AnyJob,
@@ -96,6 +97,8 @@ def _job(job: AnyJob, color: bool) -> str:
         lines.append(f"  unreadable: {bad.problem}")
     if job.workers and job.state not in ("done", "failed", "cancelled"):
         lines.append(f"  workers: {_workers(job.workers)}")
+    for limit in job.limits:
+        lines.append(f"  limit {limit_line(limit)}")
     return "\n".join(lines)
 
 

@@ -15,6 +15,7 @@ from checkpoint.errors import BadRecord
 from checkpoint.records import JobRecord
 from checkpoint.store import CheckpointStore
 from checkpoint.workers import WorkerBook, WorkerRecord
+from runner.cli.limit_view import read_limits, with_limits
 from runner.cli.selection import select_jobs
 from runner.cli.status import job_status, unreadable_job
 from runner.cli.status_types import AnyJob, JobStatus, Snapshot, WorkerStatus
@@ -45,6 +46,7 @@ def read_report(
         unreadable_job(found_id, job) if isinstance(job, BadRecord) else job_status(store, job, now)
         for found_id, job in found
     ]
+    report = with_limits(report, read_limits(store, now))
     return with_workers(report, read_workers(store, now) if workers is None else workers)
 
 

@@ -104,6 +104,25 @@ class WorkerStatus:
 
 
 @dataclass(frozen=True)
+class LimitStatus:
+    """One shared limit (``runner limit``): a rate (``kind`` "rate": ``value`` like
+    "100/s", the bucket's ``tokens`` now of ``burst``) or a running limit ("running":
+    ``value`` the count, ``running`` the slots held now); who set it (``set_by``: "hand"
+    or the job type whose class value created it) and the job types naming it."""
+
+    name: str
+    kind: Literal["rate", "running"]
+    value: str
+    set_by: str
+    rate_per_second: float | None
+    tokens: float | None
+    burst: float | None
+    max_running: int | None
+    running: int | None
+    named_by: tuple[str, ...]
+
+
+@dataclass(frozen=True)
 class JobStatus:
     """One job: its state and hold (paused / cancelled), counts, progress, the running,
     failed and poisoned tasks, finalize's state, the records that cannot be read, and
@@ -130,6 +149,8 @@ class JobStatus:
     finalize: str | None
     unreadable: tuple[Unreadable, ...]
     workers: tuple[WorkerStatus, ...] = ()
+    #: The limits of its type (named after its queue) and the resources its class names.
+    limits: tuple[LimitStatus, ...] = ()
 
     @property
     def dropped(self) -> bool:

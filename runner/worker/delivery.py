@@ -21,6 +21,7 @@ from checkpoint.storage import QueueMessage, QueueStore
 from checkpoint.store import CheckpointStore
 from checkpoint.workers import WorkerBook
 from jobs.job import ChunkedJob
+from runner.worker.admission import Admission
 from runner.worker.chunk_finisher import Finisher
 from runner.worker.chunk_times import ChunkTimes
 from runner.worker.heartbeat import RunningTasks
@@ -49,6 +50,8 @@ class Context:
     job_cache: JobCache
     #: Tells running tasks of a cancelled or paused job to stop (its own thread).
     holds: HoldWatcher
+    #: Takes and gives back the shared rate and running limits of the job types served.
+    admission: Admission
     #: Heartbeats, read when a claim takes over a chunk whose attempt ran Spark work.
     workers: WorkerBook | None = None
     stopping: threading.Event = field(default_factory=threading.Event)

@@ -19,13 +19,15 @@ from dataclasses import dataclass
 
 from checkpoint import retries
 from checkpoint.clock import Clock, SystemClock
-from checkpoint.errors import ConfigurationError, StorageError
+from checkpoint.errors import BadRecord, ConfigurationError, StorageError
+from checkpoint.quotas import QuotaBook
 from checkpoint.records import JobRecord
 from checkpoint.retries import Budget
 from checkpoint.storage import QueueMessage, Storage
 from checkpoint.store import CheckpointStore
 from checkpoint.workers import WorkerBook
 from jobs.job import ChunkedJob
+from runner.worker.admission import Admission
 from runner.worker.chunk_finisher import Finisher
 from runner.worker.delivery import Context
 from runner.worker.heartbeat import BEAT_SECONDS, Heartbeat, Identity
@@ -38,6 +40,7 @@ from runner.worker.poison import PoisonRouter
 from runner.worker.prefetch import Prefetch
 from runner.worker.recorder import SILENT, Recorder
 from runner.worker.resume import queues_to_poll
+from runner.worker.slot_keeper import SlotKeeper
 from runner.worker.tasks import handle, hold
 
 log = logging.getLogger(__name__)
@@ -123,6 +126,7 @@ def assemble(
         finisher=Finisher(store, keeper, completion, clock, recorder),
         job_cache=job_cache,
         holds=holds,
+        admission=Admission(QuotaBook(storage.records, clock), clock, worker_id, job_classes),
         workers=WorkerBook(storage.records),
         recorder=recorder,
     )
@@ -150,6 +154,11 @@ class WorkerLoop:
         )
         self._classes = job_classes
         self._stop = threading.Event()
+        self.admission = self.context.admission
+        self.slot_keeper = SlotKeeper(self.admission, min(cls.lease_seconds for cls in job_classes))
+        #: When the last receive round took no message for want of tokens: the seconds
+        #: until the next one is due (None: it was not the tokens).
+        self._token_wait: float | None = None
         self._work: queue.SimpleQueue[tuple[str, QueueMessage, float, Lease] | None] = (
             queue.SimpleQueue()
         )
@@ -202,6 +211,7 @@ class WorkerLoop:
         self.context.holds.start()
         self.context.finisher.start()
         self.heartbeat.start()
+        self.slot_keeper.start()
         slots = [
             threading.Thread(target=in_context(self._slot), name=f"chunk-{n + 1}", daemon=True)
             for n in range(self.settings.concurrency)
@@ -218,6 +228,7 @@ class WorkerLoop:
             keeper.stop()
             self.context.holds.stop()
             self.heartbeat.stop()
+            self.slot_keeper.stop()
         return EXIT_OK if finished else EXIT_STOP_TIMEOUT
 
     def _prepare(self) -> None:
@@ -226,6 +237,10 @@ class WorkerLoop:
         a reason to exit."""
         budget = Budget(retries.START_UP, self.clock, stopping=self._stop)
         self.context.store.ensure(budget)
+        try:
+            self.admission.define(budget)
+        except BadRecord as bad:  # still served: a take reading it skips the queue
+            log.warning("a limit of these job types cannot be read: %s", bad)
         queues = [
             name
             for cls in self._classes
@@ -253,6 +268,10 @@ class WorkerLoop:
             ):
                 log.info("burst: no work left, exiting")
                 return
+            if self._token_wait is not None:
+                # Limited, not idle: look again when the next token is due.
+                self._stop.wait(min(self._token_wait, self.settings.poll_max_seconds))
+                continue
             self._stop.wait(idle_seconds)
             idle_seconds = min(idle_seconds * 2, self.settings.poll_max_seconds)
 
@@ -270,37 +289,56 @@ class WorkerLoop:
         return free >= refill_batch or self._outstanding < self.settings.concurrency
 
     def _receive(self, free: int) -> int:
-        received = 0
+        received, self._token_wait = 0, None
         for cls in self._classes:
+            if free <= 0 or self._stop.is_set():
+                break
+            # Tokens and slots first: a message received is leased and its dequeue
+            # counted, so none is received that could not start (admission.py).
+            admitted = self.admission.admit(cls, min(free, 32))
+            if admitted.count == 0:
+                self._note_token_wait(admitted.wait_seconds)
+                continue
+            batch: list[tuple[str, QueueMessage, float]] = []
             now = self.clock.monotonic()
             # Resumed work first (runner.worker.resume): the resume queue, then the rest.
             for name in queues_to_poll(cls, now, self._resume_polled_at.get(cls.queue)):
-                if free <= 0 or self._stop.is_set():
-                    return received
+                wanted = admitted.count - len(batch)
+                if wanted <= 0 or self._stop.is_set():
+                    break
                 if name != cls.queue:
                     self._resume_polled_at[cls.queue] = now
-                got = self._receive_from(cls, name, free)
-                received += got
-                free -= got
+                batch += self._receive_from(cls, name, wanted)
+            self.admission.received(cls, admitted, [message for _, message, _ in batch])
+            with self._outstanding_changed:
+                self._outstanding += len(batch)
+            for queue_name, message, received_at in batch:
+                # Held at once, so a message waiting for a free slot is renewed too.
+                lease = hold(self.context, queue_name, message, received_at)
+                self._work.put((queue_name, message, received_at, lease))
+            received += len(batch)
+            free -= len(batch)
         return received
 
-    def _receive_from(self, cls: type[ChunkedJob], queue_name: str, free: int) -> int:
-        # Taken before the call: the lease can only have started later than this.
+    def _receive_from(
+        self, cls: type[ChunkedJob], queue_name: str, wanted: int
+    ) -> list[tuple[str, QueueMessage, float]]:
+        """Up to ``wanted`` messages of ``queue_name``, each with when it was received
+        (monotonic, taken before the call: the lease can only have started later)."""
         received_at = self.clock.monotonic()
         try:
             batch = self.storage.queues.receive(
-                queue_name, max_messages=min(free, 32), visibility_seconds=cls.lease_seconds
+                queue_name, max_messages=wanted, visibility_seconds=cls.lease_seconds
             )
         except StorageError as error:
             log.warning("receiving from %s failed: %s", queue_name, error)
-            return 0
-        with self._outstanding_changed:
-            self._outstanding += len(batch)
-        for message in batch:
-            # Held at once, so a message waiting for a free slot is renewed too.
-            lease = hold(self.context, queue_name, message, received_at)
-            self._work.put((queue_name, message, received_at, lease))
-        return len(batch)
+            return []
+        return [(queue_name, message, received_at) for message in batch]
+
+    def _note_token_wait(self, wait_seconds: float) -> None:
+        if wait_seconds > 0:
+            wait = max(wait_seconds, POLL_MIN_SECONDS)
+            self._token_wait = min(wait, self._token_wait or wait)
 
     def _slot(self) -> None:
         while True:
@@ -319,6 +357,7 @@ class WorkerLoop:
                     "handling message %s from %s failed; it will be retried", message.id, queue
                 )
             finally:
+                self.admission.ended(message)  # every ending passes here, once
                 with self._outstanding_changed:
                     self._outstanding -= 1
                     if ran_chunk:

@@ -23,6 +23,7 @@ from runner.worker.parking import park
 from runner.worker.plan import run_plan
 from runner.worker.recorder import Checkpoints, attempt
 from runner.worker.takeover import takeover_of
+from runner.worker.unit_limits import LimitedControl
 from runner.worker.user_code import run_user_code
 
 log = logging.getLogger(TASK_LOGGER)
@@ -33,7 +34,7 @@ def start(
 ) -> None:
     """Run the claimed task (``before``: its record as read before the claim, if it was)."""
     worker, lease = delivery.worker, delivery.lease
-    control = TaskControl(
+    control = LimitedControl(
         worker.store,
         claimed,
         lease,
@@ -43,6 +44,8 @@ def start(
         writer,
         taken_over=takeover_of(before, worker.workers, worker.clock, delivery.budget(retries.READ)),
         checkpoints=Checkpoints(worker.recorder, delivery.job.job_type, worker.clock),
+        admission=worker.admission,
+        job_class=delivery.job_class,
     )
     lease.on_renewed = control.on_renewed
     if claimed.kind == "final":
@@ -57,7 +60,7 @@ def start(
         _execute(delivery, control)
 
 
-def _execute(delivery: Delivery, control: TaskControl) -> None:
+def _execute(delivery: Delivery, control: LimitedControl) -> None:
     worker, lease, job, task = delivery.worker, delivery.lease, delivery.job, control.task
     try:
         if task.kind == "plan":

@@ -128,6 +128,8 @@ def _job(worker: Context, job_id: str, lease: Lease) -> JobRecord:
 def _run_task(delivery: Delivery) -> bool:
     """Decide, claim and run the task; True if it was a chunk that ran."""
     if delivery.kind != "chunk":
+        # Planning and finalize are not chunks: they hold no running slot.
+        delivery.worker.admission.ended(delivery.message)
         # max_chunk_seconds caps chunks. Planning a huge job may take long, and finalize
         # has no checkpoint to stop at: an unrenewed lease would only let a second
         # worker start it while the first still runs.

@@ -12,11 +12,12 @@ from checkpoint.store import CheckpointStore
 from jobs.chunk import Chunk
 from jobs.job import ChunkedJob
 from jobs.summary import JobSummary, PoisonedChunk
-from runner.worker.control import TaskControl, runner_side
+from runner.worker.control import runner_side
+from runner.worker.unit_limits import LimitedControl
 
 
 def run_user_code(
-    store: CheckpointStore, job_class: type[ChunkedJob], job: JobRecord, control: TaskControl
+    store: CheckpointStore, job_class: type[ChunkedJob], job: JobRecord, control: LimitedControl
 ) -> Any:
     """Run one chunk's ``process`` or the job's ``finalize``; return its outcome.
 

@@ -215,3 +215,10 @@ class Marked(Flaky):
             record(params, "fail", chunk=chunk.index, attempt=chunk.attempt)
             raise RuntimeError(f"{MARKUP} chunk {chunk.index} fails (attempt {chunk.attempt})")
         return Items.process(self, chunk)
+
+
+class Limited(Items):
+    """:class:`Items` at most two chunks at once over every worker process."""
+
+    queue = queue_for("limited")
+    max_running = 2

@@ -149,6 +149,15 @@ def test_a_class_name_too_short_for_a_queue_asks_for_one():
         ("max_chunk_seconds", -5, "max_chunk_seconds"),
         ("max_chunk_seconds", True, "max_chunk_seconds"),
         ("backoff", {"first_seconds": 1}, "backoff"),
+        ("rate_limit", "200", r"rate_limit must be a count per unit, like '200/s'"),
+        ("rate_limit", "0/s", "rate_limit"),
+        ("rate_limit", 200, "rate_limit"),
+        ("max_running", 0, "max_running must be a whole number >= 1"),
+        ("max_running", 2.0, "max_running"),
+        ("limits", ["orders-db"], r"limits must map resource names to rates"),
+        ("limits", {"orders-db": "fast"}, r"limits\['orders-db'\] must be a count per unit"),
+        ("limits", {"orders/db": "5/s"}, r"resource name 'orders/db' is not valid"),
+        ("limits", {"bad-settings": "5/s"}, r"the queue's own name holds rate_limit"),
     ],
 )
 def test_bad_settings_are_refused_at_class_definition(setting, value, says):
@@ -165,6 +174,10 @@ def test_bad_settings_are_refused_at_class_definition(setting, value, says):
         ("checkpoint_interval_seconds", 0.25),
         ("max_chunk_seconds", 0.1),
         ("max_chunk_seconds", 3600),
+        ("rate_limit", "1/h"),
+        ("rate_limit", "6000/min"),
+        ("max_running", 1),
+        ("limits", {"orders-db": "50/s", "crm.api": "2.5/s"}),
     ],
 )
 def test_edge_settings_are_accepted(setting, value):

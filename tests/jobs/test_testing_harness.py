@@ -22,7 +22,7 @@ from checkpoint.records import Progress
 from checkpoint.store import CheckpointStore
 from jobs.backoff import Backoff
 from jobs.chunk import Chunk, ChunkControl
-from jobs.errors import ChunkStopped
+from jobs.errors import ChunkStopped, JobDefinitionError
 from jobs.job import ChunkedJob
 from jobs.summary import JobSummary
 from jobs.testing import ChunkEnvironment, CrashAt, JobDidNotFinish, JobRun, run_job
@@ -1053,3 +1053,51 @@ def test_an_environment_publishes_fenced_and_passes_it_on():
     assert second.published() == env.published()
     with pytest.raises(LeaseLost):
         second.record_spark_session("{}")
+
+
+# --------------------------------------------------------------------------- chunk.limit
+
+
+class CallsApi(ChunkedJob):
+    """Two requests to a shared API per chunk, each waiting for a unit of its rate."""
+
+    queue = "harness-calls-api"
+    limits = {"crm-api": "5/s"}
+
+    def split(self, params: Any) -> Any:
+        return [{"ids": [1, 2]}, {"ids": [3]}]
+
+    def process(self, chunk: Chunk) -> Any:
+        for _ in chunk.payload["ids"]:
+            chunk.limit("crm-api")
+        chunk.limit("crm-api", units=2)
+        return len(chunk.payload["ids"])
+
+
+def test_the_chunk_environment_records_what_chunk_limit_asked_and_takes_nothing():
+    env = ChunkEnvironment(CallsApi, payload={"ids": [1, 2]})
+    assert env.run() == 2
+    assert env.limits_taken == [("crm-api", 1), ("crm-api", 1), ("crm-api", 2)]
+    assert env.clock.sleeps == []  # nothing waited for a token
+
+
+def test_chunk_limit_in_the_chunk_environment_names_an_unknown_resource_and_stops():
+    class Typo(CallsApi):
+        def process(self, chunk: Chunk) -> Any:
+            chunk.limit("crm")
+
+    with pytest.raises(JobDefinitionError, match=r"names no such resource \(it names: crm-api\)"):
+        ChunkEnvironment(Typo, payload={"ids": []}).run()
+    stopped = ChunkEnvironment(CallsApi, payload={"ids": [1]})
+    stopped.stop()
+    with pytest.raises(ChunkStopped):
+        stopped.run()
+    assert stopped.limits_taken == []
+
+
+def test_a_whole_job_run_records_each_chunks_limit_calls():
+    run = run_job(CallsApi, {})
+    assert [call.limits for call in run.calls if call.kind == "chunk"] == [
+        [("crm-api", 1), ("crm-api", 1), ("crm-api", 2)],
+        [("crm-api", 1), ("crm-api", 2)],
+    ]

@@ -16,6 +16,7 @@ from runner.cli.status_types import (
     ChunkCounts,
     FailedTask,
     JobStatus,
+    LimitStatus,
     RunningChunk,
     Snapshot,
     Unreadable,
@@ -104,6 +105,20 @@ RICH = JobStatus(
     finalize=None,
     unreadable=(Unreadable(kind="chunk", index=7, problem="chunk 7 of job 'copy-rows-1': x"),),
     workers=(WORKER,),
+    limits=(
+        LimitStatus(
+            name="copy-rows",
+            kind="running",
+            value="20",
+            set_by="hand",
+            rate_per_second=None,
+            tokens=None,
+            burst=None,
+            max_running=20,
+            running=3,
+            named_by=(),
+        ),
+    ),
 )
 
 
@@ -187,6 +202,20 @@ RICH_JSON = {
             "beat_seconds": 5.0,
         }
     ],
+    "limits": [
+        {
+            "name": "copy-rows",
+            "kind": "running",
+            "value": "20",
+            "set_by": "hand",
+            "rate_per_second": None,
+            "tokens": None,
+            "burst": None,
+            "max_running": 20,
+            "running": 3,
+            "named_by": [],
+        }
+    ],
 }
 
 
@@ -246,6 +275,7 @@ def test_the_text_view_reads_the_same_values():
         "  poisoned chunk #2 after 2 attempt(s) (not retryable): ValueError: row 2",
         "  unreadable: chunk 7 of job 'copy-rows-1': x",
         "  workers: vm:11234:1cc4 (1 running)",
+        "  limit copy-rows  running 20  (set by hand)  3/20 running",
     ]
     assert render_poisoned("copy-rows-1", RICH.poisoned).splitlines()[1:] == [
         "  chunk #2 after 2 attempt(s) (not retryable): ValueError: row 2",

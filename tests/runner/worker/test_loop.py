@@ -4,11 +4,16 @@ store and the real clock: when a burst worker may stop, and which queue it polls
 
 from __future__ import annotations
 
+import threading
+import time
 from pathlib import Path
 from typing import Any, ClassVar
 
 from checkpoint import messages
 from checkpoint.backends import open_storage
+from checkpoint.clock import SystemClock
+from checkpoint.quotas import QuotaBook
+from checkpoint.retries import STANDALONE, Budget
 from checkpoint.storage import NEVER_EXPIRES
 from checkpoint.store import CheckpointStore
 from jobs import manage
@@ -86,5 +91,80 @@ def test_the_loop_receives_from_the_resume_queue_before_the_job_queue(tmp_path: 
 
         # Then the resumed chunk ran first
         assert Ordered.ran == [0, 1, 2]
+    finally:
+        storage.close()
+
+
+class Started:
+    """When each chunk of a job started and ended (real time), from the job itself."""
+
+    lock = threading.Lock()
+    spans: dict[str, list[tuple[float, float]]] = {}
+
+    @classmethod
+    def most_at_once(cls, queue: str) -> int:
+        events = sorted(
+            [(start, 1) for start, _ in cls.spans[queue]]
+            + [(end, -1) for _, end in cls.spans[queue]]
+        )
+        running = most = 0
+        for _, change in events:
+            running += change
+            most = max(most, running)
+        return most
+
+
+class Timed(ChunkedJob):
+    queue = "loop-limited"
+
+    def split(self, params: dict[str, Any]) -> Any:
+        return [{}] * params["chunks"]
+
+    def process(self, chunk: Chunk) -> Any:
+        started = time.monotonic()
+        time.sleep(chunk.params["seconds"])
+        with Started.lock:
+            Started.spans.setdefault(self.queue, []).append((started, time.monotonic()))
+
+
+class TwoAtOnce(Timed):
+    queue = "loop-two-at-once"
+    max_running = 2
+
+
+class TwentyASecond(Timed):
+    queue = "loop-twenty-a-second"
+    rate_limit = "20/s"
+
+
+def test_a_burst_worker_of_four_slots_runs_at_most_max_running_chunks_at_once(tmp_path: Path):
+    storage = open_storage(str(tmp_path / "store"))
+    try:
+        job_id = submit(TwoAtOnce, {"chunks": 8, "seconds": 0.05}, storage=storage)
+        exit_code = WorkerLoop(
+            storage, [TwoAtOnce], WorkerSettings(concurrency=4, burst=True)
+        ).run()
+        assert exit_code == 0
+        assert CheckpointStore(storage, SystemClock()).get_job(job_id).state == "done"
+        assert len(Started.spans[TwoAtOnce.queue]) == 8
+        assert Started.most_at_once(TwoAtOnce.queue) == 2
+        # Every slot went back as its chunk ended (planning and finalize held none).
+        quotas = QuotaBook(storage.records, SystemClock())
+        slots = quotas.get(TwoAtOnce.queue, Budget(STANDALONE, SystemClock())).running
+        assert slots is not None and slots.holders == {}
+    finally:
+        storage.close()
+
+
+def test_a_burst_worker_starts_chunks_no_faster_than_the_rate(tmp_path: Path):
+    storage = open_storage(str(tmp_path / "store"))
+    try:
+        submit(TwentyASecond, {"chunks": 40, "seconds": 0}, storage=storage)
+        began = time.monotonic()
+        settings = WorkerSettings(concurrency=4, burst=True)
+        assert WorkerLoop(storage, [TwentyASecond], settings).run() == 0
+        # 20 at once (a second's burst), then 20 a second: at least a second for 40.
+        assert time.monotonic() - began >= 1.0
+        assert len(Started.spans[TwentyASecond.queue]) == 40
     finally:
         storage.close()

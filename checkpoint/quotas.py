@@ -1,0 +1,319 @@
+"""Rate and concurrency limits shared by every worker, kept in the shared record store.
+
+One partition per limit name holds its ``rate`` row (a token bucket) and its
+``running`` row (slots with holders); a catalogue partition names every limit, so a
+listing reads one partition. Every change is a compare-and-swap: read the row, compute
+the new row (:mod:`checkpoint.quota_records`), replace it If-Match its ETag; a 412
+(someone else wrote in between) means read again and compute again.
+
+**Ambiguous writes.** A replace can be applied while we see it fail. Every write puts a
+fresh writer token in the row and appends it to the row's ``recent`` list (the last
+:data:`RECENT_WRITES` writes), and every try starts by reading the row: if a token of an
+earlier try of this call is in that list, that try was applied and its outcome stands,
+so a take is never counted twice nor lost as someone else's. (Only a write followed by
+more than :data:`RECENT_WRITES` others before our read could go unrecognised; its
+tokens are then lost, which errs on the safe side: fewer taken, never more.)
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from typing import TypeVar
+
+from checkpoint import layout
+from checkpoint.clock import Clock
+from checkpoint.errors import AlreadyExists, BadRecord, Conflict, NotFound
+from checkpoint.quota_records import BY_HAND, Bucket, Slots, default_burst
+from checkpoint.rates import Rate, check_limit_name
+from checkpoint.retries import Budget
+from checkpoint.settle import WRITER, one_off
+from checkpoint.storage import ANY_ETAG, PropertyValue, Record, RecordStore
+
+T = TypeVar("T")
+RATE_ROW = "rate"
+RUNNING_ROW = "running"
+#: Writer tokens kept in a row, to recognise an applied write whose answer was lost.
+RECENT_WRITES = 32
+RECENT = "recent"
+#: The catalogue row's list of job types whose classes name the limit.
+NAMED_BY = "named_by"
+
+
+@dataclass(frozen=True)
+class Taken:
+    """What a take got: ``count`` tokens or slots; when none, ``wait_seconds`` until the
+    next token is due (0 for slots: they free up when chunks end)."""
+
+    count: int
+    wait_seconds: float = 0.0
+
+
+@dataclass(frozen=True)
+class Limit:
+    """One named limit as stored: its bucket, its slots, either or both, and the job
+    types whose classes name it (as their workers said at start)."""
+
+    name: str
+    rate: Bucket | None
+    running: Slots | None
+    named_by: tuple[str, ...] = ()
+
+
+class _Again(Exception):
+    """Internal: someone else wrote the row in between; read it and compute again."""
+
+
+class QuotaBook:
+    """The limits table. Every call takes a :class:`~checkpoint.retries.Budget`."""
+
+    def __init__(self, records: RecordStore, clock: Clock):
+        self._records = records
+        self._clock = clock
+
+    # ------------------------------------------------------------- taking
+
+    def take_tokens(self, name: str, wanted: int, budget: Budget) -> Taken | None:
+        """Take up to ``wanted`` tokens of ``name``'s bucket; None if it has none."""
+
+        def change(row: Record | None) -> tuple[dict[str, PropertyValue] | None, Taken | None]:
+            if row is None:
+                return None, None
+            bucket, got, wait = Bucket.from_record(name, row).take(wanted, self._clock.now())
+            return (bucket.properties() if got else None), Taken(got, wait)
+
+        return self._change(name, RATE_ROW, change, budget)
+
+    def take_slots(
+        self, name: str, worker: str, wanted: int, lease_seconds: float, budget: Budget
+    ) -> Taken | None:
+        """Take up to ``wanted`` of ``name``'s slots for ``worker``, held for a lease
+        unless renewed; None if ``name`` has no running limit."""
+
+        def change(row: Record | None) -> tuple[dict[str, PropertyValue] | None, Taken | None]:
+            if row is None:
+                return None, None
+            now, slots = self._clock.now(), Slots.from_record(name, row)
+            got = max(0, min(wanted, slots.max_running - slots.in_use(now)))
+            if got == 0:
+                return None, Taken(0)
+            mine = slots.held_by(worker, now) + got
+            return slots.holding(worker, mine, now, lease_seconds).properties(), Taken(got)
+
+        return self._change(name, RUNNING_ROW, change, budget)
+
+    def hold_slots(
+        self, name: str, worker: str, count: int, lease_seconds: float, budget: Budget
+    ) -> int:
+        """Say ``worker`` holds ``count`` of ``name``'s slots (0: none), until a lease
+        from now: a release and a renewal both. A holder whose entry expired meanwhile
+        gets back only what is free. Returns what it holds now."""
+
+        def change(row: Record | None) -> tuple[dict[str, PropertyValue] | None, int]:
+            if row is None:
+                return None, 0
+            now, slots = self._clock.now(), Slots.from_record(name, row)
+            mine = slots.held_by(worker, now)
+            kept = min(count, mine + max(0, slots.max_running - slots.in_use(now)))
+            return slots.holding(worker, kept, now, lease_seconds).properties(), kept
+
+        return self._change(name, RUNNING_ROW, change, budget)
+
+    # ------------------------------------------------------------- setting
+
+    def define_rate(self, name: str, rate: Rate, source: str, budget: Budget) -> Bucket:
+        """A class's value: creates the bucket, or changes one this ``source`` created
+        (a redeployed class); one set by hand or by another class is left as it is.
+        Returns the bucket as it stands (the caller warns if it differs)."""
+
+        def change(row: Record | None) -> tuple[dict[str, PropertyValue] | None, Bucket]:
+            if row is None:
+                return self._new_bucket(name, rate, source)
+            found = Bucket.from_record(name, row)
+            if found.source != source or found.rate == rate:
+                return None, found
+            return self._rated(found, rate, source)
+
+        self._catalogue(name, source, budget)
+        return self._change(name, RATE_ROW, change, budget)
+
+    def define_running(self, name: str, max_running: int, source: str, budget: Budget) -> Slots:
+        """As :meth:`define_rate`, for a running limit."""
+
+        def change(row: Record | None) -> tuple[dict[str, PropertyValue] | None, Slots]:
+            if row is None:
+                slots = Slots(name, max_running, source)
+                return slots.properties(), slots
+            found = Slots.from_record(name, row)
+            if found.source != source or found.max_running == max_running:
+                return None, found
+            changed = replace(found, max_running=max_running)
+            return changed.properties(), changed
+
+        self._catalogue(name, source, budget)
+        return self._change(name, RUNNING_ROW, change, budget)
+
+    def set_rate(self, name: str, rate: Rate, budget: Budget) -> Bucket:
+        """``runner limit NAME 100/s``: set by hand; class values no longer change it."""
+
+        def change(row: Record | None) -> tuple[dict[str, PropertyValue] | None, Bucket]:
+            if row is None:
+                return self._new_bucket(name, rate, BY_HAND)
+            return self._rated(Bucket.from_record(name, row), rate, BY_HAND)
+
+        self._catalogue(name, BY_HAND, budget)
+        return self._change(name, RATE_ROW, change, budget)
+
+    def set_running(self, name: str, max_running: int, budget: Budget) -> Slots:
+        """``runner limit NAME --running 20``: set by hand, holders kept."""
+
+        def change(row: Record | None) -> tuple[dict[str, PropertyValue] | None, Slots]:
+            found = Slots(name, max_running, BY_HAND)
+            if row is not None:
+                found = replace(Slots.from_record(name, row), max_running=max_running)
+            changed = replace(found, source=BY_HAND)
+            return changed.properties(), changed
+
+        self._catalogue(name, BY_HAND, budget)
+        return self._change(name, RUNNING_ROW, change, budget)
+
+    def clear(self, name: str, budget: Budget) -> bool:
+        """Remove ``name``'s records: workers create them again from their class values
+        (a name no class gives is gone). True if there was anything to remove."""
+        check_limit_name(name)
+        # Read raw, not parsed: a record nobody can read can still be cleared.
+        found = [self._read(name, row, budget) for row in (RATE_ROW, RUNNING_ROW)]
+        table = layout.LIMITS_TABLE
+        for row in (RATE_ROW, RUNNING_ROW):
+            budget.call(functools.partial(self._records.delete, table, name, row, etag=ANY_ETAG))
+        budget.call(
+            functools.partial(
+                self._records.delete, table, layout.LIMITS_CATALOGUE, name, etag=ANY_ETAG
+            )
+        )
+        return any(row is not None for row in found)
+
+    # ------------------------------------------------------------- reading
+
+    def get(self, name: str, budget: Budget) -> Limit:
+        """``name``'s limit as stored (both parts None if it has none)."""
+        rate, running = self._read(name, RATE_ROW, budget), self._read(name, RUNNING_ROW, budget)
+        return Limit(
+            name,
+            None if rate is None else Bucket.from_record(name, rate),
+            None if running is None else Slots.from_record(name, running),
+        )
+
+    def scan(self, budget: Budget) -> list[Limit | BadRecord]:
+        """Every limit named in the catalogue, by name; a BadRecord for one unreadable."""
+        rows = budget.call(
+            lambda: list(self._records.query(layout.LIMITS_TABLE, layout.LIMITS_CATALOGUE))
+        )
+        found: list[Limit | BadRecord] = []
+        for row in rows:
+            try:
+                limit = replace(self.get(row.row_key, budget), named_by=_named_by(row))
+            except BadRecord as bad:
+                found.append(bad)
+                continue
+            if limit.rate is not None or limit.running is not None:
+                found.append(limit)
+        return found
+
+    # ------------------------------------------------------------- inside
+
+    def _new_bucket(
+        self, name: str, rate: Rate, source: str
+    ) -> tuple[dict[str, PropertyValue], Bucket]:
+        burst = default_burst(rate)
+        bucket = Bucket(name, rate, burst, burst, self._clock.now(), source)
+        return bucket.properties(), bucket
+
+    def _rated(
+        self, found: Bucket, rate: Rate, source: str
+    ) -> tuple[dict[str, PropertyValue], Bucket]:
+        # Tokens already there stay, up to the new burst: a lower rate bites at once.
+        full = found.refilled(self._clock.now())
+        burst = default_burst(rate)
+        tokens = min(full.tokens, burst)
+        changed = replace(full, rate=rate, burst=burst, tokens=tokens, source=source)
+        return changed.properties(), changed
+
+    def _catalogue(self, name: str, source: str, budget: Budget) -> None:
+        """Name ``name`` in the catalogue, with ``source`` among the job types naming it
+        (written only when it is news: once per job type and limit)."""
+        check_limit_name(name)
+
+        def change(row: Record | None) -> tuple[dict[str, PropertyValue] | None, None]:
+            named_by = _named_by(row) if row is not None else ()
+            if row is not None and (source == BY_HAND or source in named_by):
+                return None, None
+            kept = named_by if source == BY_HAND else (*named_by, source)
+            return {NAMED_BY: " ".join(kept)}, None
+
+        self._change(layout.LIMITS_CATALOGUE, name, change, budget)
+
+    def _read(self, name: str, row: str, budget: Budget) -> Record | None:
+        try:
+            return budget.call(lambda: self._records.get(layout.LIMITS_TABLE, name, row))
+        except NotFound:
+            return None
+
+    def _change(
+        self,
+        name: str,
+        row: str,
+        change: Callable[[Record | None], tuple[dict[str, PropertyValue] | None, T]],
+        budget: Budget,
+    ) -> T:
+        """Apply ``change`` by compare-and-swap, settling lost answers by reading.
+
+        ``change`` maps the row as read (None: missing) to the new row and the outcome,
+        or to None and the outcome when nothing is to be written."""
+        outcomes: dict[str, T] = {}  # what each try of ours would have made, by token
+
+        def attempt() -> T:
+            current = self._read(name, row, budget)
+            recent = _recent(current)
+            for token, outcome in outcomes.items():
+                if token in recent:
+                    return outcome  # an earlier try was applied; its answer was lost
+            properties, outcome = change(current)
+            if properties is None:
+                return outcome
+            token = one_off()
+            outcomes[token] = outcome
+            written = {
+                **properties,
+                WRITER: token,
+                RECENT: " ".join([*recent, token][-RECENT_WRITES:]),
+            }
+            try:
+                if current is None:
+                    self._records.insert(layout.LIMITS_TABLE, name, row, written)
+                else:
+                    self._records.replace(
+                        layout.LIMITS_TABLE, name, row, written, etag=current.etag
+                    )
+            except (Conflict, AlreadyExists, NotFound) as raced:
+                raise _Again from raced
+            return outcome
+
+        while True:
+            try:
+                return budget.call(attempt, f"limit {name} ({row})")
+            except _Again:
+                continue
+
+
+def _named_by(row: Record) -> tuple[str, ...]:
+    named = row.properties.get(NAMED_BY)
+    return tuple(named.split()) if isinstance(named, str) else ()
+
+
+def _recent(row: Record | None) -> list[str]:
+    if row is None:
+        return []
+    recent = row.properties.get(RECENT)
+    return recent.split() if isinstance(recent, str) else []

@@ -1,0 +1,43 @@
+"""One thread per worker renewing the running slots it holds (:mod:`runner.worker.admission`).
+
+A slot is held in the store with an expiry of one lease, so a worker that dies frees
+its slots within a lease. This thread renews them every third of the shortest lease of
+the job types served: one write per limit name per interval, whatever the number of
+chunks, kept off the lease keeper (which renews messages, not slots).
+"""
+
+from __future__ import annotations
+
+import threading
+
+from runner.worker.admission import Admission
+from runner.worker.logs import in_context
+
+#: Renewals per lease: a slot survives two failed renewals in a row.
+RENEWALS_PER_LEASE = 3
+
+
+class SlotKeeper:
+    """Renews a worker's slots every ``lease_seconds / 3`` until stopped."""
+
+    def __init__(self, admission: Admission, lease_seconds: float):
+        self._admission = admission
+        self.interval_seconds = lease_seconds / RENEWALS_PER_LEASE
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        self._thread = threading.Thread(
+            target=in_context(self._run), name="slot-keeper", daemon=True
+        )
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+
+    def _run(self) -> None:
+        # Real waits, as the lease keeper's: a FakeClock would spin through renewals.
+        while not self._stop.wait(self.interval_seconds):
+            self._admission.renew()

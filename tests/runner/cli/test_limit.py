@@ -1,0 +1,117 @@
+"""``runner limit`` (runner/cli/limit_command.py) and the limits ``runner status`` shows
+per job, in text and JSON; bad input is one line, exit 1, and writes nothing."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner, Result
+
+from checkpoint import layout
+from checkpoint.backends import open_storage
+from checkpoint.clock import SystemClock
+from checkpoint.quotas import RUNNING_ROW, QuotaBook
+from checkpoint.rates import parse_rate
+from checkpoint.store import CheckpointStore
+from jobs.submit import submit
+from runner.cli import commands
+from tests.runner.cli.invoke import one_error_line, run_runner
+from tests.runner.worker.test_loop import TwoAtOnce
+
+
+def runner(store: Path, *args: str) -> Result:
+    result = CliRunner().invoke(commands.cli, [*args, "--storage", str(store)])
+    assert result.exit_code == 0, result.output
+    return result
+
+
+def test_limits_are_set_by_hand_listed_and_cleared(tmp_path: Path):
+    store = tmp_path / "store"
+    said = runner(store, "limit", "orders-db", "50/s").output
+    assert said == "orders-db  rate 50/s  (set by hand)  50.0/50.0 tokens\n"
+    runner(store, "limit", "migrate-orders", "--running", "20")
+    runner(store, "limit", "migrate-orders", "6000/min")
+    listed = runner(store, "limit").output.splitlines()
+    assert listed == [
+        "migrate-orders  rate 6000/min  (set by hand)  100.0/100.0 tokens",
+        "migrate-orders  running 20  (set by hand)  0/20 running",
+        "orders-db  rate 50/s  (set by hand)  50.0/50.0 tokens",
+    ]
+    shown = json.loads(runner(store, "limit", "migrate-orders", "--json").output)
+    assert [(one["kind"], one["value"], one["set_by"]) for one in shown] == [
+        ("rate", "6000/min", "hand"),
+        ("running", "20", "hand"),
+    ]
+    assert shown[0]["rate_per_second"] == 100.0 and shown[1]["max_running"] == 20
+    assert runner(store, "limit", "orders-db", "--clear").output.startswith("orders-db: cleared")
+    assert json.loads(runner(store, "limit", "--json").output)[-1]["name"] == "migrate-orders"
+
+
+def test_no_limits_at_all_says_so(tmp_path: Path):
+    runner(tmp_path / "store", "limit", "x", "1/s")
+    runner(tmp_path / "store", "limit", "x", "--clear")
+    assert runner(tmp_path / "store", "limit").output == "no limits\n"
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (["limit", "x", "5"], "RATE must be a count per unit, like '200/s'"),
+        (["limit", "x", "--running", "0"], "--running must be a whole number >= 1, not '0'"),
+        (["limit", "--clear"], "name the limit"),
+        (["limit", "a/b", "5/s"], "limit name 'a/b' is not valid"),
+        (["limit", "x", "5/s", "--clear"], "--clear takes no RATE or --running"),
+        (["limit", "nothing"], "no limit named 'nothing'; set one with RATE or --running"),
+        (["limit", "nothing", "--clear"], "no limit named 'nothing'"),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_1(tmp_path: Path, args: list[str], says: str):
+    runner(tmp_path / "store", "limit", "other", "1/s")  # a store to look in
+    result = CliRunner().invoke(commands.cli, [*args, "--storage", str(tmp_path / "store")])
+    assert result.exit_code == 1 and says in str(result.exception)
+
+
+def test_a_bad_limit_command_run_as_a_user_runs_it_is_one_error_line(tmp_path: Path):
+    line = one_error_line(run_runner(tmp_path, "limit", "x", "fast", "--storage", "s"))
+    assert line == (
+        "runner: error: RATE must be a count per unit, like '200/s', '6000/min' or '1/h' "
+        "(count > 0), not 'fast'"
+    )
+    assert not (tmp_path / "s").exists()  # nothing written
+
+
+def test_status_shows_a_jobs_own_limits_and_the_resources_its_class_names(tmp_path: Path):
+    # Given a job of a type with max_running, a resource its class names (as its
+    # worker said at start), and another limit of nobody's
+    with open_storage(str(tmp_path / "store")) as storage:
+        job_id = submit(TwoAtOnce, {"chunks": 1, "seconds": 0}, storage=storage)
+        store = CheckpointStore(storage, SystemClock())
+        quotas = QuotaBook(storage.records, store.clock)
+        quotas.define_running(TwoAtOnce.queue, 2, TwoAtOnce.job_type(), store.budget())
+        quotas.define_rate("st-db", parse_rate("5/s"), TwoAtOnce.job_type(), store.budget())
+        quotas.set_rate("unrelated", parse_rate("1/s"), store.budget())
+    # When status is asked, then the job shows its two, in text and JSON
+    text = runner(tmp_path / "store", "status", job_id).output
+    assert f"  limit {TwoAtOnce.queue}  running 2  (set by {TwoAtOnce.job_type()})  0/2" in text
+    assert "  limit st-db  rate 5/s" in text and "unrelated" not in text
+    shown = json.loads(runner(tmp_path / "store", "status", job_id, "--json").output)
+    assert [(one["name"], one["kind"]) for one in shown["limits"]] == [
+        (TwoAtOnce.queue, "running"),
+        ("st-db", "rate"),
+    ]
+    assert shown["limits"][0]["running"] == 0 and shown["limits"][0]["named_by"] == [
+        TwoAtOnce.job_type()
+    ]
+
+
+def test_a_limit_that_cannot_be_read_is_logged_and_left_out(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+):
+    runner(tmp_path / "store", "limit", "good", "1/s")
+    runner(tmp_path / "store", "limit", "garbled", "--running", "2")
+    with open_storage(str(tmp_path / "store")) as storage:
+        storage.records.upsert(layout.LIMITS_TABLE, "garbled", RUNNING_ROW, {"holders": "{"})
+    assert runner(tmp_path / "store", "limit").output.startswith("good  rate 1/s")
+    assert "a limit cannot be read: running limit 'garbled'" in caplog.text
