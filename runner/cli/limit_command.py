@@ -45,9 +45,9 @@ def limit(
     of a resource) started per second, minute or hour ("100/s", "6000/min", "1/h").
     A job type's own limits are named after its queue."""
     _check(name, rate, running, clear)
-    # Setting a limit before any job or worker is fine: it creates the store then.
-    setting = rate is not None or running is not None
-    with open_storage(storage, create=setting) as opened:
+    # Only submit and start create a store: a mistyped --storage must not leave a store
+    # holding a limit that no worker reads.
+    with open_storage(storage, create=False) as opened:
         store = CheckpointStore(opened)
         store.ensure()
         quotas, budget, now = (

@@ -22,9 +22,19 @@ from tests.runner.worker.test_loop import TwoAtOnce
 
 
 def runner(store: Path, *args: str) -> Result:
+    if not store.exists():  # made as `runner submit` or `runner start` make it
+        with open_storage(str(store)) as opened:
+            CheckpointStore(opened).ensure()
     result = CliRunner().invoke(commands.cli, [*args, "--storage", str(store)])
     assert result.exit_code == 0, result.output
     return result
+
+
+def test_setting_a_limit_where_there_is_no_store_creates_nothing(tmp_path: Path):
+    # A mistyped --storage: one line, exit 1, and no store left behind
+    line = one_error_line(run_runner(tmp_path, "limit", "orders-db", "50/s", "--storage", "sotre"))
+    assert line.startswith("runner: error: no store at ")
+    assert not (tmp_path / "sotre").exists()
 
 
 def test_limits_are_set_by_hand_listed_and_cleared(tmp_path: Path):
