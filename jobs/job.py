@@ -15,6 +15,12 @@ from jobs.chunk import Chunk
 from jobs.errors import JobDefinitionError
 from jobs.summary import JobSummary
 
+#: Chunk messages of one job on its queue at most (``ChunkedJob.feed_window``). Large
+#: enough that the feeder runs once per 256 chunks and that workers x slots well below it
+#: never wait on it; small enough that a job submitted behind it waits for 256 chunks,
+#: not for all of the earlier job's.
+DEFAULT_FEED_WINDOW = 256
+
 
 def kebab_case(name: str) -> str:
     """``MigrateOrders`` -> ``migrate-orders``; ``HTTPImport2`` -> ``http-import2``."""
@@ -53,6 +59,12 @@ class ChunkedJob:
             bad row, a schema mismatch): a chunk raising one is poisoned at once,
             without its other attempts. ``raise ChunkFailed(..., retry=False)`` does
             the same case by case.
+        feed_window: chunk messages of one job on the queue at most (sent, not yet
+            ended): planning records every chunk but sends only the first window, and
+            a feed task of the job tops it up as chunks end, so a job submitted later
+            is not queued behind all of an earlier one's chunks (docs/semantics.md
+            §20). Keep it several times the slots (workers x concurrency + prefetch)
+            serving the type, or workers wait for the feeder; >= 1.
     """
 
     queue: ClassVar[str] = ""
@@ -63,6 +75,7 @@ class ChunkedJob:
     backoff: ClassVar[Backoff] = Backoff()
     tolerated_failures: ClassVar[int | float | None] = None
     non_retryable: ClassVar[tuple[type[BaseException], ...]] = ()
+    feed_window: ClassVar[int] = DEFAULT_FEED_WINDOW
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -124,6 +137,7 @@ def check_job_class(cls: type[ChunkedJob]) -> None:
         error=JobDefinitionError,
     )
     checks.whole(cls.max_attempts, f"{name}.max_attempts", lowest=1, error=JobDefinitionError)
+    checks.whole(cls.feed_window, f"{name}.feed_window", lowest=1, error=JobDefinitionError)
     checks.number(
         cls.checkpoint_interval_seconds,
         f"{name}.checkpoint_interval_seconds",

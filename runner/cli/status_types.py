@@ -130,6 +130,8 @@ class JobStatus:
     finalize: str | None
     unreadable: tuple[Unreadable, ...]
     workers: tuple[WorkerStatus, ...] = ()
+    #: ``submit(..., priority=N)``: higher is fed first (docs/semantics.md §20).
+    priority: int = 0
 
     @property
     def dropped(self) -> bool:

@@ -187,6 +187,7 @@ RICH_JSON = {
             "beat_seconds": 5.0,
         }
     ],
+    "priority": 0,
 }
 
 
