@@ -142,6 +142,8 @@ def test_a_class_name_too_short_for_a_queue_asks_for_one():
         ("max_attempts", 0, "max_attempts"),
         ("max_attempts", False, "max_attempts"),
         ("max_attempts", 2.0, "max_attempts"),
+        ("feed_window", 0, "feed_window"),
+        ("feed_window", 64.0, "feed_window"),
         ("checkpoint_interval_seconds", -1, "checkpoint_interval_seconds"),
         ("checkpoint_interval_seconds", "5", "checkpoint_interval_seconds"),
         ("checkpoint_interval_seconds", True, "checkpoint_interval_seconds"),
@@ -165,6 +167,7 @@ def test_bad_settings_are_refused_at_class_definition(setting, value, says):
         ("checkpoint_interval_seconds", 0.25),
         ("max_chunk_seconds", 0.1),
         ("max_chunk_seconds", 3600),
+        ("feed_window", 1),
     ],
 )
 def test_edge_settings_are_accepted(setting, value):
