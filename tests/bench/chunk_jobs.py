@@ -66,3 +66,17 @@ class Padded(ChunkedJob):
 
     def process(self, chunk: Chunk) -> Any:
         return None
+
+
+class Paced(ChunkedJob):
+    """``params["chunks"]`` chunks each taking ``params["ms"]`` milliseconds (0: returns
+    at once, as :class:`Trivial`)."""
+
+    queue = "bench-paced"
+
+    def split(self, params: dict[str, Any]) -> Any:
+        return range(params["chunks"])
+
+    def process(self, chunk: Chunk) -> Any:
+        time.sleep(chunk.params["ms"] / 1000)
+        return None
