@@ -9,11 +9,14 @@ message sent. One step of it (docs/semantics.md §20):
 2. while ``cursor - ended`` is below the window: reads the next page of chunk records by
    index, sends their messages as planning does, and writes the cursor. The write is
    fenced by the record's ETag: of two feeders (a continuation sent twice), the second's
-   write fails and it stops; a page both sent runs once (the claim, §5);
-3. with the cursor at the job's total, ends done. Otherwise its record is set waiting, a
-   fresh feed message goes to the back of the queue (it runs again once the window ahead
-   of it has been received), and only then is this message deleted: a crash in between
-   leaves this one to come back and go on from the written cursor.
+   write fails and it stops; a page both sent runs once (the claim, §5). The first page
+   is half of what the step sends, and the next step's message goes right after it: the
+   next step then runs while the other half is still queued, so the workers never find
+   the queue drained while the feeder runs (at the back, it ran only once they had);
+3. with the cursor at the job's total, ends done. Otherwise its record is set waiting,
+   and only then is this message deleted: a crash before leaves this one to come back
+   and go on from the written cursor. A next step's message received while this step
+   still runs is hidden a moment, not deleted (:func:`runner.worker.claim.claimable`).
 
 A step never waits in a worker slot: with the window full it ends at once, and its
 continuation is hidden :data:`FEED_IDLE_SECONDS`, so an idle feeder costs a few reads a
@@ -23,7 +26,7 @@ second, not a busy loop.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from checkpoint import retries
@@ -67,9 +70,11 @@ def run_feed(
     window: int,
     first: int,
     control: TaskControl,
+    midway: Callable[[int], object],
 ) -> FeedStep:
     """One step of the job's feed task (``first``: where its cursor starts if its record
-    holds none; ``window``: the job class's ``feed_window``)."""
+    holds none; ``window``: the job class's ``feed_window``); ``midway(cursor)`` is called
+    once the first half of what it sends is sent and its cursor written."""
     read = control.lease_budget(retries.READ)
     send = control.lease_budget(retries.PLANNING)
     job = runner_side(lambda: store.get_job(job_id, read), "reading the job")
@@ -83,6 +88,8 @@ def run_feed(
     fed = 0
     while cursor < recorded and cursor - ended < window:
         count = min(window - (cursor - ended), recorded - cursor, MAX_PAGE_CHUNKS)
+        if not fed:
+            count = (count + 1) // 2  # the half the next step's message goes behind
         runner_side(
             lambda: _feed_page(store, queues, job, cursor, count, read, send),  # noqa: B023
             "feeding a page of chunks",
@@ -92,6 +99,8 @@ def run_feed(
             lambda: control.write({}, {"progress": cursor}),  # noqa: B023
             "writing the feed cursor",
         )
+        if fed == count:
+            midway(cursor)
         control.raise_if_stopped()
     return FeedStep(cursor, fed, job.total is not None and cursor >= job.total)
 
@@ -157,15 +166,46 @@ def as_planned(index: int, found: TaskRecord | BadRecord | None) -> PlannedChunk
     return PlannedChunk(index)
 
 
-def feed_later(delivery: Delivery, control: TaskControl, step: FeedStep) -> None:
+class NextStep:
+    """Sends the message of a job's next feed step, once per step (midway, or at its end
+    if it sent nothing or the midway send failed)."""
+
+    def __init__(self, delivery: Delivery):
+        self._delivery = delivery
+        self.sent = False
+
+    def send(self, cursor: int, delay_seconds: int = 0) -> bool:
+        """Send it unless sent already; False if that failed (the failure is logged)."""
+        if self.sent:
+            return True
+        delivery = self._delivery
+        body = feed_message(delivery.job, cursor)
+        queue, queues = delivery.lease.queue, delivery.worker.queues
+        try:
+            # A send applied with its answer lost and sent again makes two feeders: the
+            # cursor's ETag fences their writes, and neither sends past the window.
+            delivery.budget(retries.MESSAGE).call(
+                lambda: queues.send(
+                    queue, body, delay_seconds=delay_seconds, ttl_seconds=NEVER_EXPIRES
+                )
+            )
+        except StorageError as error:
+            log.warning("feed of %s: sending its next step failed: %s", delivery.job_id, error)
+            return False
+        self.sent = True
+        return True
+
+
+def feed_later(delivery: Delivery, control: TaskControl, step: FeedStep, after: NextStep) -> None:
     """End an unfinished step: its record set waiting (its attempt given back: feeding
-    again is no failure), the next step's message sent, and only then this message
-    deleted. A failure before the send leaves this message to come back and go on."""
+    again is no failure), the next step's message sent if it was not midway, and only
+    then this message deleted. A failure before the send leaves this message to come
+    back and go on."""
     worker, lease = delivery.worker, delivery.lease
     refund = max(0, control.task.attempt - 1)
     try:
-        # Waiting before the send: the next step's message, received at once by another
-        # worker, must find the record free to claim, not running under this message.
+        # Waiting before this message goes: the next step's message, received by another
+        # worker, must find the record free to claim.
         control.write({"state": "waiting", "owner": "", "attempt": refund})
     except LeaseLost:
         worker.keeper.drop(lease)
@@ -175,18 +215,7 @@ def feed_later(delivery: Delivery, control: TaskControl, step: FeedStep) -> None
         worker.keeper.drop(lease)
         return
     delay = 0 if step.fed else FEED_IDLE_SECONDS
-    body = feed_message(delivery.job, step.cursor)
-    try:
-        # A send applied with its answer lost and sent again makes two feeders: the
-        # cursor's ETag fences them, and one of them is deleted unrun when it meets the
-        # other running (claim.verdict).
-        delivery.budget(retries.MESSAGE).call(
-            lambda: worker.queues.send(
-                lease.queue, body, delay_seconds=delay, ttl_seconds=NEVER_EXPIRES
-            )
-        )
-    except StorageError as error:
-        log.warning("feed of %s: sending its next step failed: %s", delivery.job_id, error)
+    if not after.send(step.cursor, delay):
         worker.keeper.release(lease, delay)
         return
     log.debug("feed of %s: %d sent, cursor %d", delivery.job_id, step.fed, step.cursor)

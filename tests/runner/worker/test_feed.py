@@ -221,12 +221,13 @@ def test_status_shows_the_priority(world: World, run: Run):
 
 CRASH_POINTS = [
     # (the worker's call it dies before, which of them while feeding): what is lost
-    ("records.query", 1),  # before reading its first page: nothing sent
-    ("queues.send_many", 1),  # before sending it
-    ("records.merge", 2),  # page sent, cursor not written: the page is sent again
-    ("records.merge", 3),  # cursor written, record not yet waiting
-    ("queues.send", 1),  # record waiting, the next step's message not sent
-    ("queues.delete", 1),  # next step's message sent, its own not deleted: two feeders
+    ("records.query", 1),  # before reading the jobs and its first page: nothing sent
+    ("queues.send_many", 1),  # before sending the first half
+    ("records.merge", 2),  # first half sent, cursor not written: sent again
+    ("queues.send", 1),  # cursor written, the next step's message not sent
+    ("queues.send_many", 2),  # next step's message sent, second half not: two feeders
+    ("records.merge", 4),  # second half's cursor written, record not yet waiting
+    ("queues.delete", 1),  # record waiting, its own message not deleted: two feeders
 ]
 
 

@@ -4,6 +4,7 @@ planning goes on, an idle step, and each way ending a step can go wrong."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from datetime import timedelta
 
 import pytest
 
@@ -77,8 +78,9 @@ def _running_job(world: World) -> str:
     return job_id
 
 
-# The worker's record.merge calls in a step: its claim, the cursor, the end (waiting).
-END_OF_STEP = 3
+# The worker's record.merge calls in a step: its claim, the cursor after each half of
+# what it sends, the end (waiting).
+END_OF_STEP = 4
 
 
 def test_a_feeder_fenced_as_it_ends_its_step_leaves_its_message_alone(world: World):
@@ -87,7 +89,8 @@ def test_a_feeder_fenced_as_it_ends_its_step_leaves_its_message_alone(world: Wor
 
     message = world.deliver()
 
-    assert world.untouched(message) and world.log.delays == []
+    # (the next step's message went midway: it waits for whoever holds the record)
+    assert world.untouched(message) and world.log.delays == [0]
     assert world.task(job_id, "feed").owner == OTHER_WORKER
 
 
@@ -100,7 +103,7 @@ def test_a_step_that_cannot_be_ended_leaves_its_message_to_come_back(world: Worl
     message = world.deliver()
 
     world.meanwhile.busy.clear()
-    assert world.untouched(message) and world.log.delays == []
+    assert world.untouched(message) and world.log.delays == [0]
     feed = world.task(job_id, "feed")
     assert (feed.state, world.progress(feed)) == ("running", 150)  # goes on from here
 
@@ -126,3 +129,25 @@ def test_a_job_of_no_more_than_its_window_has_no_feeder(world: World):
     assert world.in_queue() == WINDOW
     with pytest.raises(NotFound):
         world.task(job_id, "feed")
+
+
+def test_a_next_step_received_while_its_step_runs_waits_for_it(world: World):
+    # Given the feed record running under another message, its lease not over
+    job_id = _running_job(world)
+    lease_until = world.clock.now() + timedelta(seconds=30)
+    world.set_task(
+        job_id,
+        "feed",
+        state="running",
+        owner=OTHER_WORKER,
+        message_id="message-b",
+        attempt=1,
+        lease_until=lease_until,
+    )
+
+    message = world.deliver()
+
+    # Then this message, the feeder's way on, is hidden a moment, not deleted unrun
+    assert message.id not in world.log.deleted
+    assert world.log.visibility[message.id] == [IDLE_SECONDS]
+    assert world.task(job_id, "feed").owner == OTHER_WORKER
