@@ -88,7 +88,8 @@ def run_feed(
     fed = 0
     while cursor < recorded and cursor - ended < window:
         count = min(window - (cursor - ended), recorded - cursor, MAX_PAGE_CHUNKS)
-        if not fed:
+        first_page = not fed
+        if first_page:
             count = (count + 1) // 2  # the half the next step's message goes behind
         runner_side(
             lambda: _feed_page(store, queues, job, cursor, count, read, send),  # noqa: B023
@@ -99,7 +100,7 @@ def run_feed(
             lambda: control.write({}, {"progress": cursor}),  # noqa: B023
             "writing the feed cursor",
         )
-        if fed == count:
+        if first_page:
             midway(cursor)
         control.raise_if_stopped()
     return FeedStep(cursor, fed, job.total is not None and cursor >= job.total)
