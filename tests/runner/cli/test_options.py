@@ -198,17 +198,19 @@ def test_a_worker_killed_by_the_sigterm_passed_on_while_stopping_stopped_as_aske
 
 
 def test_priority_is_kept_and_shown_by_status(tmp_path):
-    (tmp_path / "sums.py").write_text(SUMS)
-    given = run_runner(tmp_path, "submit", "sums:Sums", "--job-id", "p-1", "--priority", "7")
-    assert given.returncode == 0, given
-    run_runner(tmp_path, "submit", "sums:Sums", "--job-id", "p-0")
+    where = str(tmp_path / "store")
+    job = "tests.runner.world:Verdicts"
+    for job_id, more in (("p-1", ["--priority", "7"]), ("p-0", [])):
+        args = ["submit", job, "--params", '{"payloads": []}', "--job-id", job_id, *more]
+        given = CliRunner().invoke(cli, [*args, "--storage", where])
+        assert given.exit_code == 0, given.output
 
-    text = run_runner(tmp_path, "status")
-    shown = run_runner(tmp_path, "status", "p-1", "--json")
+    text = CliRunner().invoke(cli, ["status", "--storage", where])
+    shown = CliRunner().invoke(cli, ["status", "p-1", "--json", "--storage", where])
 
-    heads = [line for line in text.stdout.splitlines() if line.startswith("p-")]
+    heads = [line for line in text.output.splitlines() if line.startswith("p-")]
     assert [head.endswith("priority 7") for head in sorted(heads)] == [False, True], heads
-    assert json.loads(shown.stdout)["priority"] == 7
+    assert json.loads(shown.output)["priority"] == 7
 
 
 def test_a_priority_that_is_not_a_whole_number_is_one_error_line(tmp_path):

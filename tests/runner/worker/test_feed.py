@@ -72,7 +72,7 @@ class Run:
         payloads = [{"act": "ok"}] * chunks
         storage = self.world.backend.storage
         # Given only when asked for: the same test then runs on code without priorities
-        asked = {"priority": priority} if priority else {}
+        asked: dict[str, Any] = {"priority": priority} if priority else {}
         job_id = submit(Verdicts, {"payloads": payloads}, storage=storage, **asked)
         self.world.during(job_id, lambda: self._ran(job_id))
         return job_id
@@ -114,6 +114,7 @@ class Run:
         return True
 
     def until_ended(self, *job_ids: str, rounds: int = 20_000) -> None:
+        jobs: list[Any] = []
         for _ in range(rounds):
             jobs = [self.world.job_record(job_id) for job_id in job_ids]
             if all(job.ended for job in jobs) and self.world.in_queue() == 0:
