@@ -198,16 +198,18 @@ class NextStep:
 
 
 def feed_later(delivery: Delivery, control: TaskControl, step: FeedStep, after: NextStep) -> None:
-    """End an unfinished step: its record set waiting (its attempt given back: feeding
-    again is no failure), the next step's message sent if it was not midway, and only
-    then this message deleted. A failure before the send leaves this message to come
-    back and go on."""
+    """End an unfinished step: its record set waiting, the next step's message sent if
+    it was not midway, and only then this message deleted. A failure before the send
+    leaves this message to come back and go on.
+
+    Its attempts are set back to 0: one record serves every step of the job, so only
+    steps dying one after another (``max_attempts`` of them) poison it, not as many
+    scattered over a long job."""
     worker, lease = delivery.worker, delivery.lease
-    refund = max(0, control.task.attempt - 1)
     try:
         # Waiting before this message goes: the next step's message, received by another
         # worker, must find the record free to claim.
-        control.write({"state": "waiting", "owner": "", "attempt": refund})
+        control.write({"state": "waiting", "owner": "", "attempt": 0})
     except LeaseLost:
         worker.keeper.drop(lease)
         return

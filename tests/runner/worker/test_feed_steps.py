@@ -151,3 +151,16 @@ def test_a_next_step_received_while_its_step_runs_waits_for_it(world: World):
     assert message.id not in world.log.deleted
     assert world.log.visibility[message.id] == [IDLE_SECONDS]
     assert world.task(job_id, "feed").owner == OTHER_WORKER
+
+
+def test_a_step_that_ends_sets_the_attempts_of_earlier_dead_steps_back(world: World):
+    # Given a feeder whose last step died (one record serves every step; Verdicts allows
+    # two attempts)
+    job_id = _running_job(world)
+    world.set_task(job_id, "feed", state="waiting", attempt=1)
+
+    world.deliver()
+
+    # Then a step that ends well leaves none counted: only steps dying one after another
+    # (max_attempts of them) may poison the feeder
+    assert world.task(job_id, "feed").attempt == 0
