@@ -31,8 +31,9 @@ help:
 	@echo "make bench      storage operations, the chunk engine, requests per chunk by kind"
 	@echo "                (SCALE.md's input), a resume of 1,000 parked chunks (both backends),"
 	@echo "                shared rate and running limits over 4 worker processes (both"
-	@echo "                backends), a metrics scrape of 4 workers, the dashboard's requests"
-	@echo "                per refresh and the"
+	@echo "                backends), a small job's first chunk behind a 10,000-chunk one"
+	@echo "                (2,000 on Azurite; before and after windowed feeding), a metrics"
+	@echo "                scrape of 4 workers, the dashboard's requests per refresh and the"
 	@echo "                migration chunked vs one plain Spark job, locally and on a loopback"
 	@echo "                cluster through Spark Connect (and Structured Streaming) -> BENCHMARKS.md"
 	@echo "make chaos      fault-injection runs (kills, a pause, storage faults) on both"
@@ -92,6 +93,8 @@ bench: venv azurite
 	$(BIN)/python -m tests.bench.requests_per_chunk --output BENCHMARKS.md
 	$(BIN)/python -m tests.bench.parks --output BENCHMARKS.md
 	$(BIN)/python -m tests.bench.limits --output BENCHMARKS.md
+	$(BIN)/python -m tests.bench.fairness --baseline-ref 99a0db2 --output BENCHMARKS.md
+	$(BIN)/python -m tests.bench.fairness --azurite --large 2000 --chunk-ms 5 --baseline-ref 99a0db2 --output BENCHMARKS.md
 	$(BIN)/python -m tests.bench.metrics --output BENCHMARKS.md
 	$(BIN)/python -m tests.bench.dashboard --chunks 100000 --azurite-chunks 100000 --runs 3 --output BENCHMARKS.md
 	$(BIN)/python -m tests.bench.migration --output BENCHMARKS.md

@@ -61,8 +61,8 @@ class Deleted:
 
 def task_partitions(job_id: str) -> list[str]:
     """Every partition of the tasks table a job's records live in: its 16 shards, its
-    parked messages' notes, then planning's and finalize's (last: a planning message
-    handled meanwhile reads there)."""
+    parked messages' notes, then planning's, feeding's and finalize's (last: a planning
+    message handled meanwhile reads there)."""
     shards = [layout.shard_partition(job_id, shard) for shard in range(layout.SHARDS)]
     return [*shards, layout.park_partition(job_id), layout.control_partition(job_id)]
 

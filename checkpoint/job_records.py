@@ -63,8 +63,10 @@ class JobRecords:
         queue: str,
         params: Any,
         budget: Budget | None = None,
+        priority: int = 0,
     ) -> tuple[JobRecord, bool]:
-        """Record a new job; if ``job_id`` exists already, return that one (and False).
+        """Record a new job (of ``priority``); if ``job_id`` exists already, return that
+        one (and False).
 
         An insert that was applied although it failed is recognised by its writer
         token: the job is then this call's own (True), not "already there"."""
@@ -81,6 +83,7 @@ class JobRecords:
             # Carried in every message of the job: a message of an earlier job of this
             # id (deleted since) is never taken for this one.
             "incarnation": secrets.token_hex(8),
+            "priority": priority,
             WRITER: settle.one_off(),
             **self._values.put((job_id, "job", 0), "params", params),
         }

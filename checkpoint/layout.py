@@ -39,7 +39,10 @@ SHARD_BLOCK = 32
 #: Row of each shard partition holding its done / poisoned counts (sorts after chunks).
 COUNTS_ROW = "zcounts"
 PLAN_ROW = "plan"
+FEED_ROW = "feed"
 FINAL_ROW = "final"
+#: The row of each task of a job's control partition (all but its chunks).
+CONTROL_ROWS = {"plan": PLAN_ROW, "feed": FEED_ROW, "final": FINAL_ROW}
 #: A job queue's poison queue is its name with this suffix, so a job queue name leaves
 #: room for it within Azure's 63 characters.
 POISON_SUFFIX = "-poison"

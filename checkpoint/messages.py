@@ -25,13 +25,14 @@ MAGIC = "chunkrunner"
 VERSION = 1
 #: Largest encoded payload carried in a chunk message beside the record (48 KiB fit).
 INLINE_PAYLOAD_BYTES = 16 * 1024
-_KINDS: dict[str, TaskKind] = {"p": "plan", "c": "chunk", "f": "final"}
+_KINDS: dict[str, TaskKind] = {"p": "plan", "c": "chunk", "w": "feed", "f": "final"}
 _CODES: dict[TaskKind, str] = {kind: code for code, kind in _KINDS.items()}
 
 
 @dataclass(frozen=True)
 class TaskMessage:
-    """A task to run: planning, one chunk or finalize of a job."""
+    """A task to run: planning, one chunk, feeding or finalize of a job (a feed
+    message's ``index`` is the first chunk it may feed, if its record has no cursor)."""
 
     kind: TaskKind
     job_type: str

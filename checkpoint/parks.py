@@ -60,10 +60,10 @@ class Released:
 
 def park_row(kind: TaskKind, index: int) -> str:
     """The row of a task's note: its record's row (a chunk's ``c...``, ``plan``,
-    ``final``), so a task parked again replaces its note instead of adding one."""
+    ``feed``, ``final``), so a task parked again replaces its note instead of adding one."""
     if kind == "chunk":
         return layout.chunk_row(index)
-    return layout.PLAN_ROW if kind == "plan" else layout.FINAL_ROW
+    return layout.CONTROL_ROWS[kind]
 
 
 def note(

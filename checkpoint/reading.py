@@ -16,7 +16,7 @@ from checkpoint import layout, retries
 from checkpoint.clock import Clock
 from checkpoint.counting import COUNTERS, counts_of
 from checkpoint.errors import BadRecord, NotFound
-from checkpoint.records import OUTPUTS, TASK_STATES, TaskKind, TaskRecord
+from checkpoint.records import CONTROL_KINDS, OUTPUTS, TASK_STATES, TaskKind, TaskRecord
 from checkpoint.retries import Budget
 from checkpoint.storage import Record, Storage, Where
 from checkpoint.task_records import task_keys
@@ -124,7 +124,7 @@ class JobReader:
         budget = retries.given(budget, self._clock)
         for index, chunk in self.scan_chunks(job_id, ("poisoned",), budget):
             yield "chunk", index, chunk
-        for kind in ("plan", "final"):
+        for kind in CONTROL_KINDS:
             partition, row = task_keys(job_id, kind, 0)
             read = functools.partial(self._records.get, layout.TASKS_TABLE, partition, row)
             try:

@@ -15,7 +15,7 @@ from checkpoint import checks
 from checkpoint.errors import BadRecord
 from checkpoint.storage import PropertyValue, Record
 
-TaskKind = Literal["plan", "chunk", "final"]
+TaskKind = Literal["plan", "chunk", "feed", "final"]
 TaskState = Literal["waiting", "running", "retrying", "done", "poisoned"]
 JobState = Literal["planning", "running", "finalizing", "done", "failed", "cancelled"]
 
@@ -30,6 +30,11 @@ MAX_ERROR_CHARS = 8_000
 #: types above, so that each list is written once).
 TASK_STATES: tuple[TaskState, ...] = get_args(TaskState)
 JOB_STATES: tuple[JobState, ...] = get_args(JobState)
+
+#: The tasks of a job beside its chunks, one record each: planning, feeding, finalize.
+CONTROL_KINDS: tuple[TaskKind, ...] = ("plan", "feed", "final")
+#: What logs and status call each of them.
+CONTROL_WORDS: dict[str, str] = {"plan": "planning", "feed": "feeding", "final": "finalize"}
 
 #: Job states after which nothing of the job runs again.
 ENDED_JOB_STATES: tuple[JobState, ...] = ("done", "failed", "cancelled")
@@ -51,6 +56,8 @@ class JobRecord:
             never taken for a new job of the same id (None: recorded before tokens).
         deleting_on: when its deletion began (``runner delete``), else None; from then
             on its messages are deleted unrun and its running tasks stop as if cancelled.
+        priority: ``submit(..., priority=N)``: among running jobs of one type, a job
+            of higher priority gets most of the workers (docs/semantics.md §22).
     """
 
     job_id: str
@@ -69,6 +76,7 @@ class JobRecord:
     drain: bool = False
     incarnation: str | None = None
     deleting_on: datetime | None = None
+    priority: int = 0
 
     @property
     def name(self) -> str:
@@ -109,6 +117,7 @@ class JobRecord:
             drain=p.flag("drain"),
             incarnation=p.text("incarnation") or None,
             deleting_on=p.time("deleting_on"),
+            priority=p.integer("priority"),
         )
 
 
@@ -311,6 +320,15 @@ class Properties:
         if value is None or (checks.is_whole(value) and value >= 0):
             return value
         raise self.bad(f"{field} {_shown(value)} is not a whole number >= 0")
+
+    def integer(self, field: str) -> int:
+        """A whole number of either sign; 0 if absent."""
+        value = self._get(field, required=False)
+        if isinstance(value, float) and value.is_integer():
+            value = int(value)  # as for count: Azure may read an Int32 back as a double
+        if value is None or checks.is_whole(value):
+            return int(value or 0)
+        raise self.bad(f"{field} {_shown(value)} is not a whole number")
 
     def flag(self, field: str) -> bool:
         value = self._get(field, required=False)

@@ -86,10 +86,16 @@ class CheckpointStore:
     # ----------------------------------------------------------------- jobs
 
     def create_job(
-        self, job_id: str, job_type: str, queue: str, params: Any, budget: Budget | None = None
+        self,
+        job_id: str,
+        job_type: str,
+        queue: str,
+        params: Any,
+        budget: Budget | None = None,
+        priority: int = 0,
     ) -> tuple[JobRecord, bool]:
         """Record a new job; if ``job_id`` exists already, return that one (and False)."""
-        return self._jobs.create_job(job_id, job_type, queue, params, budget)
+        return self._jobs.create_job(job_id, job_type, queue, params, budget, priority)
 
     def get_job(self, job_id: str, budget: Budget | None = None) -> JobRecord:
         return self._jobs.get_job(job_id, budget)

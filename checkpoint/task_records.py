@@ -38,7 +38,7 @@ def task_keys(job_id: str, kind: TaskKind, index: int) -> tuple[str, str]:
     """The partition and row of a task's record."""
     if kind == "chunk":
         return layout.shard_partition(job_id, layout.shard_of(index)), layout.chunk_row(index)
-    return layout.control_partition(job_id), layout.PLAN_ROW if kind == "plan" else layout.FINAL_ROW
+    return layout.control_partition(job_id), layout.CONTROL_ROWS[kind]
 
 
 class TaskRecords:

@@ -15,6 +15,12 @@ from jobs.chunk import Chunk
 from jobs.errors import JobDefinitionError
 from jobs.summary import JobSummary
 
+#: Chunk messages of one job on its queue at most (``ChunkedJob.feed_window``). Large
+#: enough that the feeder runs once per 256 chunks and that workers x slots well below it
+#: never wait on it; small enough that a job submitted behind it waits for 256 chunks,
+#: not for all of the earlier job's.
+DEFAULT_FEED_WINDOW = 256
+
 
 def kebab_case(name: str) -> str:
     """``MigrateOrders`` -> ``migrate-orders``; ``HTTPImport2`` -> ``http-import2``."""
@@ -67,6 +73,12 @@ class ChunkedJob:
         limits: named resources several job types may share, each with its rate
             (``{"orders-db": "50/s"}``); ``chunk.limit("orders-db")`` in ``process``
             waits for one unit of it. See docs/writing-jobs.md.
+        feed_window: chunk messages of one job on the queue at most (sent, not yet
+            ended): planning records every chunk but sends only the first window, and
+            a feed task of the job tops it up as chunks end, so a job submitted later
+            is not queued behind all of an earlier one's chunks (docs/semantics.md
+            §22). Keep it several times the slots (workers x concurrency + prefetch)
+            serving the type, or workers wait for the feeder; >= 1.
     """
 
     queue: ClassVar[str] = ""
@@ -81,6 +93,7 @@ class ChunkedJob:
     rate_limit: ClassVar[str | None] = None
     max_running: ClassVar[int | None] = None
     limits: ClassVar[Mapping[str, str]] = {}
+    feed_window: ClassVar[int] = DEFAULT_FEED_WINDOW
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -148,6 +161,7 @@ def check_job_class(cls: type[ChunkedJob]) -> None:
         error=JobDefinitionError,
     )
     checks.whole(cls.max_attempts, f"{name}.max_attempts", lowest=1, error=JobDefinitionError)
+    checks.whole(cls.feed_window, f"{name}.feed_window", lowest=1, error=JobDefinitionError)
     checks.number(
         cls.checkpoint_interval_seconds,
         f"{name}.checkpoint_interval_seconds",

@@ -21,6 +21,8 @@ log = logging.getLogger(__name__)
 
 #: Characters of the first submission's params an error shows.
 SHOWN_PARAMS_CHARS = 120
+#: Bounds of a job's priority (any whole number between would do; these keep it short).
+PRIORITY_RANGE = (-1_000_000, 1_000_000)
 
 
 def new_job_id(job_class: type[ChunkedJob], now_text: str) -> str:
@@ -34,6 +36,7 @@ def submit(
     *,
     job_id: str | None = None,
     delay_seconds: int = 0,
+    priority: int = 0,
     storage: Storage | str | None = None,
 ) -> str:
     """Submit a job: record it and enqueue its planning (``split`` runs on a worker).
@@ -45,6 +48,11 @@ def submit(
         job_id: your id for the job; submitting an existing id again returns it
             without creating a duplicate. Default: generated.
         delay_seconds: planning starts after this long (0-604800).
+        priority: higher first: while a job of its type with a higher priority is
+            planning or running, a job feeds its chunks to the queue an eighth of its
+            window at a time, so the higher one gets most of the workers and the lower
+            one is not starved (docs/semantics.md §22). Default 0; negative is lower.
+            A submit under an existing id keeps the first submission's.
         storage: a Storage, a ``--storage`` value, or None for ``$RUNNER_STORAGE`` /
             ``./.runner``.
 
@@ -65,11 +73,15 @@ def submit(
         unit="seconds",
         error=ConfigurationError,
     )
+    low, high = PRIORITY_RANGE
+    checks.whole(priority, "priority", lowest=low, highest=high, error=ConfigurationError)
     opened = storage if isinstance(storage, Storage) else open_storage(storage)
     try:
         store = CheckpointStore(opened)
         job_id = job_id or new_job_id(job_class, store.clock.now().strftime("%Y%m%d-%H%M%S"))
-        record, created = store.create_job(job_id, job_class.job_type(), job_class.queue, params)
+        record, created = store.create_job(
+            job_id, job_class.job_type(), job_class.queue, params, priority=priority
+        )
         if not created:
             _same_submission(store, record, job_class.job_type(), params)
             log.info("job %s exists already (state %s), submitted alike", job_id, record.state)

@@ -33,6 +33,7 @@ from jobs.retention import delete as delete_job
 from jobs.retention import parse_age
 from jobs.retention import purge as purge_jobs
 from jobs.spark_settings import CONF_ENV, MASTER_ENV, REMOTE_ENV, check_remote
+from jobs.submit import PRIORITY_RANGE
 from jobs.submit import submit as submit_job
 from runner.cli.checking import check_location
 from runner.cli.dashboard.command import dashboard
@@ -121,14 +122,36 @@ def check(storage: str | None) -> None:
     show_default=True,
     help="Seconds before planning starts.",
 )
+@click.option(
+    "--priority",
+    type=click.IntRange(*PRIORITY_RANGE),
+    default=0,
+    show_default=True,
+    help="Higher first: while a job of its type with a higher priority runs, this one "
+    "gets an eighth of its share of the workers.",
+)
 @storage_option
 def submit(
-    job: str, params_text: str | None, job_id: str | None, delay_seconds: int, storage: str | None
+    job: str,
+    params_text: str | None,
+    job_id: str | None,
+    delay_seconds: int,
+    priority: int,
+    storage: str | None,
 ) -> None:
     """Submit a job; print its id alone on stdout. JOB is module:Class."""
 
     params = _json_params(params_text) if params_text is not None else None
-    click.echo(submit_job(job, params, job_id=job_id, delay_seconds=delay_seconds, storage=storage))
+    click.echo(
+        submit_job(
+            job,
+            params,
+            job_id=job_id,
+            delay_seconds=delay_seconds,
+            priority=priority,
+            storage=storage,
+        )
+    )
 
 
 def _json_params(text: str) -> object:

@@ -6,6 +6,7 @@ import json
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from checkpoint.records import CONTROL_WORDS
 from runner.cli.json_form import utc
 from runner.cli.limit_view import limit_line
 from runner.cli.status import ReportRow
@@ -56,8 +57,9 @@ def _job(job: AnyJob, color: bool) -> str:
         state += f" (paused since {utc(job.paused_on)}{drain}; `runner resume` continues)"
     total = f"{chunks.total:,}" + ("" if job.planning_done else "+ (planning)")
     shown_total = chunks.total if job.planning_done else chunks.total + 1
+    priority = f"  priority {job.priority}" if job.priority else ""
     lines = [
-        f"{job.job_id}  {job.job_type}  {state}",
+        f"{job.job_id}  {job.job_type}  {state}{priority}",
         f"  {bar(_done(job), shown_total)}  {chunks.done:,}/{total} done",
         "  " + chunk_counts(job),
     ]
@@ -222,4 +224,4 @@ def _short_json(value: Any) -> str:
 def _task_name(kind: str, index: int) -> str:
     if kind == "chunk":
         return f"chunk #{index}"
-    return "planning" if kind == "plan" else "finalize"
+    return CONTROL_WORDS[kind]

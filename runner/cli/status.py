@@ -16,7 +16,14 @@ from typing import Any, TypedDict, cast
 
 from checkpoint import checks
 from checkpoint.errors import BadRecord, NotFound
-from checkpoint.records import CHECKPOINT_ON, JobRecord, Progress, TaskKind, TaskRecord
+from checkpoint.records import (
+    CHECKPOINT_ON,
+    CONTROL_KINDS,
+    JobRecord,
+    Progress,
+    TaskKind,
+    TaskRecord,
+)
 from checkpoint.store import CheckpointStore
 from runner.cli.json_form import bounded_user_value, to_json
 from runner.cli.status_types import (
@@ -39,7 +46,7 @@ def job_status(store: CheckpointStore, job: JobRecord, now: datetime) -> JobStat
     counts = _counts(store, job.job_id, bad)
     running = _chunks(store, job.job_id, "running", bad)
     retrying = _chunks(store, job.job_id, "retrying", bad)
-    control_tasks = [_control_task(store, job.job_id, kind, bad) for kind in ("plan", "final")]
+    control_tasks = [_control_task(store, job.job_id, kind, bad) for kind in CONTROL_KINDS]
     planned = _planned(store, job, bad)
     total = job.total if job.total is not None else planned
     settled = counts["done"] + counts["poisoned"] + len(running) + len(retrying)
@@ -84,8 +91,9 @@ def job_status(store: CheckpointStore, job: JobRecord, now: datetime) -> JobStat
         poisoned=tuple(poisoned_chunks(store, job.job_id, bad, now))
         if counts["poisoned"] or job.state == "failed"
         else (),
-        finalize=control_tasks[1].state if control_tasks[1] is not None else None,
+        finalize=control_tasks[-1].state if control_tasks[-1] is not None else None,
         unreadable=tuple({(b.kind, b.index): b for b in bad}.values()),
+        priority=job.priority,
     )
 
 
@@ -100,13 +108,14 @@ def poisoned_chunks(
     bad: list[Unreadable] | None = None,
     now: datetime | None = None,
 ) -> list[FailedTask]:
-    """Poisoned chunks of a job with their last error (planning / finalize included).
+    """Poisoned chunks of a job with their last error (planning, feeding and finalize
+    included).
 
     Records that cannot be read are left out, and added to ``bad`` if given."""
     bad = [] if bad is None else bad
     now = store.clock.now() if now is None else now
     found = [_failed(task, now) for task in _chunks(store, job_id, "poisoned", bad)]
-    for kind in ("plan", "final"):
+    for kind in CONTROL_KINDS:
         task = _control_task(store, job_id, kind, bad)
         if task is not None and task.state == "poisoned":
             found.append(_failed(task, now))
@@ -271,12 +280,13 @@ REPORT_COLUMNS = tuple(ReportRow.__annotations__)
 
 
 def failure_report(store: CheckpointStore, job_id: str) -> Iterator[ReportRow]:
-    """Every failed (retrying) or poisoned task of the job, planning and finalize first,
+    """Every failed (retrying) or poisoned task of the job, planning, feeding and finalize
+    first,
     then chunks in index order: payload summary, attempts, last error and traceback.
     Read page by page, so a report of a million chunks streams."""
     job = store.get_job(job_id)
     retried, now = job.cancelled_on is None, store.clock.now()
-    for kind in ("plan", "final"):
+    for kind in CONTROL_KINDS:
         try:
             task = store.get_task(job_id, kind, 0)
         except NotFound:

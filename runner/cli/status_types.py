@@ -151,6 +151,8 @@ class JobStatus:
     workers: tuple[WorkerStatus, ...] = ()
     #: The limits of its type (named after its queue) and the resources its class names.
     limits: tuple[LimitStatus, ...] = ()
+    #: ``submit(..., priority=N)``: higher is fed first (docs/semantics.md §22).
+    priority: int = 0
 
     @property
     def dropped(self) -> bool:

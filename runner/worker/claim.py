@@ -21,6 +21,7 @@ from checkpoint.settle import Writer
 from jobs.spark_session import connect_session_text
 from runner.worker.bad_records import poison_missing, poison_unreadable
 from runner.worker.delivery import Delivery
+from runner.worker.feed import FEED_IDLE_SECONDS
 from runner.worker.leftovers import leftover, recorded_for_another
 from runner.worker.logs import TASK_LOGGER
 from runner.worker.outcome import after_done, followed_already, poison_task
@@ -79,6 +80,9 @@ def claimable(delivery: Delivery) -> TaskRecord | None:
         _leave_to_its_holder(delivery, task)
         return None
     why = verdict(delivery, task)
+    if why is not None and delivery.kind == "feed" and task.state == "running":
+        _wait_for_the_step(delivery, why)
+        return None
     if why is not None:
         _delete_unrun(delivery, task, why)
         return None
@@ -121,6 +125,14 @@ def _leave_to_its_holder(delivery: Delivery, task: TaskRecord) -> None:
         lease_seconds,
     )
     delivery.worker.keeper.release(delivery.lease, lease_seconds)
+
+
+def _wait_for_the_step(delivery: Delivery, why: str) -> None:
+    # A feed step sends the next step's message midway (runner.worker.feed): received
+    # before that step ends, it is the feeder's only way on, so it is hidden a moment,
+    # never deleted as a duplicate.
+    log.info("feed of %s: %s; message hidden %d s", delivery.job_id, why, FEED_IDLE_SECONDS)
+    delivery.worker.keeper.release(delivery.lease, FEED_IDLE_SECONDS)
 
 
 def _delete_unrun(delivery: Delivery, task: TaskRecord, why: str) -> None:

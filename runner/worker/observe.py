@@ -20,7 +20,7 @@ from contextlib import contextmanager
 from datetime import datetime
 
 from checkpoint.errors import BadRecord
-from checkpoint.records import CHECKPOINT_ON, Progress, TaskRecord
+from checkpoint.records import CHECKPOINT_ON, CONTROL_WORDS, Progress, TaskRecord
 from runner.worker.heartbeat import RunningTasks
 from runner.worker.logs import TASK_LOGGER, TaskIds, task_ids
 
@@ -79,4 +79,4 @@ def finished_line(task: TaskRecord, seconds: float) -> str:
 def task_name(task: TaskRecord) -> str:
     if task.kind == "chunk":
         return f"chunk {task.index} of {task.job_id}"
-    return f"{'planning' if task.kind == 'plan' else 'finalize'} of {task.job_id}"
+    return f"{CONTROL_WORDS[task.kind]} of {task.job_id}"

@@ -49,7 +49,7 @@ def succeeded(delivery: Delivery, control: TaskControl, outcome: Any) -> None:
         lease.handed_over = True
         worker.finisher.add(Ended(task, final, lease, delivery.job.job_type, seconds))
         return
-    task = control.write(done, {"progress": outcome} if task.kind == "plan" else {})
+    task = control.write(done, {"progress": outcome} if task.kind in ("plan", "feed") else {})
     log.info(finished_line(task, worker.clock.monotonic() - control.started_at))
     # Marked done before the message is deleted: a crash in between re-delivers a message
     # that is deleted unrun, after after_done has run again.
@@ -65,6 +65,8 @@ def followed_already(job: JobRecord, kind: TaskKind) -> bool:
         return job.state in ("finalizing", "done")
     if kind == "plan":
         return job.state != "planning"
+    if kind == "feed":
+        return True  # nothing follows feeding: completion follows the chunks
     return job.state == "done"
 
 
@@ -76,7 +78,7 @@ def after_done(worker: Context, job_id: str, task: TaskRecord, budget: Budget) -
         total = int(worker.store.value(task.properties, "progress") or 0)
         set_job(worker.store, job_id, budget, total=total, state="running", only_from=("planning",))
         worker.completion.check(job_id, budget)
-    else:
+    elif task.kind == "final":
         set_job(worker.store, job_id, budget, state="done", only_from=("running", "finalizing"))
 
 

@@ -1,6 +1,8 @@
-"""Planning: running ``split`` under a lease, enqueueing chunks page by page.
+"""Planning: running ``split`` under a lease, recording chunks page by page.
 
-Progress is the number of chunks enqueued. A planning attempt that crashed is resumed
+Only the messages of the first ``feed_window`` chunks are sent here; the job's feed
+task (:mod:`runner.worker.feed`) sends the rest as chunks end. Progress is the number
+of chunks recorded. A planning attempt that crashed is resumed
 by running ``split`` again and skipping that many payloads (so ``split`` must be
 deterministic); the page in flight at the crash is recorded again idempotently and its
 messages may be sent twice, which the claim step turns into one run. Memory holds one
@@ -19,6 +21,7 @@ from checkpoint.records import JobRecord
 from checkpoint.retries import Budget
 from checkpoint.storage import NEVER_EXPIRES, QueueStore
 from checkpoint.store import CheckpointStore
+from checkpoint.task_records import PlannedChunk
 from jobs.job import ChunkedJob
 from runner.worker.control import TaskControl, runner_side
 
@@ -33,19 +36,20 @@ def run_plan(
     job: JobRecord,
     control: TaskControl,
 ) -> int:
-    """Enqueue every chunk ``split`` yields from where the last attempt stopped; return
-    the job's chunk count."""
+    """Record every chunk ``split`` yields from where the last attempt stopped, sending
+    the messages of the first window of them; return the job's chunk count."""
     budget = control.lease_budget(retries.PLANNING)
     read = control.lease_budget(retries.READ)
     params = runner_side(lambda: read.call(lambda: store.params(job)), "reading the job's params")
     enqueued = int(control.newest_state or 0)
     payloads = itertools.islice(iter(job_class().split(params)), enqueued, None)
+    window = job_class.feed_window
     while True:
         page = list(itertools.islice(payloads, PAGE_CHUNKS))
         if not page:
             return enqueued
         runner_side(
-            lambda: _enqueue(store, queues, job, enqueued, page, budget),  # noqa: B023
+            lambda: _enqueue(store, queues, job, enqueued, page, budget, window),  # noqa: B023
             "planning a page",
         )
         enqueued += len(page)
@@ -60,21 +64,50 @@ def _enqueue(
     first: int,
     page: list[Any],
     budget: Budget,
+    window: int,
 ) -> None:
+    """Record a page of chunks and send the messages of those in the first ``window``;
+    with the page holding chunk ``window``, start the job's feeder (runner.worker.feed).
+
+    The feed message goes after the window's messages, at the back of the queue: it
+    runs once they have been received. A page planned again after a crash may send it
+    again; two feeders are fenced by the cursor on their record (docs/semantics.md §22).
+    """
+    planned = store.add_chunks(job.job_id, first, page, budget, job.incarnation)
+    send_chunk_messages(queues, job, [chunk for chunk in planned if chunk.index < window], budget)
+    if first <= window < first + len(page):
+        budget.call(sender_of_unsent(queues, job.queue, [feed_message(job, window)]))
+
+
+def send_chunk_messages(
+    queues: QueueStore, job: JobRecord, planned: list[PlannedChunk], budget: Budget
+) -> None:
+    """Build and send the messages of ``planned`` chunks (planning's and the feeder's):
+    each carries its record as planned when known and its payload is small, so the
+    worker claims it without reading it (checkpoint.messages)."""
     bodies = []
-    for planned in store.add_chunks(job.job_id, first, page, budget, job.incarnation):
-        inline = planned.payload is not None and len(planned.payload) <= INLINE_PAYLOAD_BYTES
+    for chunk in planned:
+        inline = chunk.payload is not None and len(chunk.payload) <= INLINE_PAYLOAD_BYTES
         task = messages.TaskMessage(
             "chunk",
             job.job_type,
             job.job_id,
-            planned.index,
-            planned.etag if inline else None,
-            planned.payload if inline else None,
+            chunk.index,
+            chunk.etag if inline else None,
+            chunk.payload if inline else None,
             job.incarnation,
         )
         bodies.append(messages.encode(task))
-    budget.call(sender_of_unsent(queues, job.queue, bodies))
+    if bodies:
+        budget.call(sender_of_unsent(queues, job.queue, bodies))
+
+
+def feed_message(job: JobRecord, first: int) -> bytes:
+    """The message of the job's feed task; ``first``: the chunk it starts at if its
+    record holds no cursor yet."""
+    return messages.encode(
+        messages.TaskMessage("feed", job.job_type, job.job_id, first, incarnation=job.incarnation)
+    )
 
 
 def sender_of_unsent(queues: QueueStore, queue: str, bodies: list[bytes]) -> Callable[[], None]:

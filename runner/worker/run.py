@@ -1,4 +1,4 @@
-"""Running a claimed task: planning or the user's code under a
+"""Running a claimed task: planning, feeding or the user's code under a
 :class:`~runner.worker.control.TaskControl` (fenced checkpoints, the stop signal), and
 which outcome (:mod:`runner.worker.outcome`) each way it ends leads to.
 """
@@ -16,6 +16,7 @@ from checkpoint.settle import Writer
 from jobs.errors import ChunkStopped, JobCancelled, JobDeleted, JobPaused
 from runner.worker.control import TaskControl
 from runner.worker.delivery import Delivery
+from runner.worker.feed import FeedStep, NextStep, feed_later, run_feed
 from runner.worker.logs import TASK_LOGGER
 from runner.worker.observe import resumes, task_running
 from runner.worker.outcome import failed, poison_task, stopped, succeeded
@@ -62,9 +63,15 @@ def start(
 
 def _execute(delivery: Delivery, control: LimitedControl) -> None:
     worker, lease, job, task = delivery.worker, delivery.lease, delivery.job, control.task
+    after = NextStep(delivery)  # a feed step's next message (runner.worker.feed)
     try:
         if task.kind == "plan":
             outcome: Any = run_plan(worker.store, worker.queues, delivery.job_class, job, control)
+        elif task.kind == "feed":
+            window, first = delivery.job_class.feed_window, delivery.index
+            outcome = run_feed(
+                worker.store, worker.queues, job.job_id, window, first, control, after.send
+            )
         else:
             outcome = run_user_code(worker.store, delivery.job_class, job, control)
     except LeaseLost as lost:
@@ -100,6 +107,13 @@ def _execute(delivery: Delivery, control: LimitedControl) -> None:
     except BaseException as error:  # noqa: BLE001 - user code failed (even sys.exit): record it
         failed(delivery, control, error, traceback.format_exc())
         return
+    if isinstance(outcome, FeedStep):
+        # Outside the handlers above: what goes wrong in ending a step is the runner's
+        # own, never a failure of the task (its attempt is given back already).
+        if not outcome.finished:
+            feed_later(delivery, control, outcome, after)
+            return
+        outcome = outcome.cursor
     _finish(delivery, control, outcome)
 
 

@@ -92,3 +92,17 @@ class Renewing(ChunkedJob):
             ticks += 1
             chunk.checkpoint(ticks)
         return ticks
+
+
+class Paced(ChunkedJob):
+    """``params["chunks"]`` chunks each taking ``params["ms"]`` milliseconds (0: returns
+    at once, as :class:`Trivial`)."""
+
+    queue = "bench-paced"
+
+    def split(self, params: dict[str, Any]) -> Any:
+        return range(params["chunks"])
+
+    def process(self, chunk: Chunk) -> Any:
+        time.sleep(chunk.params["ms"] / 1000)
+        return None

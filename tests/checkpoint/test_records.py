@@ -37,6 +37,21 @@ def test_every_job_state_is_read(state: str) -> None:
     assert JobRecord.from_record(record).state == state
 
 
+@pytest.mark.parametrize(
+    ("stored", "read"), [(None, 0), (7, 7), (-3, -3), (5.0, 5)], ids=["none", "7", "-3", "5.0"]
+)
+def test_a_jobs_priority_is_read_as_a_whole_number(stored: Any, read: int) -> None:
+    properties = {"job_type": "m:C", "queue": "q", "state": "running", "priority": stored}
+    assert JobRecord.from_record(Record("p", "job-x", properties, "e1")).priority == read
+
+
+@pytest.mark.parametrize("stored", [1.5, "high", True])
+def test_a_garbled_priority_is_a_bad_record_naming_it(stored: Any) -> None:
+    properties = {"job_type": "m:C", "queue": "q", "state": "running", "priority": stored}
+    with pytest.raises(BadRecord, match="job 'job-x': priority .* is not a whole number"):
+        JobRecord.from_record(Record("p", "job-x", properties, "e1"))
+
+
 def test_error_fields_keep_the_start_of_the_message_and_the_end_of_the_traceback() -> None:
     error = ValueError("m" * MAX_ERROR_CHARS + "CUT")
     traceback_text = "CUT" + "t" * MAX_ERROR_CHARS

@@ -142,6 +142,8 @@ def test_a_class_name_too_short_for_a_queue_asks_for_one():
         ("max_attempts", 0, "max_attempts"),
         ("max_attempts", False, "max_attempts"),
         ("max_attempts", 2.0, "max_attempts"),
+        ("feed_window", 0, "feed_window"),
+        ("feed_window", 64.0, "feed_window"),
         ("checkpoint_interval_seconds", -1, "checkpoint_interval_seconds"),
         ("checkpoint_interval_seconds", "5", "checkpoint_interval_seconds"),
         ("checkpoint_interval_seconds", True, "checkpoint_interval_seconds"),
@@ -178,6 +180,7 @@ def test_bad_settings_are_refused_at_class_definition(setting, value, says):
         ("rate_limit", "6000/min"),
         ("max_running", 1),
         ("limits", {"orders-db": "50/s", "crm.api": "2.5/s"}),
+        ("feed_window", 1),
     ],
 )
 def test_edge_settings_are_accepted(setting, value):

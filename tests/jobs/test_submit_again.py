@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from checkpoint.errors import ConfigurationError
 from checkpoint.store import CheckpointStore
 from jobs import Chunk, ChunkedJob
 from jobs.errors import JobDefinitionError, JobIdTaken
@@ -121,3 +122,20 @@ def test_a_class_whose_source_cannot_be_found_is_named_by_its_module():
         r"defines no split\(\) and no process\(\)",
     ):
         submit(made, None, storage="unused: refused before any storage is opened")
+
+
+@pytest.mark.parametrize("priority", [1.5, "high", 1_000_001])
+def test_a_priority_out_of_range_is_refused_before_anything_is_recorded(
+    backend: Backend, priority: Any
+):
+    job_id = _job_id()
+    with pytest.raises(ConfigurationError, match="priority"):
+        submit(Totals, {"chunks": 1}, job_id=job_id, priority=priority, storage=backend.storage)
+    assert job_id not in {job.job_id for job in CheckpointStore(backend.storage).list_jobs()}
+
+
+def test_a_submit_again_keeps_the_first_priority(backend: Backend):
+    job_id = _job_id()
+    submit(Totals, {"chunks": 1}, job_id=job_id, priority=3, storage=backend.storage)
+    submit(Totals, {"chunks": 1}, job_id=job_id, priority=9, storage=backend.storage)
+    assert CheckpointStore(backend.storage).get_job(job_id).priority == 3

@@ -860,16 +860,18 @@ def test_a_crash_in_planning_after_a_page_was_enqueued():
     # Given planning killed after its first page of 400 chunks was recorded and sent
     run = run_job(Tiny, {"chunks": 450}, crash=CrashAt.planning(payloads=420))
 
-    # Then those chunks ran while planning waited for its lease; planning ran split again
-    # from the start (its progress was not yet durable), recognised the recorded page
-    # and sent its messages again: the duplicates were deleted unrun
+    # Then the first window of those chunks ran while planning waited for its lease (the
+    # feeder has nothing more to send until planning says what it recorded); planning
+    # ran split again from the start (its progress was not yet durable), recognised the
+    # recorded page and sent the window's messages again: the duplicates were deleted
+    # unrun
     plans = [call for call in run.calls if call.kind == "plan"]
     assert [call.passed for call in plans] == [420, 450]
     assert run.assert_done().total == 450
     assert run.results == list(range(450))
     assert {chunk.runs for chunk in run.chunks} == {1}
     first_chunk = next(i for i, call in enumerate(run.calls) if call.kind == "chunk")
-    assert run.calls[first_chunk + 400].kind == "plan"  # after the first page's chunks
+    assert run.calls[first_chunk + Tiny.feed_window].kind == "plan"  # after the window
 
 
 def test_planning_that_dies_every_time_fails_the_job():

@@ -195,3 +195,26 @@ def test_a_worker_killed_by_the_sigterm_passed_on_while_stopping_stopped_as_aske
     # Then while this parent stops the workers, that is a stop as asked (exit 0); at
     # another time it is a death (no restart here: its exit code, 128 + 15)
     assert place.exit_code == expected
+
+
+def test_priority_is_kept_and_shown_by_status(tmp_path):
+    where = str(tmp_path / "store")
+    job = "tests.runner.world:Verdicts"
+    for job_id, more in (("p-1", ["--priority", "7"]), ("p-0", [])):
+        args = ["submit", job, "--params", '{"payloads": []}', "--job-id", job_id, *more]
+        given = CliRunner().invoke(cli, [*args, "--storage", where])
+        assert given.exit_code == 0, given.output
+
+    text = CliRunner().invoke(cli, ["status", "--storage", where])
+    shown = CliRunner().invoke(cli, ["status", "p-1", "--json", "--storage", where])
+
+    heads = [line for line in text.output.splitlines() if line.startswith("p-")]
+    assert [head.endswith("priority 7") for head in sorted(heads)] == [False, True], heads
+    assert json.loads(shown.output)["priority"] == 7
+
+
+def test_a_priority_that_is_not_a_whole_number_is_one_error_line(tmp_path):
+    (tmp_path / "sums.py").write_text(SUMS)
+    result = run_runner(tmp_path, "submit", "sums:Sums", "--priority", "high")
+    assert result.returncode != 0 and "--priority" in result.stderr
+    assert "Traceback" not in result.stderr

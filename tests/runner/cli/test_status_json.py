@@ -216,6 +216,7 @@ RICH_JSON = {
             "named_by": [],
         }
     ],
+    "priority": 0,
 }
 
 
