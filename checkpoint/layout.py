@@ -37,6 +37,14 @@ FINAL_ROW = "final"
 #: A job queue's poison queue is its name with this suffix, so a job queue name leaves
 #: room for it within Azure's 63 characters.
 POISON_SUFFIX = "-poison"
+#: Most queues one job type may spread its chunks over (``ChunkedJob.queues``).
+MAX_QUEUES = 64
+#: Consecutive chunks sent to one queue of a job of several queues: the same blocks as
+#: the shards'. A worker receives up to 32 consecutive messages of one queue at a time;
+#: if they are consecutive chunks, their done marks fall into one or two shard
+#: partitions and are written in one or two batches. Dealing single chunks round-robin
+#: over four queues would spread one receive's chunks over four times the indexes.
+QUEUE_BLOCK = SHARD_BLOCK
 
 _JOB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
 
@@ -81,6 +89,25 @@ def chunks_in_shard(total: int, shard: int) -> int:
     """How many of ``total`` chunks fall into ``shard``."""
     rounds, rest = divmod(total, SHARDS * SHARD_BLOCK)
     return rounds * SHARD_BLOCK + min(max(rest - shard * SHARD_BLOCK, 0), SHARD_BLOCK)
+
+
+def job_queues(queue: str, count: int) -> tuple[str, ...]:
+    """The queues a job of ``count`` queues uses: ``(queue,)`` for one (as before jobs
+    had several), else ``queue-0`` ... ``queue-<count - 1>``."""
+    if count == 1:
+        return (queue,)
+    return tuple(f"{queue}-{n}" for n in range(count))
+
+
+def chunk_queue(queue: str, count: int, index: int) -> str:
+    """The queue of chunk ``index`` of a job of ``count`` queues: blocks of
+    :data:`QUEUE_BLOCK` consecutive chunks dealt round-robin."""
+    return queue if count == 1 else f"{queue}-{(index // QUEUE_BLOCK) % count}"
+
+
+def poison_queue_of(queue: str) -> str:
+    """Where messages poisoned on ``queue`` go: ``<queue>-poison``."""
+    return queue + POISON_SUFFIX
 
 
 def job_blob_prefix(job_id: str) -> str:

@@ -155,7 +155,7 @@ class _Worker:
 class _Mortal:
     """One service of a worker's storage. Once the worker is dead every call raises
     :class:`SimulatedCrash`, so nothing more is written by it, whatever code runs on
-    in this process. For the job's queue it also notes when each message becomes
+    in this process. For the job's queues it also notes when each message becomes
     visible, so the harness knows where to move the clock when none is."""
 
     def __init__(
@@ -163,12 +163,12 @@ class _Mortal:
         inner: Any,
         worker: _Worker,
         visible_at: dict[str, datetime] | None = None,
-        queue: str = "",
+        queues: tuple[str, ...] = (),
     ):
         self._inner = inner
         self._worker = worker
         self._visible_at = visible_at
-        self._queue = queue
+        self._queues = queues
 
     def __getattr__(self, method: str) -> Any:
         target = getattr(self._inner, method)
@@ -179,7 +179,7 @@ class _Mortal:
             if self._worker.dead:
                 raise SimulatedCrash(f"{self._worker.id} is dead: it makes no more calls")
             result = target(*args, **kwargs)
-            if self._visible_at is not None and args and args[0] == self._queue:
+            if self._visible_at is not None and args and args[0] in self._queues:
                 self._note(method, args, result)
             return result
 
@@ -266,6 +266,10 @@ class _WholeJob:
         self._visible_at: dict[str, datetime] = {}
         self._worker: _Worker | None = None
         self._workers = 0
+        #: The job's queues (its class's, as it is submitted with them), and which one
+        #: a receive asks first.
+        self._queues = job_class.chunk_queues()
+        self._next_queue = 0
 
     def submit(self, params: Any, job_id: str) -> None:
         self.job_id = submit(self.job_class, params, job_id=job_id, storage=self.storage)
@@ -286,23 +290,31 @@ class _WholeJob:
         return self.report(directory)
 
     def _ended(self) -> bool:
-        # As burst mode's test: the job ended and nothing is left on its queue (a
+        # As burst mode's test: the job ended and nothing is left on its queues (a
         # duplicate message left behind is delivered, found done and deleted unrun).
         state = self.store.get_job(self.job_id).state
-        queue = self.job_class.queue
-        return state in ("done", "failed") and self.storage.queues.approximate_length(queue) == 0
+        return state in ("done", "failed") and not self._queued()
+
+    def _queued(self) -> int:
+        """Messages on the job's queues, visible or not."""
+        return sum(self.storage.queues.approximate_length(q) for q in self._queues)
 
     def _deliver(self) -> bool:
         """Receive one message, as the worker loop does, and handle it; False if none
-        was visible."""
+        was visible. The job's queues are asked in turn, starting after the last one a
+        message came from."""
         worker = self._worker = self._worker or self._new_worker()
         assert worker.context is not None
-        queue = self.job_class.queue
-        received_at = self.clock.monotonic()  # before the receive, as the loop takes it
-        batch = worker.context.queues.receive(
-            queue, max_messages=1, visibility_seconds=self.job_class.lease_seconds
-        )
-        if not batch:
+        for _ in self._queues:
+            queue = self._queues[self._next_queue]
+            self._next_queue = (self._next_queue + 1) % len(self._queues)
+            received_at = self.clock.monotonic()  # before the receive, as the loop takes it
+            batch = worker.context.queues.receive(
+                queue, max_messages=1, visibility_seconds=self.job_class.lease_seconds
+            )
+            if batch:
+                break
+        else:
             return False
         lease = hold(worker.context, queue, batch[0], received_at)
         try:
@@ -323,7 +335,7 @@ class _WholeJob:
             # Visibility is stored as float seconds: if rounding left the message hidden
             # at its own time, a microsecond more shows it.
             self.pass_time((min(upcoming) - now).total_seconds() or 1e-6)
-        elif self.storage.queues.approximate_length(self.job_class.queue):
+        elif self._queued():
             self.pass_time(1.0)  # not one we saw received: wait for it a second at a time
         else:
             state = self.store.get_job(self.job_id).state
@@ -334,7 +346,7 @@ class _WholeJob:
     def _new_worker(self) -> _Worker:
         self._workers += 1
         worker = _Worker(f"worker-{self._workers}")
-        queues = _Mortal(self.storage.queues, worker, self._visible_at, self.job_class.queue)
+        queues = _Mortal(self.storage.queues, worker, self._visible_at, self._queues)
         storage = Storage(
             queues=cast(QueueStore, queues),
             records=cast(RecordStore, _Mortal(self.storage.records, worker)),

@@ -42,6 +42,9 @@ class Context:
     clock: Clock
     worker_id: str
     job_classes: dict[str, type[ChunkedJob]]
+    #: Every queue served, with the job class whose messages it carries
+    #: (:func:`runner.worker.polling.served_queues`).
+    by_queue: dict[str, type[ChunkedJob]]
     poison: PoisonRouter
     completion: Completion
     finisher: Finisher
@@ -55,10 +58,6 @@ class Context:
     running: RunningTasks = field(default_factory=RunningTasks)
     #: Told what happens (metrics), or silent.
     recorder: Recorder = SILENT
-
-    @property
-    def by_queue(self) -> dict[str, type[ChunkedJob]]:
-        return {cls.queue: cls for cls in self.job_classes.values()}
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ import socket
 import threading
 from dataclasses import dataclass
 
-from checkpoint import retries
+from checkpoint import layout, retries
 from checkpoint.clock import Clock, SystemClock
 from checkpoint.errors import ConfigurationError, StorageError
 from checkpoint.records import JobRecord
@@ -35,6 +35,7 @@ from runner.worker.job_completion import Completion
 from runner.worker.lease import Lease, LeaseKeeper
 from runner.worker.logs import in_context, worker_ids
 from runner.worker.poison import PoisonRouter
+from runner.worker.polling import Rotation, served_queues
 from runner.worker.prefetch import Prefetch
 from runner.worker.recorder import SILENT, Recorder
 from runner.worker.tasks import handle, hold
@@ -117,6 +118,7 @@ def assemble(
         clock=clock,
         worker_id=worker_id,
         job_classes=classes,
+        by_queue=served_queues(job_classes, ()),
         poison=PoisonRouter(storage.queues, keeper, clock),
         completion=completion,
         finisher=Finisher(store, keeper, completion, clock, recorder),
@@ -156,9 +158,14 @@ class WorkerLoop:
         self._outstanding = 0
         self.prefetch = Prefetch(settings.concurrency, settings.prefetch)
         self._outstanding_changed = threading.Condition()
+        # The queues served; _prepare adds those of unfinished jobs submitted with
+        # another queue count than their class has now.
+        self._rotation = Rotation(
+            list(self.context.by_queue), self.clock, settings.poll_max_seconds
+        )
         identity = Identity(
             worker_id=self.worker_id,
-            queues=tuple(cls.queue for cls in job_classes),
+            queues=tuple(self.context.by_queue),
             job_types=tuple(cls.job_type() for cls in job_classes),
             concurrency=settings.concurrency,
         )
@@ -220,14 +227,19 @@ class WorkerLoop:
     def _prepare(self) -> None:
         """Tables, container and queues, tried until they exist or the worker is
         stopped: a store out of reach at start-up is waited for (a line per try), never
-        a reason to exit."""
+        a reason to exit. The job catalogue is read for unfinished jobs whose queues
+        their class no longer names (it was submitted with another ``queues``)."""
         budget = Budget(retries.START_UP, self.clock, stopping=self._stop)
         self.context.store.ensure(budget)
-        queues = [cls.queue for cls in self._classes] + [
-            cls.poison_queue() for cls in self._classes
-        ]
-        for name in queues:
-            budget.call(functools.partial(self.storage.queues.create_queue, name))
+        jobs = self.context.store.list_jobs(budget)
+        self.context.by_queue.update(served_queues(self._classes, jobs))
+        self._rotation = Rotation(
+            list(self.context.by_queue), self.clock, self.settings.poll_max_seconds
+        )
+        self.heartbeat.serving(tuple(self.context.by_queue))
+        for served in self.context.by_queue:
+            for name in (served, layout.poison_queue_of(served)):
+                budget.call(functools.partial(self.storage.queues.create_queue, name))
 
     def _serve(self) -> None:
         idle_seconds = POLL_MIN_SECONDS
@@ -265,25 +277,30 @@ class WorkerLoop:
         return free >= refill_batch or self._outstanding < self.settings.concurrency
 
     def _receive(self, free: int) -> int:
+        """One poll of the served queues, in the rotation's fair order
+        (:mod:`runner.worker.polling`), until ``free`` messages are held."""
         received = 0
-        for cls in self._classes:
+        for name in self._rotation.poll():
             if free <= 0 or self._stop.is_set():
                 break
+            cls = self.context.by_queue[name]
             # Taken before the call: the lease can only have started later than this.
             received_at = self.clock.monotonic()
+            wanted = min(free, 32)
             try:
                 batch = self.storage.queues.receive(
-                    cls.queue, max_messages=min(free, 32), visibility_seconds=cls.lease_seconds
+                    name, max_messages=wanted, visibility_seconds=cls.lease_seconds
                 )
             except StorageError as error:
-                log.warning("receiving from %s failed: %s", cls.queue, error)
-                continue
+                log.warning("receiving from %s failed: %s", name, error)
+                batch = []
+            self._rotation.asked(name, len(batch), wanted)
             with self._outstanding_changed:
                 self._outstanding += len(batch)
             for message in batch:
                 # Held at once, so a message waiting for a free slot is renewed too.
-                lease = hold(self.context, cls.queue, message, received_at)
-                self._work.put((cls.queue, message, received_at, lease))
+                lease = hold(self.context, name, message, received_at)
+                self._work.put((name, message, received_at, lease))
             received += len(batch)
             free -= len(batch)
         return received
@@ -322,7 +339,8 @@ class WorkerLoop:
             if not all(job.ended for job in jobs):
                 return False
             if not all(
-                self.storage.queues.approximate_length(cls.queue) == 0 for cls in self._classes
+                self.storage.queues.approximate_length(queue) == 0
+                for queue in self.context.by_queue
             ):
                 return False
         except StorageError as error:
@@ -370,8 +388,9 @@ def _check_queues(job_classes: list[type[ChunkedJob]]) -> None:
         raise ConfigurationError("name at least one job type to serve")
     seen: dict[str, str] = {}
     for cls in job_classes:
-        other = seen.setdefault(cls.queue, cls.job_type())
-        if other != cls.job_type():
-            raise ConfigurationError(
-                f"{other} and {cls.job_type()} share queue {cls.queue!r}; give each its own"
-            )
+        for name in cls.chunk_queues():
+            other = seen.setdefault(name, cls.job_type())
+            if other != cls.job_type():
+                raise ConfigurationError(
+                    f"{other} and {cls.job_type()} share queue {name!r}; give each its own"
+                )

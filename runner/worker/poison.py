@@ -1,4 +1,5 @@
-"""Moving a message to ``<queue>-poison``, with the reason beside the original body."""
+"""Moving a message to the poison queue of the queue it came from (``<queue>-poison``,
+``<queue>-2-poison``), with the reason beside the original body."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import logging
 from checkpoint import messages, retries
 from checkpoint.clock import Clock
 from checkpoint.errors import StorageError
-from checkpoint.layout import POISON_SUFFIX
+from checkpoint.layout import poison_queue_of
 from checkpoint.storage import NEVER_EXPIRES, QueueStore
 from runner.worker.lease import Lease, LeaseKeeper
 
@@ -28,7 +29,8 @@ class PoisonRouter:
         self._created: set[str] = set()
 
     def move(self, lease: Lease, body: bytes, reason: str) -> None:
-        poison_queue = lease.queue + POISON_SUFFIX
+        # The poison queue of the queue it came from: '<queue>-2' -> '<queue>-2-poison'.
+        poison_queue = poison_queue_of(lease.queue)
         budget = lease.budget(retries.MESSAGE, self._clock)
         record = messages.poisoned(body, lease.queue, reason, self._clock.now().isoformat())
         try:

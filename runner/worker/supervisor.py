@@ -31,6 +31,7 @@ from types import FrameType
 import setproctitle
 from prometheus_client import CollectorRegistry
 
+from checkpoint import layout
 from checkpoint.backends import open_storage
 from checkpoint.errors import RunnerError
 from checkpoint.metering import metered
@@ -203,9 +204,14 @@ def run_workers(options: StartOptions, workers: int, restart: bool = True) -> in
 
 
 def _queues(classes: list[type[ChunkedJob]]) -> list[str]:
-    """The queues whose message counts the metrics show: each job type's and its poison
-    queue."""
-    return [name for cls in classes for name in (cls.queue, cls.poison_queue())]
+    """The queues whose message counts the metrics show: each job type's queues and
+    their poison queues."""
+    return [
+        name
+        for cls in classes
+        for queue in cls.chunk_queues()
+        for name in (queue, layout.poison_queue_of(queue))
+    ]
 
 
 def _run(options: StartOptions, workers: int, restart: bool, metrics: Serving | None) -> int:

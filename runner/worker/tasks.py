@@ -96,7 +96,8 @@ def _delivery(worker: Context, lease: Lease, message: QueueMessage) -> Delivery 
         job = _job(worker, task_message.job_id, lease)
         job_type = job.job_type
         job_class = worker.job_classes.get(task_message.job_type)
-        if job_class is None or job_class.queue != lease.queue:
+        # A type is run only from the queues this worker serves it on.
+        if job_class is None or worker.by_queue.get(lease.queue) is not job_class:
             raise BadMessage(f"unknown job type {task_message.job_type!r} on queue {lease.queue!r}")
     except BadMessage as bad:
         # Only for the job's own type does the job fail too: a stray message naming
