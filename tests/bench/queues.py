@@ -13,6 +13,7 @@ alternate, so a change in the machine's load touches both alike; figures are med
 from __future__ import annotations
 
 import argparse
+import statistics
 import tempfile
 from pathlib import Path
 
@@ -23,7 +24,7 @@ from tests import azurite as azurite_process
 from tests.bench import throughput
 from tests.bench.chunk_jobs import Trivial, TrivialSpread
 from tests.bench.chunks import BACKENDS, CHUNKS, QUICK_CHUNKS
-from tests.bench.chunks_report import Results, calls_rows
+from tests.bench.chunks_report import Results, _azure_requests, calls_rows
 from tests.bench.report import LoadSampler, machine_line, write_section
 
 TITLE = "Several queues per job type: storage calls per chunk"
@@ -85,17 +86,40 @@ def report(results: Results, args: argparse.Namespace, load: str) -> list[str]:
         "The trivial job of the chunk-engine benchmark, on one queue and on four "
         f"(`queues = 4`), chunks per job: {sizes}; one worker loop, default settings "
         '(concurrency 1, prefetch adapting), burst mode, counted as in "Storage calls per '
-        'chunk" above (from the first receive to the job record set done). The calls must '
-        "match within noise: with four queues a chunk's messages are sent, received and "
-        "deleted the same way, only spread. What may differ is `queues.receive`: a poll "
-        "goes on to the next queue when one gives fewer messages than the worker has room "
-        "for, and asks every queue when the last poll got nothing, so the tail of the job "
-        "(queues emptying one after the other) and the idle polls while planning runs add "
-        "empty receives; and planning sends one `send_many` per queue a page reaches "
-        "(4 per page of 400 instead of 1).",
+        "chunk\" above (from the first receive to the job record set done). A chunk's "
+        "messages are sent, received and deleted the same way on four queues, only spread; "
+        "the differences: planning sends one `send_many` per queue a page of 400 reaches "
+        "(4 calls a page, the same messages) and the finisher one `delete_many` per queue "
+        "its batch holds messages of (more calls, the same messages: on Azure each message "
+        "is a request either way); a poll that gets fewer messages than the worker has "
+        "room for goes on to the next queue, so the tail of the job (queues emptying one "
+        "after the other) and the polls while planning runs add a few empty receives; and "
+        "where one queue's turn ends and the next one's begins, the worker's finished "
+        "chunks straddle blocks of two queues, so a few more done batches, each with its "
+        "completion check (a read of the job's record, `records.get`). Turns of two "
+        "receives (`runner/worker/polling.py`) keep these to about 0.03 each per chunk; "
+        "turns of one receive measured twice that.",
         "",
         *calls_rows(results, [(b, label) for b in args.backend for label in JOBS]),
+        "",
+        *difference_lines(results, args.backend),
     ]
+
+
+def difference_lines(results: Results, backends: list[str]) -> list[str]:
+    """Requests on Azure per chunk, four queues against one, for each measured window."""
+    lines = []
+    for backend in backends:
+        for kind, table in (("end to end", results.end_to_end), ("processing", results.processing)):
+            one, four = (
+                statistics.median(_azure_requests(m.per_chunk()) for m in table[(backend, label)])
+                for label in JOBS
+            )
+            lines.append(
+                f"- {backend} {kind}: {one:.3f} requests per chunk on one queue, {four:.3f} on "
+                f"four ({four - one:+.3f}, {100 * (four - one) / one:+.1f} %)"
+            )
+    return lines
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
