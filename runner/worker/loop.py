@@ -158,7 +158,7 @@ class WorkerLoop:
         self._outstanding = 0
         self.prefetch = Prefetch(settings.concurrency, settings.prefetch)
         self._outstanding_changed = threading.Condition()
-        # The queues served; _prepare adds those of unfinished jobs submitted with
+        # The queues served; _serve_also adds those of unfinished jobs submitted with
         # another queue count than their class has now.
         self._rotation = Rotation(
             list(self.context.by_queue), self.clock, settings.poll_max_seconds
@@ -231,15 +231,27 @@ class WorkerLoop:
         their class no longer names (it was submitted with another ``queues``)."""
         budget = Budget(retries.START_UP, self.clock, stopping=self._stop)
         self.context.store.ensure(budget)
-        jobs = self.context.store.list_jobs(budget)
-        self.context.by_queue.update(served_queues(self._classes, jobs))
-        self._rotation = Rotation(
-            list(self.context.by_queue), self.clock, self.settings.poll_max_seconds
-        )
-        self.heartbeat.serving(tuple(self.context.by_queue))
         for served in self.context.by_queue:
-            for name in (served, layout.poison_queue_of(served)):
-                budget.call(functools.partial(self.storage.queues.create_queue, name))
+            self._create(served, budget)
+        self._serve_also(self.context.store.list_jobs(budget), budget)
+
+    def _create(self, queue: str, budget: Budget) -> None:
+        for name in (queue, layout.poison_queue_of(queue)):
+            budget.call(functools.partial(self.storage.queues.create_queue, name))
+
+    def _serve_also(self, jobs: list[JobRecord], budget: Budget) -> None:
+        """Serve the queues of unfinished ``jobs`` of these types that their class does
+        not name (submitted when it had another ``queues``): looked for at start, and by
+        a burst worker at each check for remaining work."""
+        served = self.context.by_queue
+        added = {q: cls for q, cls in served_queues(self._classes, jobs).items() if q not in served}
+        for name, cls in added.items():
+            self._create(name, budget)
+            served[name] = cls
+            self._rotation.add(name)
+        if added:
+            log.info("serving also %s: jobs were submitted to them", ", ".join(added))
+            self.heartbeat.serving(tuple(served))
 
     def _serve(self) -> None:
         idle_seconds = POLL_MIN_SECONDS
@@ -335,6 +347,7 @@ class WorkerLoop:
         types = {cls.job_type() for cls in self._classes}
         try:
             every = self.context.store.list_jobs()
+            self._serve_also(every, self.context.store.budget())
             jobs = [job for job in every if job.job_type in types]
             if not all(job.ended for job in jobs):
                 return False

@@ -65,6 +65,11 @@ class Rotation:
         self._received_last_poll = False
         self._received_this_poll = False
 
+    def add(self, queue: str) -> None:
+        """Serve ``queue`` too, last in the order."""
+        self._queues.append(queue)
+        self._rest_seconds[queue] = self._rests_until[queue] = 0.0
+
     def poll(self) -> list[str]:
         """The queues to ask now, in order: from the one whose turn it is, skipping
         resting queues if the last poll received something."""

@@ -71,7 +71,7 @@ def _job_class(backend: Backend, queues: int = 4) -> type[Spread]:
     deleted after it)."""
     name = f"spread-{uuid.uuid4().hex[:10]}"
     cls = type("Spread", (Spread,), {"queue": name, "queues": queues, "__module__": __name__})
-    for count in (1, queues):
+    for count in {1, 4, queues}:
         for queue in layout.job_queues(name, count):
             backend.made += [("queue", queue), ("queue", layout.poison_queue_of(queue))]
     return cls
@@ -81,12 +81,15 @@ def _burst(storage: Storage, cls: type[ChunkedJob], workers: int = 1) -> None:
     """Run ``workers`` burst worker loops in this process until no work is left."""
     settings = WorkerSettings(concurrency=2, burst=True, poll_max_seconds=0.1)
     loops = [WorkerLoop(storage, [cls], settings) for _ in range(workers)]
-    threads = [threading.Thread(target=loop.run) for loop in loops]
+    threads = [threading.Thread(target=loop.run, daemon=True) for loop in loops]
     for thread in threads:
         thread.start()
     for thread in threads:
         thread.join(WAIT_SECONDS)
-    assert not any(thread.is_alive() for thread in threads)
+    alive = any(thread.is_alive() for thread in threads)
+    for loop in loops:
+        loop.request_stop()  # a failing test leaves no worker running on
+    assert not alive
 
 
 def _plan(storage: Storage, cls: type[ChunkedJob], chunks: int) -> str:
@@ -254,7 +257,7 @@ def test_a_paused_job_of_four_queues_parks_on_its_queues_and_runs_after_resume(
 
     # When a worker serves it while it is paused
     loop = WorkerLoop(storage, [cls], WorkerSettings(burst=True, poll_max_seconds=0.05))
-    thread = threading.Thread(target=loop.run)
+    thread = threading.Thread(target=loop.run, daemon=True)
     thread.start()
     records = storage.records
     partition = layout.park_partition(job_id)
@@ -272,7 +275,9 @@ def test_a_paused_job_of_four_queues_parks_on_its_queues_and_runs_after_resume(
     # When it is resumed, Then the parked copies come back and the job completes
     manage.resume(job_id, storage=storage)
     thread.join(WAIT_SECONDS)
-    assert not thread.is_alive()
+    alive = thread.is_alive()
+    loop.request_stop()  # a failing test leaves no worker running on
+    assert not alive
     assert CheckpointStore(storage).get_job(job_id).state == "done"
 
 
@@ -293,3 +298,35 @@ def test_a_job_keeps_the_queues_it_was_submitted_to_when_its_class_changes(
     job = CheckpointStore(storage).get_job(job_id)
     assert job.queues == layout.job_queues(cls.queue, submitted)
     assert job.state == "done"
+
+
+def test_a_burst_worker_serves_the_queues_of_a_job_submitted_with_another_count_meanwhile(
+    backend: Backend, storage: Storage, monkeypatch: pytest.MonkeyPatch
+):
+    # Given a burst worker of a class of one queue, serving a paused job of it
+    monkeypatch.setattr(layout, "QUEUE_BLOCK", 2)
+    cls = _job_class(backend, 1)
+    first = submit(cls, {"chunks": 2}, storage=storage)
+    manage.pause(first, storage=storage)
+    loop = WorkerLoop(storage, [cls], WorkerSettings(burst=True, poll_max_seconds=0.05))
+    thread = threading.Thread(target=loop.run, daemon=True)
+    thread.start()
+    parked = layout.park_partition(first)
+    _wait(lambda: list(storage.records.query(layout.TASKS_TABLE, parked)))
+
+    # When a job of it is submitted on four queues (older or newer code), and the first
+    # job resumed
+    with monkeypatch.context() as changed:
+        changed.setattr(cls, "queues", 4)
+        second = submit(cls, {"chunks": 8}, storage=storage)
+    manage.resume(first, storage=storage)
+
+    # Then the worker found the job's queues at its check for remaining work, served
+    # them, and left once both jobs were done
+    thread.join(WAIT_SECONDS)
+    alive = thread.is_alive()
+    loop.request_stop()  # a failing test leaves no worker running on
+    assert not alive
+    store = CheckpointStore(storage)
+    assert [store.get_job(job).state for job in (first, second)] == ["done", "done"]
+    assert set(loop.heartbeat.record().queues) == {cls.queue, *layout.job_queues(cls.queue, 4)}
