@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal, TypeVar, get_args
 
-from checkpoint import checks
+from checkpoint import checks, layout
 from checkpoint.errors import BadRecord
 from checkpoint.storage import PropertyValue, Record
 
@@ -51,6 +51,8 @@ class JobRecord:
             never taken for a new job of the same id (None: recorded before tokens).
         deleting_on: when its deletion began (``runner delete``), else None; from then
             on its messages are deleted unrun and its running tasks stop as if cancelled.
+        queue_count: the queues its chunks are spread over, as its class said when it
+            was submitted (records without one: 1); see :attr:`queues`.
     """
 
     job_id: str
@@ -69,10 +71,30 @@ class JobRecord:
     drain: bool = False
     incarnation: str | None = None
     deleting_on: datetime | None = None
+    queue_count: int = 1
 
     @property
     def name(self) -> str:
         return record_name(self.job_id, "job")
+
+    @property
+    def queues(self) -> tuple[str, ...]:
+        """Every queue its messages go to; planning and finalize use the first."""
+        return layout.job_queues(self.queue, self.queue_count)
+
+    def chunk_queue(self, index: int) -> str:
+        """The queue of its chunk ``index``."""
+        return layout.chunk_queue(self.queue, self.queue_count, index)
+
+    @property
+    def every_queue(self) -> tuple[str, ...]:
+        """Every queue a message of it can be in: its type's resume queue (one however
+        many queues, where running chunks' messages wait), its queues and their poison
+        queues."""
+        names = [layout.resume_queue_of(self.queue)]
+        for queue in self.queues:
+            names += (queue, layout.poison_queue_of(queue))
+        return tuple(names)
 
     @property
     def ended(self) -> bool:
@@ -109,6 +131,7 @@ class JobRecord:
             drain=p.flag("drain"),
             incarnation=p.text("incarnation") or None,
             deleting_on=p.time("deleting_on"),
+            queue_count=_queue_count(p),
         )
 
 
@@ -323,6 +346,16 @@ class Properties:
         if value is None or (isinstance(value, datetime) and value.tzinfo is not None):
             return value
         raise self.bad(f"{field} {_shown(value)} is not a UTC date and time")
+
+
+def _queue_count(p: Properties) -> int:
+    """A job's queue count: recorded only when it is not 1 (older records have none)."""
+    count = p.count("queues")
+    if count is None:
+        return 1
+    if not 1 <= count <= layout.MAX_QUEUES:
+        raise p.bad(f"queues {count} is not between 1 and {layout.MAX_QUEUES}")
+    return int(count)
 
 
 def _shown(value: Any) -> str:

@@ -86,10 +86,17 @@ class CheckpointStore:
     # ----------------------------------------------------------------- jobs
 
     def create_job(
-        self, job_id: str, job_type: str, queue: str, params: Any, budget: Budget | None = None
+        self,
+        job_id: str,
+        job_type: str,
+        queue: str,
+        params: Any,
+        budget: Budget | None = None,
+        queue_count: int = 1,
     ) -> tuple[JobRecord, bool]:
-        """Record a new job; if ``job_id`` exists already, return that one (and False)."""
-        return self._jobs.create_job(job_id, job_type, queue, params, budget)
+        """Record a new job; if ``job_id`` exists already, return that one (and False).
+        ``queue_count``: the queues its chunks are spread over (its class's ``queues``)."""
+        return self._jobs.create_job(job_id, job_type, queue, params, budget, queue_count)
 
     def get_job(self, job_id: str, budget: Budget | None = None) -> JobRecord:
         return self._jobs.get_job(job_id, budget)

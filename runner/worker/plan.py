@@ -61,7 +61,7 @@ def _enqueue(
     page: list[Any],
     budget: Budget,
 ) -> None:
-    bodies = []
+    bodies: dict[str, list[bytes]] = {}
     for planned in store.add_chunks(job.job_id, first, page, budget, job.incarnation):
         inline = planned.payload is not None and len(planned.payload) <= INLINE_PAYLOAD_BYTES
         task = messages.TaskMessage(
@@ -73,8 +73,11 @@ def _enqueue(
             planned.payload if inline else None,
             job.incarnation,
         )
-        bodies.append(messages.encode(task))
-    budget.call(sender_of_unsent(queues, job.queue, bodies))
+        bodies.setdefault(job.chunk_queue(planned.index), []).append(messages.encode(task))
+    # One send_many per queue the page's chunks go to (blocks of consecutive chunks:
+    # a page of 400 reaches every queue of a job of up to 12 queues).
+    for queue, sent in bodies.items():
+        budget.call(sender_of_unsent(queues, queue, sent))
 
 
 def sender_of_unsent(queues: QueueStore, queue: str, bodies: list[bytes]) -> Callable[[], None]:
