@@ -64,9 +64,13 @@ class JobRecords:
         params: Any,
         budget: Budget | None = None,
         priority: int = 0,
+        queue_count: int = 1,
     ) -> tuple[JobRecord, bool]:
         """Record a new job (of ``priority``); if ``job_id`` exists already, return that
         one (and False).
+
+        ``queue_count`` (its class's ``queues``) is kept in the record, so its messages
+        go to the same queues whatever its class says later.
 
         An insert that was applied although it failed is recognised by its writer
         token: the job is then this call's own (True), not "already there"."""
@@ -77,6 +81,8 @@ class JobRecords:
         properties = {
             "job_type": job_type,
             "queue": queue,
+            # Recorded only past 1: a job of one queue is recorded as before.
+            **({"queues": queue_count} if queue_count != 1 else {}),
             "state": "planning",
             "created_on": now,
             "updated_on": now,
@@ -166,8 +172,9 @@ class JobRecords:
         return JobRecord.from_record(written)
 
     def delete_job(self, job_id: str, budget: Budget | None = None) -> Deleted:
-        """Delete an ended job: its task records, its blobs, its visible messages (in its
-        queue and poison queue), then its record.
+        """Delete an ended job: its task records, its blobs, its visible messages (in each
+        of its queues and their poison queues, and its type's resume queue), then its
+        record.
 
         The job is first marked as being deleted, so workers delete its messages unrun
         and stop its running tasks; its record goes last, so a deletion that dies midway
@@ -186,12 +193,7 @@ class JobRecords:
         self._counters.forget(job_id)
         blobs = deletion.delete_blobs(self._storage.blobs, job_id, budget)
         swept = sum(
-            deletion.sweep(self._storage.queues, queue, job_id, budget)
-            for queue in (
-                job.queue,
-                layout.resume_queue_of(job.queue),
-                job.queue + layout.POISON_SUFFIX,
-            )
+            deletion.sweep(self._storage.queues, swept, job_id, budget) for swept in job.every_queue
         )
         budget.call(
             lambda: self._records.delete(

@@ -46,6 +46,14 @@ CONTROL_ROWS = {"plan": PLAN_ROW, "feed": FEED_ROW, "final": FINAL_ROW}
 #: A job queue's poison queue is its name with this suffix, so a job queue name leaves
 #: room for it within Azure's 63 characters.
 POISON_SUFFIX = "-poison"
+#: Most queues one job type may spread its chunks over (``ChunkedJob.queues``).
+MAX_QUEUES = 64
+#: Consecutive chunks sent to one queue of a job of several queues: the same blocks as
+#: the shards'. A worker receives up to 32 consecutive messages of one queue at a time;
+#: if they are consecutive chunks, their done marks fall into one or two shard
+#: partitions and are written in one or two batches. Dealing single chunks round-robin
+#: over four queues would spread one receive's chunks over four times the indexes.
+QUEUE_BLOCK = SHARD_BLOCK
 #: A job queue's resume queue: where a chunk's message waits while the chunk runs, so
 #: that a chunk whose lease ran out is received before the job queue's fresh chunks.
 #: As long as the poison suffix, so the same room is left for it.
@@ -63,8 +71,15 @@ def home_queue_of(queue: str) -> str:
     return queue.removesuffix(RESUME_SUFFIX)
 
 
+def is_resume_queue(queue: str) -> bool:
+    return queue.endswith(RESUME_SUFFIX)
+
+
 def poison_queue_of(queue: str) -> str:
-    """Where a message from ``queue`` (a job queue or its resume queue) is poisoned."""
+    """The poison queue of job queue ``queue`` (``<queue>-poison``, ``<queue>-2-poison``),
+    or of a resume queue's job queue. A job of several queues has no messages of its own
+    in ``<queue>``: its chunks moved to the resume queue are poisoned into the poison
+    queue of their own queue (see :class:`runner.worker.poison.PoisonRouter`)."""
     return home_queue_of(queue) + POISON_SUFFIX
 
 
@@ -111,6 +126,20 @@ def chunks_in_shard(total: int, shard: int) -> int:
     """How many of ``total`` chunks fall into ``shard``."""
     rounds, rest = divmod(total, SHARDS * SHARD_BLOCK)
     return rounds * SHARD_BLOCK + min(max(rest - shard * SHARD_BLOCK, 0), SHARD_BLOCK)
+
+
+def job_queues(queue: str, count: int) -> tuple[str, ...]:
+    """The queues a job of ``count`` queues uses: ``(queue,)`` for one (as before jobs
+    had several), else ``queue-0`` ... ``queue-<count - 1>``."""
+    if count == 1:
+        return (queue,)
+    return tuple(f"{queue}-{n}" for n in range(count))
+
+
+def chunk_queue(queue: str, count: int, index: int) -> str:
+    """The queue of chunk ``index`` of a job of ``count`` queues: blocks of
+    :data:`QUEUE_BLOCK` consecutive chunks dealt round-robin."""
+    return queue if count == 1 else f"{queue}-{(index // QUEUE_BLOCK) % count}"
 
 
 def job_blob_prefix(job_id: str) -> str:

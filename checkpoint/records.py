@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal, TypeVar, get_args
 
-from checkpoint import checks
+from checkpoint import checks, layout
 from checkpoint.errors import BadRecord
 from checkpoint.storage import PropertyValue, Record
 
@@ -58,6 +58,8 @@ class JobRecord:
             on its messages are deleted unrun and its running tasks stop as if cancelled.
         priority: ``submit(..., priority=N)``: among running jobs of one type, a job
             of higher priority gets most of the workers (docs/semantics.md §22).
+        queue_count: the queues its chunks are spread over, as its class said when it
+            was submitted (records without one: 1); see :attr:`queues`.
     """
 
     job_id: str
@@ -77,10 +79,30 @@ class JobRecord:
     incarnation: str | None = None
     deleting_on: datetime | None = None
     priority: int = 0
+    queue_count: int = 1
 
     @property
     def name(self) -> str:
         return record_name(self.job_id, "job")
+
+    @property
+    def queues(self) -> tuple[str, ...]:
+        """Every queue its messages go to; planning and finalize use the first."""
+        return layout.job_queues(self.queue, self.queue_count)
+
+    def chunk_queue(self, index: int) -> str:
+        """The queue of its chunk ``index``."""
+        return layout.chunk_queue(self.queue, self.queue_count, index)
+
+    @property
+    def every_queue(self) -> tuple[str, ...]:
+        """Every queue a message of it can be in: its type's resume queue (one however
+        many queues, where running chunks' messages wait), its queues and their poison
+        queues."""
+        names = [layout.resume_queue_of(self.queue)]
+        for queue in self.queues:
+            names += (queue, layout.poison_queue_of(queue))
+        return tuple(names)
 
     @property
     def ended(self) -> bool:
@@ -118,6 +140,7 @@ class JobRecord:
             incarnation=p.text("incarnation") or None,
             deleting_on=p.time("deleting_on"),
             priority=p.integer("priority"),
+            queue_count=_queue_count(p),
         )
 
 
@@ -341,6 +364,16 @@ class Properties:
         if value is None or (isinstance(value, datetime) and value.tzinfo is not None):
             return value
         raise self.bad(f"{field} {_shown(value)} is not a UTC date and time")
+
+
+def _queue_count(p: Properties) -> int:
+    """A job's queue count: recorded only when it is not 1 (older records have none)."""
+    count = p.count("queues")
+    if count is None:
+        return 1
+    if not 1 <= count <= layout.MAX_QUEUES:
+        raise p.bad(f"queues {count} is not between 1 and {layout.MAX_QUEUES}")
+    return int(count)
 
 
 def _shown(value: Any) -> str:

@@ -93,9 +93,11 @@ class CheckpointStore:
         params: Any,
         budget: Budget | None = None,
         priority: int = 0,
+        queue_count: int = 1,
     ) -> tuple[JobRecord, bool]:
-        """Record a new job; if ``job_id`` exists already, return that one (and False)."""
-        return self._jobs.create_job(job_id, job_type, queue, params, budget, priority)
+        """Record a new job; if ``job_id`` exists already, return that one (and False).
+        ``queue_count``: the queues its chunks are spread over (its class's ``queues``)."""
+        return self._jobs.create_job(job_id, job_type, queue, params, budget, priority, queue_count)
 
     def get_job(self, job_id: str, budget: Budget | None = None) -> JobRecord:
         return self._jobs.get_job(job_id, budget)

@@ -7,8 +7,8 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Any, ClassVar
 
-from checkpoint import checks, limits, rates
-from checkpoint.layout import POISON_SUFFIX, resume_queue_of
+from checkpoint import checks, layout, limits, rates
+from checkpoint.layout import MAX_QUEUES, resume_queue_of
 from checkpoint.limits import MAX_VISIBILITY_SECONDS
 from jobs.backoff import Backoff
 from jobs.chunk import Chunk
@@ -38,6 +38,10 @@ class ChunkedJob:
         queue: the Azure queue carrying this job type's chunks; defaults to the class
             name in kebab case (``MigrateOrders`` -> ``migrate-orders``). Poisoned
             messages go to ``<queue>-poison``.
+        queues: how many queues a job's chunks are spread over (1-64). With 1 (the
+            default) that is ``<queue>`` itself; with 4, ``<queue>-0`` ... ``<queue>-3``,
+            each with its own poison queue, for a job past one queue's ~2,000
+            messages/s. A job keeps the count it was submitted with.
         lease_seconds: how long a received chunk stays invisible to other workers;
             renewed at ~70% of it while the chunk runs, so keep it short (whole
             seconds, 1-604800). A crashed worker's chunk resumes after at most this.
@@ -82,6 +86,7 @@ class ChunkedJob:
     """
 
     queue: ClassVar[str] = ""
+    queues: ClassVar[int] = 1
     lease_seconds: ClassVar[int] = 30
     max_attempts: ClassVar[int] = 5
     checkpoint_interval_seconds: ClassVar[float] = 5.0
@@ -107,14 +112,31 @@ class ChunkedJob:
         return f"{cls.__module__}:{cls.__qualname__}"
 
     @classmethod
+    def chunk_queues(cls) -> tuple[str, ...]:
+        """The queues a job of this class is submitted to: ``(queue,)`` with one,
+        ``queue-0`` ... with several. Planning and finalize use the first."""
+        return layout.job_queues(cls.queue, cls.queues)
+
+    @classmethod
+    def chunk_queue(cls, index: int) -> str:
+        """The queue chunk ``index`` of a job submitted now goes to (blocks of
+        consecutive chunks per queue, :data:`checkpoint.layout.QUEUE_BLOCK`)."""
+        return layout.chunk_queue(cls.queue, cls.queues, index)
+
+    @classmethod
+    def poison_queues(cls) -> tuple[str, ...]:
+        """The poison queue of each of :meth:`chunk_queues`, in the same order."""
+        return tuple(layout.poison_queue_of(queue) for queue in cls.chunk_queues())
+
+    @classmethod
     def poison_queue(cls) -> str:
-        """Where this job type's poisoned messages go: ``<queue>-poison``."""
-        return cls.queue + POISON_SUFFIX
+        """The poison queue of the first queue: ``<queue>-poison`` with one queue."""
+        return cls.poison_queues()[0]
 
     @classmethod
     def resume_queue(cls) -> str:
-        """Where a running chunk's message waits: ``<queue>-resume``, polled before the
-        job queue (see :mod:`runner.worker.resume`)."""
+        """Where a running chunk's message waits: ``<queue>-resume``, one for the type
+        however many queues it has, polled before them (see :mod:`runner.worker.resume`)."""
         return resume_queue_of(cls.queue)
 
     def split(self, params: Any) -> Iterable[Any]:
@@ -146,11 +168,21 @@ class ChunkedJob:
 def check_job_class(cls: type[ChunkedJob]) -> None:
     """Refuse a job class whose settings Azure or the runner cannot honour."""
     name = cls.__qualname__
-    if not limits.is_queue_name(cls.queue) or not limits.is_queue_name(cls.poison_queue()):
+    checks.whole(
+        cls.queues,
+        f"{name}.queues",
+        lowest=1,
+        highest=MAX_QUEUES,
+        unit="queues",
+        error=JobDefinitionError,
+    )
+    # The longest name is the last queue's poison queue: '<queue>-<n>-poison'.
+    suffix = layout.poison_queue_of(layout.job_queues("", cls.queues)[-1])
+    if not limits.is_queue_name(cls.queue) or not limits.is_queue_name(f"{cls.queue}{suffix}"):
         raise JobDefinitionError(
-            f"{name}.queue = {cls.queue!r}: use 3-{63 - len(POISON_SUFFIX)} lowercase letters, "
+            f"{name}.queue = {cls.queue!r}: use 3-{63 - len(suffix)} lowercase letters, "
             "digits and single hyphens, starting and ending with a letter or digit (room "
-            f"is left for {POISON_SUFFIX!r}); set `queue = ...` on the class"
+            f"is left for {suffix!r}); set `queue = ...` on the class"
         )
     checks.whole(
         cls.lease_seconds,

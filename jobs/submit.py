@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 import secrets
 from typing import Any
@@ -80,7 +81,12 @@ def submit(
         store = CheckpointStore(opened)
         job_id = job_id or new_job_id(job_class, store.clock.now().strftime("%Y%m%d-%H%M%S"))
         record, created = store.create_job(
-            job_id, job_class.job_type(), job_class.queue, params, priority=priority
+            job_id,
+            job_class.job_type(),
+            job_class.queue,
+            params,
+            priority=priority,
+            queue_count=job_class.queues,
         )
         if not created:
             _same_submission(store, record, job_class.job_type(), params)
@@ -91,16 +97,17 @@ def submit(
             # Retried on transient trouble; a send applied with its answer lost and sent
             # again only duplicates the planning message (the claim runs it once).
             budget = store.budget()
-            budget.call(lambda: opened.queues.create_queue(job_class.queue))
-            budget.call(lambda: opened.queues.create_queue(job_class.resume_queue()))
-            budget.call(lambda: opened.queues.create_queue(job_class.poison_queue()))
+            # The record's queues, not the class's: a re-submit of a job submitted
+            # when its class had another count must find the queues its job uses.
+            for name in record.every_queue:
+                budget.call(functools.partial(opened.queues.create_queue, name))
             task = messages.TaskMessage(
                 "plan", record.job_type, job_id, incarnation=record.incarnation
             )
             body = messages.encode(task)
             budget.call(
                 lambda: opened.queues.send(
-                    job_class.queue, body, delay_seconds=delay_seconds, ttl_seconds=NEVER_EXPIRES
+                    record.queues[0], body, delay_seconds=delay_seconds, ttl_seconds=NEVER_EXPIRES
                 )
             )
         return job_id

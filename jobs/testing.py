@@ -155,7 +155,7 @@ class _Worker:
 class _Mortal:
     """One service of a worker's storage. Once the worker is dead every call raises
     :class:`SimulatedCrash`, so nothing more is written by it, whatever code runs on
-    in this process. For the job's queue it also notes when each message becomes
+    in this process. For the job's queues it also notes when each message becomes
     visible, so the harness knows where to move the clock when none is."""
 
     def __init__(
@@ -274,6 +274,10 @@ class _WholeJob:
         self._visible_at: dict[str, datetime] = {}
         self._worker: _Worker | None = None
         self._workers = 0
+        #: The job's queues (its class's, as it is submitted with them), and which one
+        #: a receive asks first.
+        self._queues = job_class.chunk_queues()
+        self._next_queue = 0
 
     def submit(self, params: Any, job_id: str) -> None:
         self.job_id = submit(self.job_class, params, job_id=job_id, storage=self.storage)
@@ -294,26 +298,38 @@ class _WholeJob:
         return self.report(directory)
 
     def _ended(self) -> bool:
-        # As burst mode's test: the job ended and nothing is left on its queue (a
+        # As burst mode's test: the job ended and nothing is left on its queues (a
         # duplicate message left behind is delivered, found done and deleted unrun).
         state = self.store.get_job(self.job_id).state
-        return state in ("done", "failed") and self._queued() == 0
+        return state in ("done", "failed") and not self._queued()
 
     def _queued(self) -> int:
-        """Messages in the job's queue and its resume queue, visible or not."""
+        """Messages in the job's queues and its resume queue, visible or not."""
         queues = self.storage.queues
         return sum(queues.approximate_length(name) for name in self._served())
 
-    def _served(self) -> tuple[str, str]:
-        """The queues a worker polls, in its order: resumed work first."""
-        return (self.job_class.resume_queue(), self.job_class.queue)
+    def _served(self) -> tuple[str, ...]:
+        """The queues a worker polls: the resume queue, then the job's queues."""
+        return (self.job_class.resume_queue(), *self._queues)
+
+    def _in_turn(self) -> list[str]:
+        """The queues to ask for the next message, as a worker asks them: resumed work
+        first, then the job's queues in turn, from the one after the last asked."""
+        turn = [
+            self._queues[(self._next_queue + n) % len(self._queues)]
+            for n in range(len(self._queues))
+        ]
+        return [self.job_class.resume_queue(), *turn]
 
     def _deliver(self) -> bool:
         """Receive one message, as the worker loop does, and handle it; False if none
-        was visible."""
+        was visible. Its resume queue is asked first, then the job's queues in turn,
+        starting after the last one asked."""
         worker = self._worker = self._worker or self._new_worker()
         assert worker.context is not None
-        for queue in self._served():
+        for queue in self._in_turn():
+            if queue != self.job_class.resume_queue():
+                self._next_queue = (self._queues.index(queue) + 1) % len(self._queues)
             received_at = self.clock.monotonic()  # before the receive, as the loop takes it
             batch = worker.context.queues.receive(
                 queue, max_messages=1, visibility_seconds=self.job_class.lease_seconds

@@ -3,8 +3,10 @@
 1. Every poisoned task (chunk, planning, finalize) goes back to waiting with its attempt
    count reset (a chunk's shard counter is adjusted in the same batch).
 2. The job's messages in ``<queue>-poison`` are moved back to the job queue, originals
-   unchanged; other jobs' poison messages stay where they are.
-3. A reset task whose poison message is gone (purged by hand, say) gets a new message.
+   unchanged; other jobs' poison messages stay where they are. A job of several queues
+   has a poison queue per queue: each message goes back to the queue it came from.
+3. A reset task whose poison message is gone (purged by hand, say) gets a new message,
+   on its chunk's own queue (planning and finalize: the job's first queue).
 
 A record that cannot be read (garbled by hand or by another version) is gone past:
 it is reported, left as it is with its poison messages, and the rest is redriven.
@@ -19,7 +21,7 @@ from dataclasses import dataclass, field
 
 from checkpoint import messages
 from checkpoint.errors import BadMessage, BadRecord, Conflict, LeaseLost
-from checkpoint.layout import POISON_SUFFIX
+from checkpoint.layout import poison_queue_of
 from checkpoint.records import TaskKind
 from checkpoint.storage import NEVER_EXPIRES, QueueStore
 from checkpoint.store import CheckpointStore
@@ -60,12 +62,15 @@ def redrive(store: CheckpointStore, queues: QueueStore, job_id: str) -> Redriven
     unreadable: list[tuple[TaskKind, int, str]] = []
     reset = _reset_poisoned(store, job_id, unreadable)
     left = {(kind, index) for kind, index, _ in unreadable}
-    moved = move_back(queues, job.queue, job_id, job.incarnation, left_alone=left)
+    moved: set[tuple[TaskKind, int]] = set()
+    for queue in job.queues:
+        moved |= move_back(queues, queue, job_id, job.incarnation, left_alone=left)
     for kind, index in sorted(reset - moved):
         message = messages.TaskMessage(
             kind, job.job_type, job_id, index, incarnation=job.incarnation
         )
-        queues.send(job.queue, messages.encode(message), ttl_seconds=NEVER_EXPIRES)
+        queue = job.chunk_queue(index) if kind == "chunk" else job.queues[0]
+        queues.send(queue, messages.encode(message), ttl_seconds=NEVER_EXPIRES)
     if reset or moved:
         _reopen(store, job_id)
     return Redriven(len(reset | moved), unreadable)
@@ -120,7 +125,7 @@ def move_back(
     of the tasks in ``left_alone`` (their records cannot be read: a worker would only
     poison them again)."""
     moved: set[tuple[TaskKind, int]] = set()
-    poison_queue = queue + POISON_SUFFIX
+    poison_queue = poison_queue_of(queue)
     while True:
         batch = queues.receive(
             poison_queue, max_messages=32, visibility_seconds=SCAN_VISIBILITY_SECONDS

@@ -1,7 +1,7 @@
 """Everything ``runner status`` shows, read at once: the jobs (:mod:`runner.cli.status`) and
 the workers, from their heartbeats (:mod:`checkpoint.workers`).
 
-A job's report lists the workers serving its queue (``workers``); ``runner status
+A job's report lists the workers serving its queues (``workers``); ``runner status
 --watch`` renders a whole :func:`read_snapshot` per refresh.
 """
 
@@ -91,9 +91,9 @@ def worker_status(worker: WorkerRecord, now: datetime) -> WorkerStatus:
 
 def with_workers(report: list[AnyJob], workers: tuple[WorkerStatus, ...]) -> list[AnyJob]:
     """Each readable job's report with ``workers``: those whose heartbeat says they
-    serve its queue."""
+    serve one of its queues."""
     return [
-        replace(job, workers=tuple(w for w in workers if job.queue in w.queues))
+        replace(job, workers=tuple(w for w in workers if not set(job.queues).isdisjoint(w.queues)))
         if isinstance(job, JobStatus)
         else job
         for job in report

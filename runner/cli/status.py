@@ -58,6 +58,7 @@ def job_status(store: CheckpointStore, job: JobRecord, now: datetime) -> JobStat
         job_id=job.job_id,
         job_type=job.job_type,
         queue=job.queue,
+        queues=job.queues,
         state=job.state,
         error=job.error,
         paused=job.paused_on is not None,

@@ -126,11 +126,14 @@ class LimitStatus:
 class JobStatus:
     """One job: its state and hold (paused / cancelled), counts, progress, the running,
     failed and poisoned tasks, finalize's state, the records that cannot be read, and
-    the workers serving its queue."""
+    the workers serving its queues."""
 
     job_id: str
     job_type: str
     queue: str
+    #: Every queue its messages travel on: ``(queue,)``, or ``queue-0`` ... for a job
+    #: of several queues.
+    queues: tuple[str, ...]
     state: str
     error: str | None
     paused: bool

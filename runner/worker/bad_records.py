@@ -54,7 +54,7 @@ def poison_missing(delivery: Delivery) -> None:
     """Poison a message whose task has no record (its job's records still there)."""
     reason = f"no record of {delivery.kind} {delivery.index} of job {delivery.job_id!r}"
     log.error("message %s on %s poisoned: %s", delivery.message.id, delivery.lease.queue, reason)
-    delivery.worker.poison.move(delivery.lease, delivery.message.body, reason)
+    delivery.worker.poison.move(delivery.lease, delivery.message.body, reason, delivery.home_queue)
 
 
 def poison_unreadable(delivery: Delivery, bad: BadRecord) -> None:
@@ -85,7 +85,7 @@ def poison_unreadable(delivery: Delivery, bad: BadRecord) -> None:
         worker.keeper.drop(lease)
         return
     log.error("%s %s of %s poisoned: %s", kind, index, delivery.job_id, reason)
-    worker.poison.move(lease, delivery.message.body, reason)
+    worker.poison.move(lease, delivery.message.body, reason, delivery.home_queue)
     if kind == "chunk":
         budget = delivery.budget(retries.BOOKKEEPING)
         worker.completion.check(delivery.job_id, budget, layout.shard_of(index), poisoned=True)

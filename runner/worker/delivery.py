@@ -12,7 +12,7 @@ import random
 import threading
 from dataclasses import dataclass, field
 
-from checkpoint import retries
+from checkpoint import layout, retries
 from checkpoint.clock import Clock
 from checkpoint.messages import TaskMessage
 from checkpoint.records import JobRecord, TaskKind
@@ -44,6 +44,9 @@ class Context:
     clock: Clock
     worker_id: str
     job_classes: dict[str, type[ChunkedJob]]
+    #: Every queue served, with the job class whose messages it carries
+    #: (:func:`runner.worker.polling.served_queues`).
+    by_queue: dict[str, type[ChunkedJob]]
     poison: PoisonRouter
     completion: Completion
     finisher: Finisher
@@ -61,13 +64,6 @@ class Context:
     recorder: Recorder = SILENT
     #: How long each job type's chunks take here (whether their messages move).
     chunk_times: ChunkTimes = field(default_factory=ChunkTimes)
-
-    @property
-    def by_queue(self) -> dict[str, type[ChunkedJob]]:
-        """The job class of each queue served: job queues and their resume queues."""
-        served = {cls.queue: cls for cls in self.job_classes.values()}
-        served.update((cls.resume_queue(), cls) for cls in self.job_classes.values())
-        return served
 
 
 @dataclass(frozen=True)
@@ -93,6 +89,15 @@ class Delivery:
     @property
     def job_id(self) -> str:
         return self.job.job_id
+
+    @property
+    def home_queue(self) -> str:
+        """The queue its message belongs to: the one it came from, or for a chunk's
+        message moved to its type's resume queue, the chunk's queue in its job (planning
+        and finalize, index 0, never move: theirs is the job's first queue)."""
+        if not layout.is_resume_queue(self.lease.queue):
+            return self.lease.queue
+        return self.job.chunk_queue(self.index)
 
     def budget(self, policy: retries.RetryPolicy) -> Budget:
         """Retries of ``policy`` for as long as the message's lease lasts."""

@@ -20,7 +20,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 
 from checkpoint import retries
@@ -133,6 +133,10 @@ class Heartbeat:
             seen_on=self._clock.now(),
             beat_seconds=self.beat_seconds,
         )
+
+    def serving(self, queues: tuple[str, ...]) -> None:
+        """Say these queues are served (known once the job catalogue was read)."""
+        self._identity = replace(self._identity, queues=queues)
 
     def beat(self) -> bool:
         """Write the heartbeat once, now; False if it could not be written (logged once

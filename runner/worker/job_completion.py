@@ -192,7 +192,8 @@ def _check(
     body = messages.encode(
         messages.TaskMessage("final", job.job_type, job_id, incarnation=job.incarnation)
     )
-    budget.call(lambda: queues.send(job.queue, body, ttl_seconds=NEVER_EXPIRES))
+    # On the job's first queue, where its planning message went: one message per job.
+    budget.call(lambda: queues.send(job.queues[0], body, ttl_seconds=NEVER_EXPIRES))
     set_job(store, job_id, budget, only_from=("running",), state="finalizing")
 
 

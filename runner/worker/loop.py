@@ -17,7 +17,7 @@ import socket
 import threading
 from dataclasses import dataclass
 
-from checkpoint import retries
+from checkpoint import layout, retries
 from checkpoint.clock import Clock, SystemClock
 from checkpoint.errors import BadRecord, ConfigurationError, StorageError
 from checkpoint.quotas import QuotaBook
@@ -37,9 +37,10 @@ from runner.worker.job_completion import Completion
 from runner.worker.lease import Lease, LeaseKeeper
 from runner.worker.logs import in_context, worker_ids
 from runner.worker.poison import PoisonRouter
+from runner.worker.polling import served_queues
 from runner.worker.prefetch import Prefetch
+from runner.worker.receive_order import Received, ReceiveOrder, receive_from
 from runner.worker.recorder import SILENT, Recorder
-from runner.worker.resume import queues_to_poll
 from runner.worker.slot_keeper import SlotKeeper
 from runner.worker.tasks import handle, hold
 
@@ -121,6 +122,7 @@ def assemble(
         clock=clock,
         worker_id=worker_id,
         job_classes=classes,
+        by_queue=served_queues(job_classes, ()),
         poison=PoisonRouter(storage.queues, keeper, clock),
         completion=completion,
         finisher=Finisher(store, keeper, completion, clock, recorder),
@@ -165,12 +167,15 @@ class WorkerLoop:
         # Messages received and not yet finished (running or waiting for a slot).
         self._outstanding = 0
         self.prefetch = Prefetch(settings.concurrency, settings.prefetch)
-        #: When each job queue's resume queue was last polled (monotonic).
-        self._resume_polled_at: dict[str, float] = {}
         self._outstanding_changed = threading.Condition()
+        # The queues served; _serve_also adds those of unfinished jobs submitted with
+        # another queue count than their class has now.
+        self._order = ReceiveOrder(
+            self.context.by_queue, job_classes, self.clock, settings.poll_max_seconds
+        )
         identity = Identity(
             worker_id=self.worker_id,
-            queues=tuple(cls.queue for cls in job_classes),
+            queues=self._order.job_queues(),
             job_types=tuple(cls.job_type() for cls in job_classes),
             concurrency=settings.concurrency,
         )
@@ -234,20 +239,38 @@ class WorkerLoop:
     def _prepare(self) -> None:
         """Tables, container and queues, tried until they exist or the worker is
         stopped: a store out of reach at start-up is waited for (a line per try), never
-        a reason to exit."""
+        a reason to exit. The job catalogue is read for unfinished jobs whose queues
+        their class no longer names (it was submitted with another ``queues``)."""
         budget = Budget(retries.START_UP, self.clock, stopping=self._stop)
         self.context.store.ensure(budget)
         try:
             self.admission.define(budget)
         except BadRecord as bad:  # still served: a take reading it skips the queue
             log.warning("a limit of these job types cannot be read: %s", bad)
-        queues = [
-            name
-            for cls in self._classes
-            for name in (cls.queue, cls.resume_queue(), cls.poison_queue())
-        ]
-        for name in queues:
+        for served in self.context.by_queue:
+            self._create(served, budget)
+        self._serve_also(self.context.store.list_jobs(budget), budget)
+
+    def _create(self, queue: str, budget: Budget) -> None:
+        # A resume queue has no poison queue of its own: a message from it is poisoned
+        # into that of its chunk's queue (runner.worker.poison), created with that one.
+        resume = layout.is_resume_queue(queue)
+        names = [queue] if resume else [queue, layout.poison_queue_of(queue)]
+        for name in names:
             budget.call(functools.partial(self.storage.queues.create_queue, name))
+
+    def _serve_also(self, jobs: list[JobRecord], budget: Budget) -> None:
+        """Serve the queues of unfinished ``jobs`` of these types that their class does
+        not name (submitted when it had another ``queues``): looked for at start, and by
+        a burst worker at each check for remaining work."""
+        served = self.context.by_queue
+        added = {q: cls for q, cls in served_queues(self._classes, jobs).items() if q not in served}
+        for name, cls in added.items():
+            self._create(name, budget)
+            self._order.serve(name, cls)
+        if added:
+            log.info("serving also %s: jobs were submitted to them", ", ".join(added))
+            self.heartbeat.serving(self._order.job_queues())
 
     def _serve(self) -> None:
         idle_seconds = POLL_MIN_SECONDS
@@ -289,8 +312,12 @@ class WorkerLoop:
         return free >= refill_batch or self._outstanding < self.settings.concurrency
 
     def _receive(self, free: int) -> int:
+        """One receive round (:mod:`runner.worker.receive_order`): per job type, tokens
+        and slots are taken once for up to 32 messages, then its resume queue and its
+        queues are asked in order until they are had; ``free``: messages this process
+        may still hold."""
         received, self._token_wait = 0, None
-        for cls in self._classes:
+        for cls, queues in self._order.next_round():
             if free <= 0 or self._stop.is_set():
                 break
             # Tokens and slots first: a message received is leased and its dequeue
@@ -299,16 +326,14 @@ class WorkerLoop:
             if admitted.count == 0:
                 self._note_token_wait(admitted.wait_seconds)
                 continue
-            batch: list[tuple[str, QueueMessage, float]] = []
-            now = self.clock.monotonic()
-            # Resumed work first (runner.worker.resume): the resume queue, then the rest.
-            for name in queues_to_poll(cls, now, self._resume_polled_at.get(cls.queue)):
+            batch: list[Received] = []
+            for name in queues:  # resumed work first: the resume queue, then the rest
                 wanted = admitted.count - len(batch)
                 if wanted <= 0 or self._stop.is_set():
                     break
-                if name != cls.queue:
-                    self._resume_polled_at[cls.queue] = now
-                batch += self._receive_from(cls, name, wanted)
+                got = receive_from(self.storage.queues, self.clock, cls, name, wanted)
+                self._order.asked(cls, name, len(got), wanted)
+                batch += got
             self.admission.received(cls, admitted, [message for _, message, _ in batch])
             with self._outstanding_changed:
                 self._outstanding += len(batch)
@@ -319,21 +344,6 @@ class WorkerLoop:
             received += len(batch)
             free -= len(batch)
         return received
-
-    def _receive_from(
-        self, cls: type[ChunkedJob], queue_name: str, wanted: int
-    ) -> list[tuple[str, QueueMessage, float]]:
-        """Up to ``wanted`` messages of ``queue_name``, each with when it was received
-        (monotonic, taken before the call: the lease can only have started later)."""
-        received_at = self.clock.monotonic()
-        try:
-            batch = self.storage.queues.receive(
-                queue_name, max_messages=wanted, visibility_seconds=cls.lease_seconds
-            )
-        except StorageError as error:
-            log.warning("receiving from %s failed: %s", queue_name, error)
-            return []
-        return [(queue_name, message, received_at) for message in batch]
 
     def _note_token_wait(self, wait_seconds: float) -> None:
         if wait_seconds > 0:
@@ -371,13 +381,13 @@ class WorkerLoop:
         types = {cls.job_type() for cls in self._classes}
         try:
             every = self.context.store.list_jobs()
+            self._serve_also(every, self.context.store.budget())
             jobs = [job for job in every if job.job_type in types]
             if not all(job.ended for job in jobs):
                 return False
             if not all(
-                self.storage.queues.approximate_length(name) == 0
-                for cls in self._classes
-                for name in (cls.queue, cls.resume_queue())
+                self.storage.queues.approximate_length(queue) == 0
+                for queue in self.context.by_queue
             ):
                 return False
         except StorageError as error:
@@ -425,8 +435,9 @@ def _check_queues(job_classes: list[type[ChunkedJob]]) -> None:
         raise ConfigurationError("name at least one job type to serve")
     seen: dict[str, str] = {}
     for cls in job_classes:
-        other = seen.setdefault(cls.queue, cls.job_type())
-        if other != cls.job_type():
-            raise ConfigurationError(
-                f"{other} and {cls.job_type()} share queue {cls.queue!r}; give each its own"
-            )
+        for name in (*cls.chunk_queues(), cls.resume_queue()):
+            other = seen.setdefault(name, cls.job_type())
+            if other != cls.job_type():
+                raise ConfigurationError(
+                    f"{other} and {cls.job_type()} share queue {name!r}; give each its own"
+                )

@@ -190,7 +190,7 @@ def poison_task(
         worker.keeper.drop(delivery.lease)
         return
     log.error("%s %s of %s poisoned: %s", task.kind, task.index, job_id, reason)
-    worker.poison.move(delivery.lease, delivery.message.body, reason)
+    worker.poison.move(delivery.lease, delivery.message.body, reason, delivery.home_queue)
     if task.kind == "chunk":
         budget = delivery.budget(retries.TASK_WRITE)
         worker.completion.check(job_id, budget, layout.shard_of(task.index), poisoned=True)

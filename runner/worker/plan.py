@@ -76,7 +76,7 @@ def _enqueue(
     planned = store.add_chunks(job.job_id, first, page, budget, job.incarnation)
     send_chunk_messages(queues, job, [chunk for chunk in planned if chunk.index < window], budget)
     if first <= window < first + len(page):
-        budget.call(sender_of_unsent(queues, job.queue, [feed_message(job, window)]))
+        budget.call(sender_of_unsent(queues, job.queues[0], [feed_message(job, window)]))
 
 
 def send_chunk_messages(
@@ -85,7 +85,7 @@ def send_chunk_messages(
     """Build and send the messages of ``planned`` chunks (planning's and the feeder's):
     each carries its record as planned when known and its payload is small, so the
     worker claims it without reading it (checkpoint.messages)."""
-    bodies = []
+    bodies: dict[str, list[bytes]] = {}
     for chunk in planned:
         inline = chunk.payload is not None and len(chunk.payload) <= INLINE_PAYLOAD_BYTES
         task = messages.TaskMessage(
@@ -97,9 +97,11 @@ def send_chunk_messages(
             chunk.payload if inline else None,
             job.incarnation,
         )
-        bodies.append(messages.encode(task))
-    if bodies:
-        budget.call(sender_of_unsent(queues, job.queue, bodies))
+        bodies.setdefault(job.chunk_queue(chunk.index), []).append(messages.encode(task))
+    # One send_many per queue the chunks go to (blocks of consecutive chunks: a page of
+    # 400 reaches every queue of a job of up to 12 queues).
+    for queue, sent in bodies.items():
+        budget.call(sender_of_unsent(queues, queue, sent))
 
 
 def feed_message(job: JobRecord, first: int) -> bytes:

@@ -1,5 +1,7 @@
-"""Moving a message to ``<queue>-poison`` (from the job queue or its resume queue), with
-the reason beside the original body."""
+"""Moving a message to the poison queue of the queue it came from (``<queue>-poison``,
+``<queue>-2-poison``), with the reason beside the original body. A message from a job
+type's resume queue goes to the poison queue of its own queue (its chunk's), where
+``runner poison list`` and ``redrive`` look."""
 
 from __future__ import annotations
 
@@ -28,10 +30,14 @@ class PoisonRouter:
         self._clock = clock
         self._created: set[str] = set()
 
-    def move(self, lease: Lease, body: bytes, reason: str) -> None:
-        poison_queue = poison_queue_of(lease.queue)
+    def move(self, lease: Lease, body: bytes, reason: str, home: str | None = None) -> None:
+        """``home``: the queue the message belongs to, where ``runner poison redrive``
+        sends it back (a chunk's message from a resume queue: its chunk's queue, see
+        :attr:`~runner.worker.delivery.Delivery.home_queue`); None: the queue it came
+        from, or a resume queue's job queue (a message whose job could not be read)."""
+        home = home or home_queue_of(lease.queue)
+        poison_queue = poison_queue_of(home)
         budget = lease.budget(retries.MESSAGE, self._clock)
-        home = home_queue_of(lease.queue)  # what redrive and the poison list read
         record = messages.poisoned(body, home, reason, self._clock.now().isoformat())
         try:
             if poison_queue not in self._created:

@@ -9,6 +9,12 @@ queue before the job queue (:func:`queues_to_poll`), so the chunk's next attempt
 its retry after a backoff, or a chunk handed back by a graceful stop, is the next
 message any worker of the type receives.
 
+A job type of several queues (``queues = N``) has one resume queue all the same: it
+carries running chunks only, a fraction of the traffic. Its workers ask it before the
+type's queues in their turns (:mod:`runner.worker.receive_order`), and a chunk
+poisoned from it goes to its own queue's poison queue
+(:attr:`~runner.worker.delivery.Delivery.home_queue`).
+
 The cost is a queue send and a delete per attempt (the copy's delete at the end is the
 one the original would have had), and one receive of the resume queue per receive of
 the job queue. Chunks that take under :data:`MOVE_MIN_CHUNK_SECONDS` on average on this
@@ -31,6 +37,7 @@ twice at once:
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from checkpoint import retries
@@ -52,15 +59,23 @@ MOVE_MIN_CHUNK_SECONDS = 1.0
 IDLE_RESUME_POLL_SECONDS = 60.0
 
 
-def queues_to_poll(cls: type[ChunkedJob], now: float, resume_polled_at: float | None) -> list[str]:
+def queues_to_poll(
+    cls: type[ChunkedJob],
+    now: float,
+    resume_polled_at: float | None,
+    job_queues: Sequence[str] | None = None,
+) -> list[str]:
     """The queues of ``cls`` to receive from, in order, at ``now`` (monotonic): its
-    resume queue first, then its job queue. A class that does not use its resume queue
-    has it looked at once per :data:`IDLE_RESUME_POLL_SECONDS` only."""
+    resume queue first, then its job queues: ``job_queues`` in the order given (a
+    worker's fair rotation, :mod:`runner.worker.polling`), else its ``chunk_queues()``.
+    A class that does not use its resume queue has it looked at once per
+    :data:`IDLE_RESUME_POLL_SECONDS` only."""
+    queues = list(cls.chunk_queues() if job_queues is None else job_queues)
     if cls.resume_first or resume_polled_at is None:
-        return [cls.resume_queue(), cls.queue]
+        return [cls.resume_queue(), *queues]
     if now - resume_polled_at >= IDLE_RESUME_POLL_SECONDS:
-        return [cls.resume_queue(), cls.queue]
-    return [cls.queue]
+        return [cls.resume_queue(), *queues]
+    return queues
 
 
 @dataclass(frozen=True)

@@ -31,6 +31,7 @@ from types import FrameType
 import setproctitle
 from prometheus_client import CollectorRegistry
 
+from checkpoint import layout
 from checkpoint.backends import open_storage
 from checkpoint.errors import RunnerError
 from checkpoint.metering import metered
@@ -205,9 +206,14 @@ def run_workers(options: StartOptions, workers: int, restart: bool = True) -> in
 
 
 def _queues(classes: list[type[ChunkedJob]]) -> list[str]:
-    """The queues whose message counts the metrics show: each job type's, its resume
-    queue and its poison queue."""
-    return [name for cls in classes for name in (cls.queue, cls.resume_queue(), cls.poison_queue())]
+    """The queues whose message counts the metrics show: each job type's queues, its
+    resume queue and their poison queues."""
+    names: list[str] = []
+    for cls in classes:
+        for queue in cls.chunk_queues():
+            names += (queue, layout.poison_queue_of(queue))
+        names.append(cls.resume_queue())
+    return names
 
 
 def _run(options: StartOptions, workers: int, restart: bool, metrics: Serving | None) -> int:

@@ -31,7 +31,6 @@ from collections.abc import Callable
 
 from checkpoint import messages, retries
 from checkpoint.errors import BadMessage, BadRecord, JobNotFound
-from checkpoint.layout import home_queue_of
 from checkpoint.records import JobRecord
 from checkpoint.settle import Writer
 from checkpoint.storage import QueueMessage
@@ -101,7 +100,9 @@ def _delivery(worker: Context, lease: Lease, message: QueueMessage) -> Delivery 
         job = _job(worker, task_message.job_id, lease)
         job_type = job.job_type
         job_class = worker.job_classes.get(task_message.job_type)
-        if job_class is None or job_class.queue != home_queue_of(lease.queue):
+        # A type is run only from the queues this worker serves it on (its resume
+        # queue among them).
+        if job_class is None or worker.by_queue.get(lease.queue) is not job_class:
             raise BadMessage(f"unknown job type {task_message.job_type!r} on queue {lease.queue!r}")
     except BadMessage as bad:
         # Only for the job's own type does the job fail too: a stray message naming

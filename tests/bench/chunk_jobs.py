@@ -35,6 +35,13 @@ class Trivial(ChunkedJob):
         return None
 
 
+class TrivialSpread(Trivial):
+    """:class:`Trivial` on four queues (``queues = 4``)."""
+
+    queue = "bench-trivial-spread"
+    queues = 4
+
+
 class Checkpointing(ChunkedJob):
     """One chunk that checkpoints every 0.2 s until ``params["stop_file"]`` exists."""
 

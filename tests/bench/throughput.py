@@ -88,24 +88,26 @@ def plan_only_loop(storage: Storage, job: type[ChunkedJob]) -> tuple[WorkerLoop,
     return loop, queues
 
 
-def submit_trivial(storage: Storage, chunks: int) -> str:
-    return submit(Trivial, {"chunks": chunks}, storage=storage)
+def submit_trivial(storage: Storage, chunks: int, job: type[ChunkedJob] = Trivial) -> str:
+    return submit(job, {"chunks": chunks}, storage=storage)
 
 
-def plan_only(storage: Storage, chunks: int) -> Measured:
+def plan_only(storage: Storage, chunks: int, job: type[ChunkedJob] = Trivial) -> Measured:
     """Run planning of the one submitted job alone; the loop stops when it is done."""
     tally = Tally()
-    loop, queues = plan_only_loop(counted(storage, tally), Trivial)
+    loop, queues = plan_only_loop(counted(storage, tally), job)
     loop.run()
     if tally.started_at is None or queues.stopped_at is None:
         raise RuntimeError("planning did not run to its end")
     return Measured(queues.stopped_at - tally.started_at, chunks, dict(tally.calls))
 
 
-def run_in_process(storage: Storage, chunks: int, settings: WorkerSettings) -> Measured:
+def run_in_process(
+    storage: Storage, chunks: int, settings: WorkerSettings, job: type[ChunkedJob] = Trivial
+) -> Measured:
     """One worker loop in this process, from its first receive to the job being done."""
     tally = Tally()
-    WorkerLoop(counted(storage, tally), [Trivial], settings).run()
+    WorkerLoop(counted(storage, tally), [job], settings).run()
     return Measured(tally.seconds, chunks, dict(tally.calls))
 
 

@@ -100,3 +100,18 @@ def test_progress_reads_back_with_and_without_its_count() -> None:
 
     assert bare == Progress(0.25) and str(bare) == "25%"
     assert counted == Progress(0.5, 5, 10) and str(counted).startswith("50% (5")
+
+
+def test_a_job_record_without_a_queue_count_has_one_queue_and_one_with_names_them() -> None:
+    one = Record("p", "job-x", {"job_type": "m:C", "queue": "q", "state": "running"}, "e1")
+    four = Record("p", "job-y", {**one.properties, "queues": 4}, "e1")
+    assert JobRecord.from_record(one).queues == ("q",)
+    assert JobRecord.from_record(four).queues == ("q-0", "q-1", "q-2", "q-3")
+    assert JobRecord.from_record(four).chunk_queue(32) == "q-1"
+
+
+@pytest.mark.parametrize("count", [0, 65, "4"])
+def test_a_garbled_queue_count_is_a_bad_record_naming_it(count: Any) -> None:
+    properties = {"job_type": "m:C", "queue": "q", "state": "running", "queues": count}
+    with pytest.raises(BadRecord, match="^job 'job-x': queues"):
+        JobRecord.from_record(Record("p", "job-x", properties, "e1"))

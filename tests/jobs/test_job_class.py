@@ -128,6 +128,55 @@ def test_a_class_name_too_short_for_a_queue_asks_for_one():
             pass
 
 
+# --------------------------------------------------------------------------- several queues
+
+
+def test_one_queue_is_the_queue_itself_and_several_are_numbered():
+    class One(MigrateOrders):
+        queue = "orders"
+
+    class Four(MigrateOrders):
+        queue = "orders"
+        queues = 4
+
+    assert One.chunk_queues() == ("orders",)
+    assert One.poison_queues() == ("orders-poison",)
+    assert Four.chunk_queues() == ("orders-0", "orders-1", "orders-2", "orders-3")
+    assert Four.poison_queues() == tuple(f"orders-{n}-poison" for n in range(4))
+    # Blocks of 32 consecutive chunks dealt round-robin (checkpoint.layout.QUEUE_BLOCK)
+    assert [Four.chunk_queue(i) for i in (0, 31, 32, 95, 96, 128)] == [
+        "orders-0",
+        "orders-0",
+        "orders-1",
+        "orders-2",
+        "orders-3",
+        "orders-0",
+    ]
+    assert {One.chunk_queue(i) for i in range(200)} == {"orders"}
+
+
+@pytest.mark.parametrize("queues", [0, 65, True, 2.0, "4", None])
+def test_a_queue_count_that_is_not_1_to_64_is_refused_in_one_line(queues):
+    with pytest.raises(JobDefinitionError) as refused:
+        type("Spread", (MigrateOrders,), {"queues": queues})
+    assert str(refused.value) == (
+        f"Spread.queues must be a whole number of queues from 1 to 64, not {queues!r}"
+    )
+
+
+def test_the_longest_queue_name_leaves_room_for_the_last_numbered_poison_queue():
+    # '<queue>-63-poison' is 10 characters past the name: 53 are left for it
+    fits: type[ChunkedJob] = type("Fits", (MigrateOrders,), {"queue": "q" * 53, "queues": 64})
+    assert len(fits.poison_queues()[-1]) == 63
+    with pytest.raises(JobDefinitionError) as refused:
+        type("Long", (MigrateOrders,), {"queue": "q" * 54, "queues": 64})
+    assert "use 3-53 lowercase letters" in str(refused.value)
+    assert "room is left for '-63-poison'" in str(refused.value)
+    # The same name fits one queue, and nine (one digit fewer)
+    type("One", (MigrateOrders,), {"queue": "q" * 54})
+    type("Nine", (MigrateOrders,), {"queue": "q" * 54, "queues": 9})
+
+
 # --------------------------------------------------------------------------- settings
 
 

@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from checkpoint import layout
 from checkpoint.backends import open_storage
 from checkpoint.clock import FakeClock
 from checkpoint.errors import CodecError, LeaseLost
@@ -706,6 +707,30 @@ def test_the_run_job_docstring_example():
     crashed, resumed = run.chunks[1].calls
     assert crashed.outcome == "crashed" and crashed.checkpoints[-1] == 14
     assert resumed.started_from == 14
+
+
+class CountRowsOnFourQueues(CountRows):
+    queues = 4
+
+
+def test_run_job_runs_a_job_of_several_queues_from_each_of_them(
+    monkeypatch: pytest.MonkeyPatch,
+):
+    # Given a job of four queues, one chunk per block (its three chunks on three queues)
+    monkeypatch.setattr(layout, "QUEUE_BLOCK", 1)
+    queue = CountRowsOnFourQueues.queue
+    assert [CountRowsOnFourQueues.chunk_queue(i) for i in range(3)] == [
+        f"{queue}-0",
+        f"{queue}-1",
+        f"{queue}-2",
+    ]
+
+    # When the harness runs it, a worker crashing mid-chunk on the way
+    run = run_job(CountRowsOnFourQueues, {"rows": 25}, crash=CrashAt(chunk=1, checkpoint=4))
+
+    # Then every chunk ran to its end, as on one queue
+    assert (run.state, run.total) == ("done", 3)
+    assert [result["last"] for result in run.results] == [10, 20, 25]
 
 
 def test_run_job_runs_the_whole_job_once_each():

@@ -67,6 +67,7 @@ def _job(job_id: str = "copy-rows-1", **changes: Any) -> JobStatus:
         job_id=job_id,
         job_type="example:CopyRows",
         queue="copy-rows",
+        queues=("copy-rows",),
         state="running",
         error=None,
         paused=False,

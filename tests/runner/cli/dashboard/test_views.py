@@ -25,6 +25,7 @@ def _job(**changes) -> JobStatus:
         job_id="j",
         job_type="m:C",
         queue="q",
+        queues=("q",),
         state="running",
         error=None,
         paused=False,
