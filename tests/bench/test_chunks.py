@@ -31,10 +31,14 @@ def test_in_process_run_counts_the_calls_of_every_chunk(tmp_path: Path) -> None:
     assert measured.seconds > 0 and measured.chunks == CHUNKS
     assert calls["queues.send_many messages"] == CHUNKS
     assert calls["queues.send_many"] == 1
-    assert calls["queues.send"] == 1  # the finalize message
+    # The finalize message, and the copy of each chunk moved to the resume queue: the
+    # first chunk only (it moves until a chunk of the type has been timed, and these
+    # are quick: docs/semantics.md §20), whose original is then deleted alone
+    moved = calls["queues.send"] - 1
+    assert moved == 1
     assert calls["queues.delete_many messages"] == CHUNKS
     assert 1 <= calls["queues.delete_many"] <= CHUNKS
-    assert calls["queues.delete"] == 1  # planning's (finalize's is after "done")
+    assert calls["queues.delete"] == 1 + moved  # planning's (finalize's is after "done")
     assert calls["records.merge"] >= CHUNKS  # claims, without reading the records first
     # no record read per chunk: the job record and counters as the job completes, and
     # the 16 counters for finalize's summary, whatever the job's size
@@ -55,7 +59,9 @@ def test_planning_alone_then_processing_alone(tmp_path: Path) -> None:
     assert "queues.delete" in planning.calls  # the plan message, once planning ended
     assert planning.calls["queues.delete"] == 1
     assert "queues.delete_many" not in planning.calls
-    assert processing.calls["queues.send"] == 1  # the finalize message only
+    # The finalize message, and a copy in the resume queue of each chunk started before
+    # the first one ended (two slots: one or two; docs/semantics.md §20)
+    assert 1 + 1 <= processing.calls["queues.send"] <= 1 + 2
     assert "queues.send_many" not in processing.calls
     # finalize's comes after "done"
     assert processing.calls["queues.delete_many messages"] == CHUNKS
