@@ -241,16 +241,21 @@ def test_quick_defaults_and_full_defaults():
 
 def test_sampler_follows_a_child_and_its_grandchild(tmp_path: Path):
     # Given a Python child holding ~60 MiB that starts a grandchild holding ~30 MiB
-    ready = tmp_path / "ready"
+    ready, held = tmp_path / "ready", tmp_path / "held"
+    # The grandchild says when its block is in memory (on a loaded machine that took
+    # longer than the 1 s the child once waited), and the child waits for that.
     grandchild = (
-        "import time; block = bytearray(30 << 20); block[::4096] = b'x' * len(block[::4096]); "
-        "time.sleep(30)"
+        "import pathlib, time; block = bytearray(30 << 20); "
+        "block[::4096] = b'x' * len(block[::4096]); "
+        f"pathlib.Path({str(held)!r}).touch(); time.sleep(30)"
     )
     child = (
         "import pathlib, subprocess, sys, time\n"
         "block = bytearray(60 << 20); block[::4096] = b'x' * len(block[::4096])\n"
         f"grand = subprocess.Popen([sys.executable, '-c', {grandchild!r}])\n"
-        "time.sleep(1.0)\n"
+        "deadline = time.monotonic() + 25\n"
+        f"while not pathlib.Path({str(held)!r}).exists() and time.monotonic() < deadline:\n"
+        "    time.sleep(0.05)\n"
         f"pathlib.Path({str(ready)!r}).touch()\n"
         "time.sleep(0.6)\n"
         "grand.kill(); grand.wait()\n"
