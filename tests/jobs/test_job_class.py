@@ -200,6 +200,7 @@ def test_the_longest_queue_name_leaves_room_for_the_last_numbered_poison_queue()
         ("max_chunk_seconds", -5, "max_chunk_seconds"),
         ("max_chunk_seconds", True, "max_chunk_seconds"),
         ("backoff", {"first_seconds": 1}, "backoff"),
+        ("resume_first", "yes", "resume_first must be True or False"),
         ("rate_limit", "200", r"rate_limit must be a count per unit, like '200/s'"),
         ("rate_limit", "0/s", "rate_limit"),
         ("rate_limit", 200, "rate_limit"),

@@ -288,3 +288,49 @@ def test_chunks_quicker_than_a_second_stay_in_the_job_queue(resumes: World):
     moved = [messages.decode(m.body).index for m in _copies(world)]
     assert moved == [0, 3]
     assert MOVE_MIN_CHUNK_SECONDS == 1.0  # smoothed: 0 after #0 and #1, 1.0 after #2
+
+
+def test_a_lease_lost_before_the_move_leaves_the_copy_to_carry_the_chunk(resumes: World):
+    # Given this worker's lease lost (its renewal refused) just before its claim
+    world = resumes
+    job_id = world.job([{"act": "ok"}])
+    world.send(job_id)
+
+    def lose() -> None:
+        for lease in world.worker.keeper.held():
+            lease.lose("renewal refused")
+
+    world.meanwhile.before("records.merge", lose)
+
+    # When the chunk is claimed under its copy
+    world.deliver()
+
+    # Then the lease stays lost (the chunk stops) and does not follow the copy, which
+    # the record names: hidden for a lease, it then brings the chunk back, first
+    (copy,) = _copies(world)
+    task = world.task(job_id)
+    assert (task.state, task.message_id) == ("running", copy.id)
+    _pass_lease(world, Verdicts.resume_queue(), copy)
+    queue, message = _as_the_loop_receives(world)
+    assert (queue, message.id) == (Verdicts.resume_queue(), copy.id)
+    _deliver(world, queue, message)
+    assert (world.task(job_id).state, world.task(job_id).attempt) == ("done", 2)
+
+
+def test_an_unused_copy_that_cannot_be_deleted_is_left_to_come_back(resumes: World):
+    # Given another worker claiming first, and this worker's delete of its copy refused
+    world = resumes
+    job_id = world.job([{"act": "ok"}])
+    world.send(job_id)
+    world.meanwhile.before("records.merge", world.take_over(job_id))
+    world.meanwhile.busy_times["queues.delete"] = 99  # every try
+
+    world.deliver()
+
+    # Then the copy is still there, hidden: it comes back after a lease, to a record
+    # that does not name it (docs/semantics.md §20)
+    world.meanwhile.busy_times["queues.delete"] = 0
+    (copy,) = _copies(world)
+    assert copy.id not in world.log.deleted
+    assert _length(world, Verdicts.resume_queue()) == 1
+    assert world.task(job_id).message_id != copy.id
