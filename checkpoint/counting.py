@@ -24,6 +24,9 @@ from checkpoint.values import Values, refused
 
 #: The counts a shard's counter row holds.
 COUNTERS = ("done", "poisoned")
+#: The counter row's property saying when a chunk was last counted in it (the
+#: counting worker's clock), written in the batch that counts it.
+COUNTED_ON = "counted_on"
 #: A counter of a shard's row: chunks done, or poisoned.
 CounterName = Literal["done", "poisoned"]
 #: Bytes of records per batch, under Azure's 4 MiB per batch with room for the counter.
@@ -144,6 +147,8 @@ class ShardCounters:
             old = counts_of(counts, first.job_id, layout.shard_of(first.index))[counter]
             new_counts = {**counts.properties, counter: old + step * len(group)}
             new_counts[WRITER] = settle.one_off()
+            # When a chunk was last counted, for the views' "last moved" (no write of its own).
+            new_counts[COUNTED_ON] = self._clock.now()
             ops = [
                 BatchOp("merge", layout.chunk_row(ended[i][0].index), ended[i][1], ended[i][0].etag)
                 for i in group

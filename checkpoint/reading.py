@@ -10,11 +10,12 @@ from __future__ import annotations
 import functools
 import heapq
 from collections.abc import Iterator, Sequence
+from datetime import datetime
 from typing import Any
 
 from checkpoint import layout, retries
 from checkpoint.clock import Clock
-from checkpoint.counting import COUNTERS, counts_of
+from checkpoint.counting import COUNTED_ON, COUNTERS, counts_of
 from checkpoint.errors import BadRecord, NotFound
 from checkpoint.records import CONTROL_KINDS, OUTPUTS, TASK_STATES, TaskKind, TaskRecord
 from checkpoint.retries import Budget
@@ -44,19 +45,33 @@ class JobReader:
 
     def shard_counts(self, job_id: str, shard: int, budget: Budget | None = None) -> dict[str, int]:
         """Done and poisoned chunks of one shard of the job, as its counter row says."""
-        partition = layout.shard_partition(job_id, shard)
-        record = retries.given(budget, self._clock).call(
-            lambda: self._records.get(layout.TASKS_TABLE, partition, layout.COUNTS_ROW)
-        )
-        return counts_of(record, job_id, shard)
+        return counts_of(self._counter_row(job_id, shard, budget), job_id, shard)
 
     def counts(self, job_id: str, budget: Budget | None = None) -> dict[str, int]:
         """Done and poisoned chunks of the job, summed over its shards."""
+        return self.counts_and_counted_on(job_id, budget)[0]
+
+    def counts_and_counted_on(
+        self, job_id: str, budget: Budget | None = None
+    ) -> tuple[dict[str, int], datetime | None]:
+        """:meth:`counts`, and when a chunk was last counted in any shard (the newest
+        ``counted_on`` of the counter rows; None before any was)."""
         total = dict.fromkeys(COUNTERS, 0)
+        counted_on: datetime | None = None
         for shard in range(layout.SHARDS):
-            for name, value in self.shard_counts(job_id, shard, budget).items():
+            record = self._counter_row(job_id, shard, budget)
+            for name, value in counts_of(record, job_id, shard).items():
                 total[name] = total.get(name, 0) + value
-        return total
+            when = record.properties.get(COUNTED_ON)
+            if isinstance(when, datetime) and (counted_on is None or when > counted_on):
+                counted_on = when
+        return total, counted_on
+
+    def _counter_row(self, job_id: str, shard: int, budget: Budget | None) -> Record:
+        partition = layout.shard_partition(job_id, shard)
+        return retries.given(budget, self._clock).call(
+            lambda: self._records.get(layout.TASKS_TABLE, partition, layout.COUNTS_ROW)
+        )
 
     def chunks(
         self, job_id: str, states: Sequence[str] = (), budget: Budget | None = None
@@ -71,22 +86,34 @@ class JobReader:
             yield task
 
     def scan_chunks(
-        self, job_id: str, states: Sequence[str] = (), budget: Budget | None = None
+        self,
+        job_id: str,
+        states: Sequence[str] = (),
+        budget: Budget | None = None,
+        *,
+        where: Sequence[Where] = (),
     ) -> Iterator[tuple[int, TaskRecord | BadRecord]]:
         """``(index, chunk)`` as :meth:`chunks`, with a BadRecord for a chunk whose record
         cannot be read (it is included whatever ``states`` asks for, unless one state is
-        asked for and its stored state is another)."""
+        asked for and its stored state is another). ``where``: more conditions the
+        query sends (an unreadable record is still named whatever they say)."""
         budget = retries.given(budget, self._clock)
         streams = [
-            self._shard_chunks(job_id, shard, states, budget) for shard in range(layout.SHARDS)
+            self._shard_chunks(job_id, shard, states, budget, where)
+            for shard in range(layout.SHARDS)
         ]
         return heapq.merge(*streams, key=lambda found: found[0])
 
     def _shard_chunks(
-        self, job_id: str, shard: int, states: Sequence[str], budget: Budget
+        self,
+        job_id: str,
+        shard: int,
+        states: Sequence[str],
+        budget: Budget,
+        more: Sequence[Where] = (),
     ) -> Iterator[tuple[int, TaskRecord | BadRecord]]:
         partition = layout.shard_partition(job_id, shard)
-        where = [Where("RowKey", "lt", "d")]
+        where = [Where("RowKey", "lt", "d"), *more]
         if len(states) == 1:
             where.append(Where("state", "eq", states[0]))
         for record in self._pages(partition, where, budget):

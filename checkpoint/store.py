@@ -17,6 +17,7 @@ its own behind it: :mod:`checkpoint.values` (values inline or spilled),
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from datetime import datetime
 from typing import Any
 
 from checkpoint import layout, retries
@@ -29,7 +30,7 @@ from checkpoint.job_records import JobRecords
 from checkpoint.reading import JobReader
 from checkpoint.records import JobRecord, TaskKind, TaskRecord
 from checkpoint.retries import Budget
-from checkpoint.storage import Storage
+from checkpoint.storage import Storage, Where
 from checkpoint.task_records import PlannedChunk, TaskRecords
 from checkpoint.values import Values
 
@@ -234,6 +235,12 @@ class CheckpointStore:
         """Done and poisoned chunks of the job, summed over its shards."""
         return self._reading.counts(job_id, budget)
 
+    def counts_and_counted_on(
+        self, job_id: str, budget: Budget | None = None
+    ) -> tuple[dict[str, int], datetime | None]:
+        """:meth:`counts`, and when a chunk was last counted (None: none yet)."""
+        return self._reading.counts_and_counted_on(job_id, budget)
+
     def chunks(
         self, job_id: str, states: Sequence[str] = (), budget: Budget | None = None
     ) -> Iterator[TaskRecord]:
@@ -241,10 +248,16 @@ class CheckpointStore:
         return self._reading.chunks(job_id, states, budget)
 
     def scan_chunks(
-        self, job_id: str, states: Sequence[str] = (), budget: Budget | None = None
+        self,
+        job_id: str,
+        states: Sequence[str] = (),
+        budget: Budget | None = None,
+        *,
+        where: Sequence[Where] = (),
     ) -> Iterator[tuple[int, TaskRecord | BadRecord]]:
-        """``(index, chunk)`` as :meth:`chunks`, with a BadRecord for one unreadable."""
-        return self._reading.scan_chunks(job_id, states, budget)
+        """``(index, chunk)`` as :meth:`chunks`, with a BadRecord for one unreadable;
+        ``where``: more conditions for the query."""
+        return self._reading.scan_chunks(job_id, states, budget, where=where)
 
     def poisoned_tasks(
         self, job_id: str, budget: Budget | None = None

@@ -392,7 +392,7 @@ def status(
     if as_json:
         click.echo(json.dumps(to_json(report if not job_id else report[0]), indent=2))
     else:
-        click.echo(render_status(report, color=sys.stdout.isatty()))
+        click.echo(render_status(report, color=sys.stdout.isatty(), now=store.clock.now()))
 
 
 @cli.command(short_help="Cancel a job: nothing more of it runs.")

@@ -4,16 +4,19 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping, Sequence
+from datetime import datetime
 from typing import Any
 
 from checkpoint.records import CONTROL_WORDS
 from runner.cli.json_form import utc
 from runner.cli.limit_view import limit_line
+from runner.cli.pace import moved_words, rate_words
 from runner.cli.status import ReportRow
 from runner.cli.status_types import (
     AnyJob,
     FailedTask,
     JobStatus,
+    Rate,
     RunningChunk,
     UnreadableJob,
     WorkerStatus,
@@ -39,13 +42,16 @@ def bar(done: float, total: int, width: int = BAR_CHARS) -> str:
     return f"[{'#' * filled}{'.' * (width - filled)}] {share:4.0%}"
 
 
-def render_status(report: Sequence[AnyJob], color: bool = False) -> str:
+def render_status(
+    report: Sequence[AnyJob], color: bool = False, now: datetime | None = None
+) -> str:
+    """Each job in a few lines; with ``now``, when each last moved (``moved 12s ago``)."""
     if not report:
         return "no jobs"
-    return "\n\n".join(_job(job, color) for job in report)
+    return "\n\n".join(_job(job, color, now) for job in report)
 
 
-def _job(job: AnyJob, color: bool) -> str:
+def _job(job: AnyJob, color: bool, now: datetime | None = None) -> str:
     if isinstance(job, UnreadableJob):
         return f"{job.job_id}  unreadable: {job.error}"
     chunks = job.chunks
@@ -58,9 +64,12 @@ def _job(job: AnyJob, color: bool) -> str:
     total = f"{chunks.total:,}" + ("" if job.planning_done else "+ (planning)")
     shown_total = chunks.total if job.planning_done else chunks.total + 1
     priority = f"  priority {job.priority}" if job.priority else ""
+    # The state line says a pause already; the bar line says the pace.
+    pace = [] if job.paused else rate_words(job, Rate(job.chunks_per_second, job.eta_seconds))
+    pace += moved_words(job, now) if now is not None else []
     lines = [
         f"{job.job_id}  {job.job_type}  {state}{priority}",
-        f"  {bar(_done(job), shown_total)}  {chunks.done:,}/{total} done",
+        "  ".join([f"  {bar(_done(job), shown_total)}", f"{chunks.done:,}/{total} done", *pace]),
         "  " + chunk_counts(job),
     ]
     if job.finalize:

@@ -19,13 +19,16 @@ from checkpoint.errors import BadRecord, NotFound
 from checkpoint.records import (
     CHECKPOINT_ON,
     CONTROL_KINDS,
+    PROGRESS_FRACTION,
     JobRecord,
     Progress,
     TaskKind,
     TaskRecord,
 )
+from checkpoint.storage import Where
 from checkpoint.store import CheckpointStore
 from runner.cli.json_form import bounded_user_value, to_json
+from runner.cli.pace import last_moved, stored_rate
 from runner.cli.status_types import (
     ChunkCounts,
     FailedTask,
@@ -43,12 +46,24 @@ def job_status(store: CheckpointStore, job: JobRecord, now: datetime) -> JobStat
     """One job's state, chunk counts and running / failed chunks (no workers: those are
     :func:`runner.cli.snapshot.with_workers`'s)."""
     bad: list[Unreadable] = []
-    counts = _counts(store, job.job_id, bad)
+    counts, counted_on = _counts(store, job.job_id, bad)
     running = _chunks(store, job.job_id, "running", bad)
     retrying = _chunks(store, job.job_id, "retrying", bad)
+    handed_back = _handed_back(store, job, bad)
     control_tasks = [_control_task(store, job.job_id, kind, bad) for kind in CONTROL_KINDS]
     planned = _planned(store, job, bad)
     total = job.total if job.total is not None else planned
+    unfinished = running + retrying + handed_back
+    fraction = job_fraction(total, counts["done"], unfinished)
+    plan = control_tasks[0]
+    began_on = plan.properties.get("started_on") if plan is not None else None
+    rate = stored_rate(
+        job,
+        (fraction or 0.0) * total,
+        total,
+        began_on if isinstance(began_on, datetime) else None,
+        now,
+    )
     settled = counts["done"] + counts["poisoned"] + len(running) + len(retrying)
     # A job with cancelled_on set (cancelled, or failed past its tolerance) drops its
     # chunks unrun as they surface, and retries none: nothing of it is waiting.
@@ -68,6 +83,7 @@ def job_status(store: CheckpointStore, job: JobRecord, now: datetime) -> JobStat
         cancel_reason=job.cancel_reason,
         created_on=job.created_on,
         updated_on=job.updated_on,
+        last_progress_at=last_moved(counted_on, [*unfinished, plan]),
         planning_done=job.total is not None,
         chunks=ChunkCounts(
             total=total,
@@ -78,7 +94,9 @@ def job_status(store: CheckpointStore, job: JobRecord, now: datetime) -> JobStat
             poisoned=counts["poisoned"],
             cancelled=unclaimed if dropped else 0,
         ),
-        progress_fraction=job_fraction(total, counts["done"], running + retrying),
+        progress_fraction=fraction,
+        chunks_per_second=rate.chunks_per_second,
+        eta_seconds=rate.eta_seconds,
         running=tuple(_running(store, task, now, bad) for task in running),
         # Chunks retrying, and planning or finalize while it retries: each failure is
         # shown as soon as it is recorded, with when the next try is.
@@ -123,12 +141,30 @@ def poisoned_chunks(
     return found
 
 
-def _counts(store: CheckpointStore, job_id: str, bad: list[Unreadable]) -> dict[str, int]:
+def _counts(
+    store: CheckpointStore, job_id: str, bad: list[Unreadable]
+) -> tuple[dict[str, int], datetime | None]:
     try:
-        return store.counts(job_id)
+        return store.counts_and_counted_on(job_id)
     except BadRecord as unreadable:
         bad.append(_unreadable("counter", 0, unreadable))
-        return {"done": 0, "poisoned": 0}
+        return {"done": 0, "poisoned": 0}, None
+
+
+def _handed_back(store: CheckpointStore, job: JobRecord, bad: list[Unreadable]) -> list[TaskRecord]:
+    """Chunks waiting again (paused, cancelled or stopped mid-chunk) that had said how
+    far they got: their saved progress counts. A query asks only for those, so the
+    chunks never claimed are not read; a done job has none."""
+    if job.state == "done":
+        return []
+    saved = [Where(PROGRESS_FRACTION, "gt", 0.0)]
+    found = []
+    for index, task in store.scan_chunks(job.job_id, ("waiting",), where=saved):
+        if isinstance(task, BadRecord):
+            bad.append(_unreadable("chunk", index, task))
+        else:
+            found.append(task)
+    return found
 
 
 def _chunks(
@@ -216,8 +252,9 @@ def _progress(task: TaskRecord, bad: list[Unreadable] | None = None) -> Progress
 
 
 def job_fraction(total: int, done: int, unfinished: list[TaskRecord]) -> float | None:
-    """How far the job got, 0-1: its done chunks, plus the fraction each running or
-    retrying chunk said it got, over its chunks (None before it has any)."""
+    """How far the job got, 0-1: its done chunks, plus the fraction each unfinished
+    chunk (running, retrying, or waiting again after it was handed back) said it got,
+    over its chunks (None before it has any)."""
     if total <= 0:
         return None
     said = sum(progress.fraction for task in unfinished if (progress := _progress(task)))

@@ -142,10 +142,17 @@ class JobStatus:
     cancelled_on: datetime | None
     cancel_reason: str | None
     created_on: datetime | None
+    #: When the job's own record was last written (a change of state, a pause, ...).
     updated_on: datetime | None
+    #: When the job last moved: a chunk counted done or poisoned, or a checkpoint written.
+    last_progress_at: datetime | None
     planning_done: bool
     chunks: ChunkCounts
     progress_fraction: float | None
+    #: Its rate since its work began and the ETA at that rate, as the store says them
+    #: (:mod:`runner.cli.pace`); None while unknown, paused or ended.
+    chunks_per_second: float | None
+    eta_seconds: float | None
     running: tuple[RunningChunk, ...]
     failed: tuple[FailedTask, ...]
     poisoned: tuple[FailedTask, ...]

@@ -4,7 +4,9 @@ On a terminal the view is redrawn in place (rich's ``Live``); anywhere else (a p
 file, CI) each refresh prints one plain line per job (:mod:`runner.cli.watch_lines`), so
 ``--watch`` also works as a progress log. The rate of each job (chunks per second,
 counting the fractions running chunks said they are done) is measured over the last
-:data:`RATE_WINDOW_SECONDS` of refreshes, and the ETA is what is left at that rate. A
+:data:`RATE_WINDOW_SECONDS` of refreshes, and the ETA is what is left at that rate; until
+the refreshes span :data:`RATE_SETTLED_SECONDS`, the rate is the one the store gives
+(since the job's work began, :mod:`runner.cli.pace`), so the first view has one. A
 refresh that fails (the store out of reach, the job deleted meanwhile) keeps the last
 view, saying so, and the next one tries again.
 
@@ -39,6 +41,9 @@ MIN_INTERVAL_SECONDS = 0.2
 RATE_WINDOW_SECONDS = 60.0
 #: The least time between the first and last refresh of the window to give a rate.
 RATE_MIN_SPAN_SECONDS = 1.0
+#: Until the refreshes span this long, the rate the store gives is shown, if it gives
+#: one (a few seconds of refreshes may see no chunk end at all).
+RATE_SETTLED_SECONDS = 30.0
 
 
 class Rates:
@@ -73,8 +78,13 @@ class Rates:
     def _rate(self, job: JobStatus, seen: deque[tuple[float, float]]) -> Rate:
         (first_at, first), (last_at, last) = seen[0], seen[-1]
         span = last_at - first_at
-        if span < RATE_MIN_SPAN_SECONDS:
-            return Rate()
+        stored = Rate(job.chunks_per_second, job.eta_seconds)
+        if span < RATE_MIN_SPAN_SECONDS or (
+            span < RATE_SETTLED_SECONDS and stored.chunks_per_second is not None
+        ):
+            # Too few refreshes to measure: the rate since its work began, as the
+            # store says it (runner.cli.pace), so the first view has one too.
+            return stored
         rate = max(0.0, (last - first) / span)
         left = max(0.0, job.chunks.total - last)
         ended = job.state in ENDED_STATES

@@ -12,9 +12,10 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 from runner.cli.json_form import utc
+from runner.cli.pace import rate_words
 from runner.cli.render import chunk_counts
 from runner.cli.status_types import AnyJob, JobStatus, Rate, UnreadableJob, WatchFrame
-from runner.cli.watch_view import ENDED_STATES, MAX_ENDED_JOBS, rate_words
+from runner.cli.watch_view import ENDED_STATES, MAX_ENDED_JOBS
 
 
 def plain_lines(frame: WatchFrame, active_before: set[str], first: bool) -> list[str]:

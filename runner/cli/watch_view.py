@@ -18,6 +18,7 @@ from rich.table import Table
 from rich.text import Text
 
 from runner.cli.json_form import utc
+from runner.cli.pace import duration, rate_words
 from runner.cli.render import chunk_counts
 from runner.cli.status_types import (
     AnyJob,
@@ -147,24 +148,6 @@ def _bar_line(job: JobStatus, rate: Rate) -> Table:
     return line
 
 
-def rate_words(job: JobStatus, rate: Rate) -> list[str]:
-    """``0.25 chunks/s``, ``ETA 14s``; ``paused`` instead while the job is paused (it
-    has no rate then, and no ETA); nothing once it has ended."""
-    if job.state in ENDED_STATES:
-        return []
-    if job.paused:
-        return ["paused"]
-    said = []
-    speed = rate.chunks_per_second
-    fraction = job.progress_fraction
-    if speed is not None and (fraction is None or fraction < 1):
-        said.append(f"{speed:.2f} chunks/s")
-    eta = rate.eta_seconds
-    if eta is not None:
-        said.append(f"ETA {duration(eta)}")
-    return said
-
-
 def _running(running: Sequence[RunningChunk], now: datetime) -> Table:
     table = Table(box=None, padding=(0, 1), show_edge=False, pad_edge=False)
     for column in ("chunk", "worker", "attempt", "progress", "lease left", "checkpoint"):
@@ -269,21 +252,6 @@ def _worker_state(worker: WorkerStatus) -> Text:
 
 
 # --------------------------------------------------------------------------- words
-
-
-def duration(seconds: float) -> str:
-    """``45s``, ``2m05s``, ``1h02m``, ``3d04h``: two units at most."""
-    whole = max(0, int(round(seconds)))
-    minutes, secs = divmod(whole, 60)
-    hours, minutes = divmod(minutes, 60)
-    days, hours = divmod(hours, 24)
-    if days:
-        return f"{days}d{hours:02d}h"
-    if hours:
-        return f"{hours}h{minutes:02d}m"
-    if minutes:
-        return f"{minutes}m{secs:02d}s"
-    return f"{secs}s"
 
 
 def _age(when: datetime | None, now: datetime, none: str = "?", suffix: str = "") -> Text:

@@ -14,9 +14,10 @@ from pathlib import Path
 import jinja2
 
 from runner.cli.json_form import utc
+from runner.cli.pace import duration, rate_words
 from runner.cli.render import chunk_counts
 from runner.cli.status_types import JobStatus, Rate
-from runner.cli.watch_view import ENDED_STATES, duration, rate_words
+from runner.cli.watch_view import ENDED_STATES
 
 HERE = Path(__file__).resolve().parent
 TEMPLATES = HERE / "templates"

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import uuid
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -11,13 +12,17 @@ import pytest
 
 from checkpoint import layout
 from checkpoint.clock import FakeClock
+from checkpoint.records import CHECKPOINT_ON
 from checkpoint.storage import ANY_ETAG
 from checkpoint.store import CheckpointStore
-from jobs import manage
+from jobs import Chunk, manage
 from runner.cli.json_form import VALUE_JSON_BYTES, to_json, user_value, utc
 from runner.cli.render import render_status
 from runner.cli.status import PROGRESS_CHARS, job_status
+from runner.worker.holds import CHECK_SECONDS
+from runner.worker.job_cache import FRESH_SECONDS
 from tests.backends import Backend
+from tests.runner.world import Verdicts, World
 
 
 def _waiting_job(store: CheckpointStore, chunks: int) -> str:
@@ -176,3 +181,151 @@ def test_a_garbled_planning_record_is_shown_unreadable_and_the_rest_still_counte
     assert "attempt 'x' is not a whole number" in report["unreadable"][0]["problem"]
     # and the chunks are counted as before
     assert report["chunks"]["running"] == 1 and report["chunks"]["waiting"] == 1
+
+
+# --------------------------------------------------------------------------- progress
+
+
+def _stopped_mid_chunk(world: World, stop: str, progress: tuple[int, int]) -> str:
+    """A job of 4 chunks whose chunk 0 said ``progress`` and was then paused or
+    cancelled mid-chunk, through the worker's own code: it is handed back waiting."""
+    job_id = world.job([{"act": "ok"}] * 4)
+
+    def process(self: Verdicts, chunk: Chunk) -> Any:
+        chunk.checkpoint(progress[0], progress=progress)
+        if stop == "pause":
+            manage.pause(job_id, storage=world.backend.storage, clock=world.clock)
+        else:
+            manage.cancel(job_id, "wrong input", storage=world.backend.storage, clock=world.clock)
+        world.clock.advance(FRESH_SECONDS + CHECK_SECONDS)  # the worker looks at its jobs
+        world.worker.holds.check_due()
+        chunk.checkpoint(progress[0] + 1, progress=progress)  # stops here
+        return 0
+
+    world.monkeypatch.setattr(Verdicts, "process", process)
+    world.send(job_id)
+    world.deliver()
+    assert world.task(job_id).state == "waiting"  # handed back, its progress saved
+    return job_id
+
+
+@pytest.mark.parametrize("stop", ["pause", "cancel"])
+def test_progress_a_chunk_saved_before_it_was_handed_back_still_counts(world: World, stop: str):
+    # Given chunk 0 of 4 at 12/20 when its job was paused (or cancelled) mid-chunk
+    job_id = _stopped_mid_chunk(world, stop, (12, 20))
+
+    # When status is read
+    typed = job_status(world.store, world.job_record(job_id), world.clock.now())
+
+    # Then the job is where the chunk got: 0.6 of one chunk of 4, not 0 %
+    assert typed.progress_fraction == pytest.approx(0.6 / 4)
+    assert to_json(typed)["progress_fraction"] == pytest.approx(0.15)
+    assert "15%  0/4 done" in render_status([typed])
+    assert typed.chunks.running == 0
+
+
+def test_a_chunk_handed_back_without_progress_adds_nothing(store: CheckpointStore):
+    # Given a waiting chunk that said no fraction, and a done job's chunk record
+    job_id = _waiting_job(store, 2)
+    task = store.get_task(job_id, "chunk", 0)
+    store.write_task(task, {"state": "waiting", "attempt": 0}, {"progress": "half"})
+
+    typed = job_status(store, store.get_job(job_id), datetime.now(UTC))
+
+    assert typed.progress_fraction == 0.0
+
+
+def test_a_done_jobs_status_reads_no_waiting_chunks(
+    store: CheckpointStore, monkeypatch: pytest.MonkeyPatch
+):
+    # Given a done job (no chunk of it waits again), status reading its chunks by state
+    job_id = _waiting_job(store, 1)
+    store.update_job(store.get_job(job_id), state="done")
+    asked: list[tuple[str, ...]] = []
+    scan = store.scan_chunks
+
+    def noted(job_id: str, states: tuple[str, ...] = (), *args: Any, **kwargs: Any) -> Any:
+        asked.append(tuple(states))
+        return scan(job_id, states, *args, **kwargs)
+
+    monkeypatch.setattr(store, "scan_chunks", noted)
+
+    job_status(store, store.get_job(job_id), datetime.now(UTC))
+
+    assert ("waiting",) not in asked and ("running",) in asked
+
+
+# --------------------------------------------------------------------------- last moved
+
+
+def test_last_progress_is_when_a_chunk_was_last_done_or_checkpointed(world: World):
+    # Given a job of 3 chunks, submitted, then chunk 0 done 100 s later
+    job_id = world.job([{"act": "ok"}] * 3)
+    updated_on = world.job_record(job_id).updated_on
+    assert (
+        job_status(world.store, world.job_record(job_id), world.clock.now()).last_progress_at
+        is None
+    )
+    world.clock.advance(100)
+    done_at = world.clock.now()
+    world.end_chunk(job_id, "done", 0)
+
+    # When status is read 200 s later
+    world.clock.advance(200)
+    typed = job_status(world.store, world.job_record(job_id), world.clock.now())
+
+    # Then it last moved when chunk 0 was done; the job record's own time is kept apart
+    assert typed.last_progress_at == done_at and typed.updated_on == updated_on
+    assert to_json(typed)["last_progress_at"] == utc(done_at)
+    assert "moved 3m20s ago" in render_status([typed], now=world.clock.now())
+
+    # And a running chunk's checkpoint written since is a move too
+    world.clock.advance(5)
+    checkpointed = world.clock.now()
+    task = world.task(job_id, index=1)
+    world.store.write_task(
+        task, {"state": "running", "attempt": 1, CHECKPOINT_ON: checkpointed}, {"progress": 3}
+    )
+    typed = job_status(world.store, world.job_record(job_id), world.clock.now())
+    assert typed.last_progress_at == checkpointed
+
+
+# --------------------------------------------------------------------------- rate
+
+
+def test_the_first_read_has_a_rate_and_an_eta_from_what_the_store_holds(world: World):
+    # Given a job of 10 chunks whose planning started at T, 4 chunks done by T+20 s
+    job_id = world.job([{"act": "ok"}] * 10)
+    world.clock.advance(10)  # submitted 10 s before a worker took its planning
+    world.set_task(job_id, "plan", state="done", attempt=1, started_on=world.clock.now())
+    world.clock.advance(20)
+    for index in range(4):
+        world.end_chunk(job_id, "done", index)
+
+    # When status is read for the first time
+    typed = job_status(world.store, world.job_record(job_id), world.clock.now())
+
+    # Then it has a rate (4 chunks in 20 s) and an ETA (6 chunks left at that rate)
+    assert typed.chunks_per_second == pytest.approx(0.2)
+    assert typed.eta_seconds == pytest.approx(30.0)
+    assert to_json(typed)["eta_seconds"] == pytest.approx(30.0)
+    assert "0.20 chunks/s  ETA 30s" in render_status([typed])
+
+
+def test_no_rate_while_paused_nor_an_eta_while_planning_or_once_ended(world: World):
+    job_id = world.job([{"act": "ok"}] * 10)
+    world.clock.advance(20)
+    world.end_chunk(job_id, "done", 0)
+    job = world.job_record(job_id)
+    now = world.clock.now()
+    # no plan record: the rate runs from the job's creation
+    assert job_status(world.store, job, now).chunks_per_second == pytest.approx(0.05)
+    planning = job_status(world.store, replace(job, state="planning", total=None), now)
+    assert planning.chunks_per_second is not None and planning.eta_seconds is None
+    paused = job_status(world.store, replace(job, paused_on=now), now)
+    assert paused.chunks_per_second is None and paused.eta_seconds is None
+    ended = job_status(world.store, replace(job, state="failed"), now)
+    assert ended.chunks_per_second is None and ended.eta_seconds is None
+    assert job.created_on is not None
+    just_made = job_status(world.store, job, job.created_on)
+    assert just_made.chunks_per_second is None

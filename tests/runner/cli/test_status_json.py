@@ -81,9 +81,12 @@ RICH = JobStatus(
     cancel_reason=None,
     created_on=_at(-70),
     updated_on=_at(-10),
+    last_progress_at=_at(-1),
     planning_done=True,
     chunks=ChunkCounts(total=8, done=4, running=1, waiting=0, failed=1, poisoned=1, cancelled=0),
     progress_fraction=0.55,
+    chunks_per_second=0.1,
+    eta_seconds=35.0,
     running=(
         RunningChunk(
             index=0,
@@ -154,6 +157,7 @@ RICH_JSON = {
     "cancel_reason": None,
     "created_on": "2026-11-25T17:18:50.500000Z",
     "updated_on": "2026-11-25T17:19:50.500000Z",
+    "last_progress_at": "2026-11-25T17:19:59.500000Z",
     "planning_done": True,
     "chunks": {
         "total": 8,
@@ -165,6 +169,8 @@ RICH_JSON = {
         "cancelled": 0,
     },
     "progress_fraction": 0.55,
+    "chunks_per_second": 0.1,
+    "eta_seconds": 35.0,
     "running": [
         {
             "index": 0,

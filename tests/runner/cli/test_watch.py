@@ -28,6 +28,7 @@ from checkpoint.errors import Throttled
 from checkpoint.records import CHECKPOINT_ON, Progress
 from checkpoint.store import CheckpointStore
 from checkpoint.workers import WorkerBook
+from runner.cli.pace import duration
 from runner.cli.snapshot import read_snapshot
 from runner.cli.status_types import (
     AnyJob,
@@ -43,7 +44,7 @@ from runner.cli.status_types import (
 )
 from runner.cli.watch import Rates, watch
 from runner.cli.watch_lines import plain_lines
-from runner.cli.watch_view import duration, render_watch
+from runner.cli.watch_view import render_watch
 from runner.worker.heartbeat import Heartbeat, Identity, RunningTasks
 from runner.worker.logs import TaskIds
 from tests.backends import Backend
@@ -77,11 +78,14 @@ def _job(job_id: str = "copy-rows-1", **changes: Any) -> JobStatus:
         cancel_reason=None,
         created_on=None,
         updated_on=_at(-5),
+        last_progress_at=None,
         planning_done=True,
         chunks=ChunkCounts(
             total=8, done=4, running=2, waiting=1, failed=1, poisoned=0, cancelled=0
         ),
         progress_fraction=0.5625,
+        chunks_per_second=None,
+        eta_seconds=None,
         running=(
             RunningChunk(
                 index=4,
@@ -375,6 +379,21 @@ def test_no_eta_while_nothing_moves_or_planning_goes_on_or_the_job_ended():
     rates.observe(10, [_progress_job(20, planning_done=False)])
     assert rates.observe(15, [_progress_job(30, planning_done=False)])["j"].eta_seconds is None
     assert rates.observe(20, [_progress_job(40, state="failed")])["j"].eta_seconds is None
+
+
+def test_the_first_refreshes_show_the_rate_the_store_gives_then_their_own():
+    # Given a job the store says moves at 0.5 chunks/s, 20 chunks from its end
+    rates = Rates()
+
+    def job(done: float, total: int = 100) -> JobStatus:
+        return _progress_job(done, total, chunks_per_second=0.5, eta_seconds=40.0)
+
+    # Then the first refresh has that rate and ETA, and so do those of its first 30 s
+    assert rates.observe(0, [job(80)])["j"] == Rate(0.5, 40.0)
+    assert rates.observe(2, [job(80)])["j"] == Rate(0.5, 40.0)
+    # and once the refreshes span 30 s, the rate is theirs (2 chunks/s)
+    said = rates.observe(30, [job(140, total=1000)])["j"]
+    assert said.chunks_per_second == pytest.approx(2.0)
 
 
 def test_a_job_no_longer_shown_is_forgotten():

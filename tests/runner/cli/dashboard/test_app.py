@@ -385,6 +385,24 @@ def test_rates_and_etas_come_from_the_refreshes(world: World):
     assert rate and re.fullmatch(r"0\.\d\d chunks/s  ETA \d+m\d\ds", rate.group(1)), rate
 
 
+def test_the_first_load_has_a_rate_an_eta_and_when_the_job_last_moved(world: World):
+    # Given the running job: 4 chunks done and one at 40 % when it was written, 4 s ago
+    job = world.ids.running
+
+    # When its page and the jobs page are first loaded (no refresh before)
+    html = world.page(f"/jobs/{job}")
+    listed = _cells(_row(world.page("/"), job))
+
+    # Then each has a rate and ETA from the store (4.4 chunks in 4 s, 295.6 left)
+    rate = re.search(r'<span class="rate">(.*?)</span>', html)
+    assert rate and rate.group(1) == "1.10 chunks/s  ETA 4m29s"
+    assert listed[4] == "1.10 chunks/s ETA 4m29s"
+    # and says when the job last moved, apart from when its record was written
+    assert re.search(r"<dt>moved</dt><dd[^>]*>4s ago</dd>", html)
+    assert "<dt>record updated</dt>" in html
+    assert listed[9] == "4s ago"
+
+
 # --------------------------------------------------------------------------- actions
 
 

@@ -35,11 +35,14 @@ def _job(**changes) -> JobStatus:
         cancel_reason=None,
         created_on=None,
         updated_on=None,
+        last_progress_at=None,
         planning_done=True,
         chunks=ChunkCounts(
             total=8, done=2, running=0, waiting=6, failed=0, poisoned=0, cancelled=0
         ),
         progress_fraction=None,
+        chunks_per_second=None,
+        eta_seconds=None,
         running=(),
         failed=(),
         poisoned=(),
