@@ -80,6 +80,14 @@ def _bar(page: Page, job_id: str) -> float:
     return float(page.locator(f'tr[data-job="{job_id}"] progress').get_attribute("value") or 0)
 
 
+def _job_bar(page: Page) -> float:
+    return float(page.locator(".bigbar progress").get_attribute("value") or 0)
+
+
+def _buttons(page: Page) -> list[str]:
+    return [b.get_attribute("value") or "" for b in page.locator("#actions button").all()]
+
+
 def _note_error(message: ConsoleMessage, problems: list[str]) -> None:
     if message.type == "error":
         problems.append(f"console: {message.text}")
@@ -118,9 +126,13 @@ def test_a_live_run_is_seen_and_controlled_from_the_browser(browser: Browser, cl
         assert _bar(page, job_id) > 0.05
         _shot(page, "jobs")
 
-        # and the job's page shows chunk 2 failing, then poisoned, its error as text
+        # and the job's page, at its first load, a rate and ETA and when it last moved
         page.goto(f"{dashboard.url}jobs/{job_id}")
+        expect(page.locator(".bigbar .rate")).to_contain_text(re.compile(r"chunks/s"))
+        moved = page.locator("dt:text-is('moved') + dd")
+        expect(moved).to_have_text(re.compile(r"^\d+s ago$"))
         page.evaluate("window.notReloaded = true")
+        # then chunk 2 failing, then poisoned, its error as text
         poisoned = page.get_by_role("heading", name=re.compile(r"^Poisoned"))
         expect(poisoned).to_be_visible(timeout=WAIT_MS)
         assert len(cluster.events("fail", chunk=2)) == 3
@@ -132,11 +144,18 @@ def test_a_live_run_is_seen_and_controlled_from_the_browser(browser: Browser, cl
         _shot(page, "job-poisoned")
         _shot(page, "job-poisoned-top", full_page=False)
 
+        # and only the actions that apply to a running job with a chunk poisoned
+        assert _buttons(page) == ["pause", "redrive", "cancel"]
+
         # When it is paused from the page, with the token
+        before_pause = _job_bar(page)
         page.fill("#token", dashboard.token or "")
         page.click("button[value=pause]")
         expect(page.locator("p.said")).to_have_text("Paused.")
         paused_at = time.time()
+        # the chunks handed back keep their progress in the bar, and it offers Resume
+        assert _job_bar(page) >= before_pause > 0
+        assert _buttons(page) == ["resume", "redrive", "cancel"]
 
         # Then the job record says paused, the page too, and no chunk of it starts
         record = cluster.store.get_job(job_id)
@@ -152,9 +171,13 @@ def test_a_live_run_is_seen_and_controlled_from_the_browser(browser: Browser, cl
         expect(page.locator("#token")).to_have_value(dashboard.token or "")
         page.fill("input[name=reason]", "stopped from the browser test")
         page.once("dialog", lambda dialog: dialog.accept())
+        before_cancel = _job_bar(page)
         page.click("button[value=cancel]")
         expect(page.locator("p.said")).to_have_text("Cancelled.")
         cancelled_at = time.time()
+        assert _job_bar(page) >= before_cancel
+        expect(page.locator("#actions-none")).to_contain_text("No action applies")
+        assert _buttons(page) == []
 
         # Then the job record says cancelled, its waiting chunks are dropped unrun
         record = cluster.store.get_job(job_id)

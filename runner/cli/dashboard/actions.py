@@ -15,9 +15,11 @@ import secrets
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from checkpoint.records import ENDED_JOB_STATES
 from checkpoint.store import CheckpointStore
 from jobs import manage
 from runner.cli.redrive import redrive
+from runner.cli.status_types import AnyJob, JobStatus
 
 ACTIONS = ("cancel", "pause", "resume", "redrive")
 TOKEN_FIELD = "token"
@@ -47,6 +49,22 @@ class Done:
     job_id: str
     count: int = 0
     unreadable: int = 0
+
+
+def actions_for(job: AnyJob) -> tuple[str, ...]:
+    """The actions that apply to the job as status shows it, in the page's order: pause
+    or resume (whichever it is not) and cancel until it ends; redrive while a task of it
+    is poisoned and its chunks are not dropped (cancelled, or failed past its
+    tolerance). A job whose record cannot be read has none."""
+    if not isinstance(job, JobStatus):
+        return ()
+    ended = job.state in ENDED_JOB_STATES
+    offered = [] if ended else ["resume" if job.paused else "pause"]
+    if (job.chunks.poisoned or job.poisoned) and not job.dropped:
+        offered.append("redrive")
+    if not ended:
+        offered.append("cancel")
+    return tuple(offered)
 
 
 def act(store: CheckpointStore, job_id: str, action: str, form: Mapping[str, str]) -> Done:

@@ -42,6 +42,7 @@ from runner.cli.dashboard.actions import (
     TOKEN_HEADER,
     Done,
     act,
+    actions_for,
     said,
     token_matches,
 )
@@ -194,6 +195,7 @@ class Pages:
                 "paging": _paging(job, query, table),
                 "filters": _filters(job, query),
                 "said": _said(request.query_params),
+                "actions": actions_for(job),
                 "max_rows": MAX_TASK_ROWS,
             }
 

@@ -478,6 +478,22 @@ def test_pause_resume_redrive_and_cancel_with_the_token(acting: World):
     assert refused.status_code == 409 and "has ended (cancelled)" in refused.text
 
 
+def _buttons(html: str) -> list[str]:
+    return re.findall(r'<button type="submit"[^>]*value="(\w+)"', html)
+
+
+def test_a_job_page_offers_only_the_actions_that_apply(acting: World):
+    ids = acting.ids
+    # running, a chunk poisoned: no Resume
+    assert _buttons(acting.page(f"/jobs/{ids.running}")) == ["pause", "redrive", "cancel"]
+    # paused, nothing poisoned: no Pause, no Redrive
+    assert _buttons(acting.page(f"/jobs/{ids.paused}")) == ["resume", "cancel"]
+    # cancelled: nothing applies, and the page says so
+    cancelled = acting.page(f"/jobs/{ids.cancelled}")
+    assert _buttons(cancelled) == [] and 'id="actions"' not in cancelled
+    assert "No action applies: the job has ended (cancelled)." in cancelled
+
+
 def test_a_cancel_without_a_reason_says_it_came_from_the_dashboard(acting: World):
     acting.client.post(f"/jobs/{acting.ids.paused}/cancel", data={"token": TOKEN})
     assert acting.job(acting.ids.paused).cancel_reason == "cancelled from the dashboard"
