@@ -33,7 +33,7 @@ def test_check_uses_environment_variable(tmp_path):
     assert f"embedded:{store}" in result.output
 
 
-def test_bad_location_is_one_clear_line_and_exit_1():
+def test_bad_location_is_one_clear_line_and_exit_2():
     # Given a connection string without AccountName, through the real console entry point
     result = subprocess.run(
         [
@@ -48,8 +48,8 @@ def test_bad_location_is_one_clear_line_and_exit_1():
         text=True,
         timeout=60,
     )
-    # Then one line on stderr names the problem, without the key, and the exit code is 1
-    assert result.returncode == 1
+    # Then one line on stderr names the problem, without the key: bad usage, exit 2
+    assert result.returncode == 2 and len(result.stderr.splitlines()) == 1
     assert "runner: error:" in result.stderr and "AccountName" in result.stderr
     assert "c2VjcmV0" not in result.stderr
     assert "Traceback" not in result.stderr
