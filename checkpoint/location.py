@@ -147,8 +147,16 @@ def connection_settings(text: str) -> dict[str, str]:
     return settings
 
 
+#: The known keys as one line names them (the endpoints grouped).
+_KNOWN = (
+    "DefaultEndpointsProtocol, AccountName, AccountKey, SharedAccessSignature, "
+    "EndpointSuffix, {Blob,Queue,Table,File}[Secondary]Endpoint, UseDevelopmentStorage, "
+    "DevelopmentStorageProxyUri"
+)
+
+
 def _unknown_key(key: str) -> str:
-    known = ", ".join(CONNECTION_STRING_KEYS)
+    known = _KNOWN
     if not _NAME_LIKE.fullmatch(key):
         return (
             "a key of the connection string is not one Azure knows, and not shown: it does "

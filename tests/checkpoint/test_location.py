@@ -8,7 +8,13 @@ from pathlib import Path
 import pytest
 
 from checkpoint.errors import ConfigurationError
-from checkpoint.location import DEFAULT_DIRECTORY, ENV_VAR, parse_location, redact
+from checkpoint.location import (
+    CONNECTION_STRING_KEYS,
+    DEFAULT_DIRECTORY,
+    ENV_VAR,
+    parse_location,
+    redact,
+)
 from tests.planted_secrets import ACCEPTED, PLANTED, REFUSED, SECRET
 
 KEY = "c2VjcmV0LWtleS1kby1ub3QtbG9n"  # a fake account key that must never be shown
@@ -123,10 +129,23 @@ def test_an_unknown_key_lists_the_known_ones_and_suggests_the_nearest():
     with pytest.raises(ConfigurationError) as caught:
         parse_location(f"AccountName=a1;AccountKy={SECRET}", environ={})
 
-    assert str(caught.value).startswith(
+    assert str(caught.value) == (
         "unknown key 'AccountKy' in the connection string (did you mean AccountKey? known: "
-        "DefaultEndpointsProtocol, AccountName, AccountKey,"
+        "DefaultEndpointsProtocol, AccountName, AccountKey, SharedAccessSignature, "
+        "EndpointSuffix, {Blob,Queue,Table,File}[Secondary]Endpoint, UseDevelopmentStorage, "
+        "DevelopmentStorageProxyUri)"
     )
+
+
+def test_every_known_key_is_accepted_in_any_case():
+    for key in CONNECTION_STRING_KEYS:
+        value = {"DefaultEndpointsProtocol": "https", "AccountName": "a1"}.get(key, "x")
+        if key.endswith(("Endpoint", "Uri")):
+            value = "https://h/a"
+        elif key == "UseDevelopmentStorage":
+            continue  # alone, and only true: above
+        text = f"AccountName=a1;{key.upper()}={value}" if key != "AccountName" else "ACCOUNTNAME=a1"
+        assert parse_location(text, environ={}).kind == "azure", key
 
 
 @pytest.mark.parametrize("text", ACCEPTED)

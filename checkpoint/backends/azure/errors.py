@@ -83,7 +83,7 @@ def translate(err: AzureError, operation: str) -> StorageError | ConfigurationEr
     if isinstance(err, ClientAuthenticationError):
         # No HTTP status: the credential itself (DefaultAzureCredential) found no identity.
         return ConfigurationError(
-            f"{operation}: no usable Azure credential: {_first_line(err)} "
+            f"{operation}: no usable Azure credential: {_first_line(err).rstrip('.')} "
             "(--log-level debug shows each one tried)"
         )
     if isinstance(err, ServiceRequestError):
