@@ -24,7 +24,7 @@ import signal
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from multiprocessing.process import BaseProcess
 from types import FrameType
 
@@ -88,7 +88,8 @@ class StartOptions:
     """Everything a worker process needs to start (picklable for spawn)."""
 
     job_paths: tuple[str, ...]
-    storage: str | None
+    #: The ``--storage`` text as given: it may hold a secret, so no repr shows it.
+    storage: str | None = field(repr=False)
     settings: WorkerSettings
     log_level: str = "INFO"
     log_format: LogFormat = "text"

@@ -28,6 +28,8 @@ from checkpoint.store import CheckpointStore
 from runner.cli.commands import cli
 from runner.cli.dashboard import serve
 from runner.cli.dashboard.app import build_app
+from runner.worker.loop import WorkerSettings
+from runner.worker.supervisor import StartOptions
 from tests.azurite import ACCOUNT, ACCOUNT_KEY, Azurite, free_port
 from tests.e2e.processes import ROOT
 from tests.planted_secrets import PLANTED, REFUSED
@@ -291,3 +293,11 @@ def test_an_unreachable_account_is_one_line_without_the_secret(tmp_path: Path):
             result = run_runner(tmp_path, "--log-level", "debug", *command, "--storage", text)
             assert result.returncode == 1
             assert PLANTED not in result.stdout + result.stderr
+
+
+def test_the_options_of_a_worker_never_show_the_location():
+    options = StartOptions(
+        ("secret_jobs:Echo",), f"AccountName=a1;AccountKey={PLANTED}", WorkerSettings()
+    )
+
+    assert PLANTED not in repr(options) and PLANTED not in str(options)
