@@ -251,6 +251,13 @@ def parse_location(text: str | None, environ: Mapping[str, str] | None = None) -
         return StorageLocation("azure", account_url=text)
     if _is_connection_string(text):
         return _connection_string(text)
+    if _SETTING.match(text) is not None and "/" not in text and os.sep not in text:
+        try:
+            return _connection_string(text)
+        except ConfigurationError as error:
+            raise ConfigurationError(
+                f"{error}; a folder with '=' in its name is written ./NAME"
+            ) from None
     return StorageLocation("embedded", directory=Path(text).expanduser().absolute())
 
 
@@ -260,7 +267,6 @@ def _is_connection_string(text: str) -> bool:
         "accountname=" in lowered
         or "usedevelopmentstorage=" in lowered
         or ("=" in text and ";" in text)
-        or (_SETTING.match(text) is not None and "/" not in text and os.sep not in text)
     )
 
 

@@ -180,9 +180,10 @@ def test_an_account_url_is_shown_without_its_query():
 
 def test_a_bare_setting_is_a_connection_string_not_a_directory(tmp_path):
     # "AccountKy=..." alone (no ';') must not become an embedded store named after it
-    with pytest.raises(ConfigurationError, match="'AccountKy'"):
+    with pytest.raises(ConfigurationError, match="'AccountKy'.*written ./NAME"):
         parse_location(f"AccountKy={SECRET}", environ={})
     assert parse_location(str(tmp_path / "a=b"), environ={}).kind == "embedded"
+    assert parse_location("./a=b", environ={}).kind == "embedded"
 
 
 def test_a_secret_in_the_environment_variable_is_refused_the_same_way():
