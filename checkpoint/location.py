@@ -111,7 +111,7 @@ def shown_url(url: str) -> str:
     return f"{parts.scheme}://{user}{host}{port}{parts.path}{query}"
 
 
-_HOST = re.compile(r"[A-Za-z0-9.:\[\]-]+")
+_HOST = re.compile(r"[A-Za-z0-9._:\[\]-]+")
 
 
 def connection_settings(text: str) -> dict[str, str]:

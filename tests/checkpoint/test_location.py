@@ -210,3 +210,9 @@ def test_free_text_loses_url_queries_and_user_info():
 def test_a_known_key_with_an_unusable_value_is_refused(text, says):
     with pytest.raises(ConfigurationError, match=re.escape(says)):
         parse_location(text, environ={})
+
+
+def test_an_endpoint_on_a_container_name_with_an_underscore_is_accepted():
+    text = "AccountName=devstoreaccount1;BlobEndpoint=http://azurite_1:10000/devstoreaccount1"
+
+    assert "http://azurite_1:10000/devstoreaccount1" in parse_location(text, {}).description
