@@ -79,6 +79,8 @@ _SHAPES = {
     "usedevelopmentstorage": (re.compile(r"(?i)true|false"), "true or false"),
 }
 _URL_KEYS = frozenset(k for k in _SPELLING if k.endswith("endpoint") or k.endswith("uri"))
+#: A host name or address that may be shown (a container's name may hold ``_``).
+_HOST = re.compile(r"[A-Za-z0-9._:\[\]-]+")
 #: A key that is shown when refused: a name, not a fragment of a secret.
 _NAME_LIKE = re.compile(r"[A-Za-z][A-Za-z ]{0,39}")
 #: Text that is a setting (``Key=value``), not a folder, even without a ``;``.
@@ -107,11 +109,8 @@ def shown_url(url: str) -> str:
     if not parts.scheme or not host or not _HOST.fullmatch(host):
         return "***"
     user = "***@" if "@" in parts.netloc else ""
-    query = "?***" if parts.query or url.rstrip("#").endswith("?") else ""
+    query = "?***" if "?" in url else ""
     return f"{parts.scheme}://{user}{host}{port}{parts.path}{query}"
-
-
-_HOST = re.compile(r"[A-Za-z0-9._:\[\]-]+")
 
 
 def connection_settings(text: str) -> dict[str, str]:
@@ -173,7 +172,9 @@ def _check_value(key: str, value: str) -> None:
         shape, kind = _SHAPES[key]
         if not shape.fullmatch(value):
             raise ConfigurationError(f"the connection string's {name} is not {kind}")
-    elif key in _URL_KEYS and shown_url(value) == "***":
+    elif key in _URL_KEYS and (
+        shown_url(value) == "***" or not value.lower().startswith(("http://", "https://"))
+    ):
         raise ConfigurationError(
             f"the connection string's {name} is not an http(s) URL like "
             "https://<account>.blob.core.windows.net"

@@ -205,6 +205,7 @@ def test_free_text_loses_url_queries_and_user_info():
         ("UseDevelopmentStorage=false", "UseDevelopmentStorage is not true: leave it out"),
         ("AccountName=a1;BlobEndpoint=http://[::1", "BlobEndpoint is not an http(s) URL"),
         ("AccountName=a1;QueueEndpoint=ftp:///x", "QueueEndpoint is not an http(s) URL"),
+        ("AccountName=a1;TableEndpoint=ftp://h/x", "TableEndpoint is not an http(s) URL"),
     ],
 )
 def test_a_known_key_with_an_unusable_value_is_refused(text, says):
