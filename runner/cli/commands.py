@@ -54,7 +54,12 @@ from runner.worker.loop import (
 )
 from runner.worker.metrics_server import DEFAULT_HOST as DEFAULT_METRICS_HOST
 from runner.worker.metrics_server import MetricsAddress
-from runner.worker.supervisor import StartOptions, configure_logging, run_workers
+from runner.worker.supervisor import (
+    StartOptions,
+    configure_logging,
+    quiet_sdk_logs,
+    run_workers,
+)
 
 #: Where ``runner start --metrics-port`` / ``--metrics-host`` default from.
 METRICS_PORT_ENV = "RUNNER_METRICS_PORT"
@@ -82,6 +87,8 @@ def cli(log_level: str | None, storage: str | None) -> None:
     """Chunked, resumable jobs on Azure Storage queues, tables and blobs."""
     if log_level:
         configure_logging(log_level.upper())
+    else:
+        quiet_sdk_logs("WARNING")
 
 
 @cli.command(short_help="Show which storage LOCATION selects and check it answers.")

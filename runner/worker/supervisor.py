@@ -24,7 +24,7 @@ import signal
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from multiprocessing.process import BaseProcess
 from types import FrameType
 
@@ -70,10 +70,17 @@ def configure_logging(level: str, log_format: LogFormat = "text") -> None:
     per-request HTTP logs only at DEBUG (at INFO they bury the runner's own lines under
     ~20 lines per storage call)."""
     logging.basicConfig(level=level, handlers=[logs.handler(log_format)], force=True)
-    if logging.getLevelNamesMapping().get(level) != logging.DEBUG:
-        logging.getLogger("azure").setLevel(logging.WARNING)
-        # Its WARNING is a dozen lines per failed token; our own error says it in one.
-        logging.getLogger("azure.identity").setLevel(logging.ERROR)
+    quiet_sdk_logs(level)
+
+
+def quiet_sdk_logs(level: str) -> None:
+    """Below DEBUG, the Azure SDK logs only its warnings, and azure-identity none: its
+    WARNING is a dozen lines per failed token ("Attempted credentials: ..."), which our
+    own error says in one. Every command sets this (without handlers, Python prints a
+    WARNING on stderr as it is); ``--log-level debug`` shows it all."""
+    debug = logging.getLevelNamesMapping().get(level) == logging.DEBUG
+    logging.getLogger("azure").setLevel(logging.NOTSET if debug else logging.WARNING)
+    logging.getLogger("azure.identity").setLevel(logging.NOTSET if debug else logging.ERROR)
 
 
 @dataclass(frozen=True)
@@ -81,7 +88,8 @@ class StartOptions:
     """Everything a worker process needs to start (picklable for spawn)."""
 
     job_paths: tuple[str, ...]
-    storage: str | None
+    #: The ``--storage`` text as given: it may hold a secret, so no repr shows it.
+    storage: str | None = field(repr=False)
     settings: WorkerSettings
     log_level: str = "INFO"
     log_format: LogFormat = "text"

@@ -94,6 +94,27 @@ def test_shared_access_signature_becomes_a_sas_credential():
     assert SIG not in repr(endpoints)
 
 
+def test_a_sas_in_the_endpoint_urls_signs_with_it():
+    endpoints = parse_connection_string(
+        "AccountName=acct;"
+        + "".join(f"{s}Endpoint=https://h:1/acct/?sv=1&sig={SIG};" for s in ("Blob", "Queue"))
+        + f"TableEndpoint=https://h:1/acct?sv=1&sig={SIG}"
+    )
+
+    assert isinstance(endpoints.credential, AzureSasCredential)
+    assert endpoints.credential.signature == f"sv=1&sig={SIG}"
+    assert endpoints.urls["queue"] == "https://h:1/acct"
+    assert SIG not in repr(endpoints)
+
+
+def test_endpoints_with_different_sas_tokens_are_refused():
+    with pytest.raises(ConfigurationError, match="SAS") as caught:
+        parse_connection_string(
+            f"AccountName=acct;BlobEndpoint=https://h:1/a?sig={SIG};QueueEndpoint=https://h:1/a"
+        )
+    assert SIG not in str(caught.value)
+
+
 def test_account_name_alone_means_default_azure_credential():
     endpoints = parse_connection_string("AccountName=acct;EndpointSuffix=core.windows.net")
 

@@ -33,7 +33,7 @@ from checkpoint.backends.azure.retry import (
     tables_retry_settings,
 )
 from checkpoint.errors import ConfigurationError
-from checkpoint.location import StorageLocation, redact
+from checkpoint.location import StorageLocation, connection_settings, redact, shown_url
 
 #: Azurite's and the Storage Emulator's fixed account (public, documented by Microsoft).
 DEV_ACCOUNT = "devstoreaccount1"
@@ -64,7 +64,8 @@ class Endpoints:
 
     def __repr__(self) -> str:
         kind = type(self.credential).__name__ if self.credential else "DefaultAzureCredential"
-        return f"Endpoints({self.account}, {redact(str(self.urls))}, {kind})"
+        urls = {service: shown_url(url) for service, url in self.urls.items()}
+        return f"Endpoints({self.account}, {urls}, {kind})"
 
 
 @dataclass
@@ -103,20 +104,24 @@ def endpoints_for(location: StorageLocation) -> Endpoints:
 
 
 def parse_connection_string(text: str) -> Endpoints:
-    """Endpoints from a connection string (keys are case-insensitive, as in the SDKs)."""
-    settings = _settings(text)
+    """Endpoints from a connection string (keys are case-insensitive, as in the SDKs;
+    checked by :func:`checkpoint.location.connection_settings`)."""
+    settings = connection_settings(text)
     if settings.get("usedevelopmentstorage", "").lower() == "true":
         return _development_storage(settings)
     account = settings.get("accountname", "")
     if not account:
-        raise ConfigurationError(f"connection string {redact(text)!r} names no AccountName")
+        raise ConfigurationError("the connection string names no AccountName")
     protocol = settings.get("defaultendpointsprotocol", "https").lower()
     suffix = settings.get("endpointsuffix", DEFAULT_ENDPOINT_SUFFIX)
     urls = {
         service: settings.get(f"{service}endpoint") or f"{protocol}://{account}.{service}.{suffix}"
         for service in SERVICES
     }
-    return Endpoints(account, _strip_slashes(urls), _credential(settings, account))
+    credential = _credential(settings, account)
+    if credential is None:
+        urls, credential = _sas_of_urls(urls)
+    return Endpoints(account, _strip_slashes(urls), credential)
 
 
 def parse_account_url(url: str) -> Endpoints:
@@ -130,17 +135,12 @@ def parse_account_url(url: str) -> Endpoints:
     service, _, suffix = rest.partition(".")
     if not account or service not in (*SERVICES, "dfs") or not suffix:
         raise ConfigurationError(
-            f"{redact(url)} is not an account URL like https://<account>.blob.core.windows.net"
+            f"{shown_url(url)} is not an account URL like https://<account>.blob.core.windows.net"
         )
     port = f":{parts.port}" if parts.port else ""
     urls = {s: f"{parts.scheme}://{account}.{s}.{suffix}{port}" for s in SERVICES}
     credential = AzureSasCredential(parts.query) if parts.query else None
     return Endpoints(account, urls, credential)
-
-
-def _settings(text: str) -> dict[str, str]:
-    pairs = (part.split("=", 1) for part in text.split(";") if "=" in part)
-    return {key.strip().lower(): value.strip() for key, value in pairs}
 
 
 def _development_storage(settings: dict[str, str]) -> Endpoints:
@@ -156,6 +156,22 @@ def _credential(settings: dict[str, str], account: str) -> Any:
     if settings.get("sharedaccesssignature"):
         return AzureSasCredential(settings["sharedaccesssignature"].lstrip("?"))
     return None
+
+
+def _sas_of_urls(urls: dict[str, str]) -> tuple[dict[str, str], Any]:
+    """A SAS the endpoint URLs carry (``BlobEndpoint=https://...?sv=...&sig=...``) signs
+    requests, as the SDKs read it, when the string names no key or SAS of its own; the
+    URLs lose it. One SAS for every service, or none: each client has one credential."""
+    queries = {urlsplit(url).query for url in urls.values()}
+    if queries == {""}:
+        return urls, None
+    if len(queries) > 1:
+        raise ConfigurationError(
+            "the connection string's endpoint URLs do not carry the same SAS (or some "
+            "carry none): give one SharedAccessSignature= instead"
+        )
+    bare = {service: url.split("?", 1)[0] for service, url in urls.items()}
+    return bare, AzureSasCredential(queries.pop())
 
 
 def _strip_slashes(urls: dict[str, str]) -> dict[str, str]:

@@ -82,7 +82,10 @@ def translate(err: AzureError, operation: str) -> StorageError | ConfigurationEr
         return from_status(err.status_code, error_code(err), operation, _server_says(err))
     if isinstance(err, ClientAuthenticationError):
         # No HTTP status: the credential itself (DefaultAzureCredential) found no identity.
-        return ConfigurationError(f"{operation}: no usable Azure credential: {_first_line(err)}")
+        return ConfigurationError(
+            f"{operation}: no usable Azure credential: {_first_line(err).rstrip('.')} "
+            "(--log-level debug shows each one tried)"
+        )
     if isinstance(err, ServiceRequestError):
         what = "could not reach"  # the request was not sent (refused, DNS, TLS)
     elif isinstance(err, ServiceResponseError):
