@@ -177,3 +177,20 @@ def test_a_snapshot_of_a_list_carries_the_counts_and_of_one_job_none(backend: Ba
     assert listed.counts is not None and listed.counts.by_state["done"] >= 1
     assert job_id not in [job.job_id for job in listed.jobs]
     assert one.counts is None and [job.job_id for job in one.jobs] == [job_id]
+
+
+def test_a_job_deleted_since_the_catalogue_was_read_is_left_out(
+    backend: Backend, monkeypatch: pytest.MonkeyPatch
+):
+    store = CheckpointStore(backend.storage)
+    running = _job(store, "running")
+    scan = store.scan_catalogue
+    ghost = f"sel-gone-{uuid.uuid4().hex[:8]}"
+    entry = CatalogueEntry(ghost, "running", datetime.now(UTC) + timedelta(days=1))
+    monkeypatch.setattr(store, "scan_catalogue", lambda: [*scan(), (ghost, entry)])
+
+    listed, counts = read_listed(store, Listing(states=("running",)))
+
+    shown = [job.job_id for job in listed]
+    assert running in shown and ghost not in shown
+    assert counts.matched == len(shown) + 1
