@@ -109,6 +109,9 @@ def test_status_says_when_no_job_is_active_and_counts_the_ended_ones(tmp_path):
     clock = FakeClock()
     with open_storage(str(tmp_path), clock=clock) as opened:
         store = CheckpointStore(opened, clock)
+        store.ensure()
+        empty = CliRunner().invoke(cli, ["status", "--storage", str(tmp_path)]).output
+        assert empty == "no jobs\n"
         for job_id, state in [("x", "done"), ("y", "failed"), ("z", "done")]:
             job, _ = store.create_job(job_id, "m:Job", "m-job", None)
             store.update_job(job, state=state)
