@@ -46,7 +46,7 @@ def read_listed(
 ) -> tuple[list[AnyJob], JobCounts]:
     """The status of the jobs ``listing`` chooses, and every job counted by state.
 
-    The choice is made on the catalogue's two columns; only the jobs chosen are read in
+    The choice is made on the catalogue's three columns; only the jobs chosen are read in
     full, so the cost follows the page shown, not the store's size. A job deleted since
     the catalogue was read is left out."""
     chosen, counts = select_jobs(store.scan_catalogue(), listing)

@@ -2,7 +2,7 @@
 it, read from the query string, and the links to the other tabs and pages.
 
 A tab is a :class:`runner.cli.selection.Listing` of :data:`JOBS_PER_PAGE` jobs, so a
-refresh reads the catalogue's two columns and the page's jobs, never every job; the
+refresh reads the catalogue's three columns and the page's jobs, never every job; the
 counts on the tabs come from the same catalogue read.
 """
 

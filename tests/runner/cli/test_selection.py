@@ -1,6 +1,6 @@
 """Which jobs a view lists (runner/cli/selection.py) and what listing them reads
 (:func:`runner.cli.snapshot.read_listed`): the active jobs by default, the ended ones
-counted from the catalogue's two columns, only the jobs shown read in full.
+counted from the catalogue's three columns, only the jobs shown read in full.
 
 On Azurite the session's store holds other tests' jobs too, so what a listing should
 say is taken from a full scan of the same store (the oracle), not written down.
