@@ -2,9 +2,10 @@
 newest first, filtered by state, cut to a number or a page.
 
 The choice is made on the job catalogue read by projection
-(:meth:`checkpoint.store.CheckpointStore.scan_catalogue`: each job's state and
-creation time, not its record), so a store of 10,000 ended jobs costs a view one
-listing of three columns, and only the jobs shown are read in full.
+(:meth:`checkpoint.store.CheckpointStore.scan_catalogue`: each job's state, creation
+and update times, not its record), so a store of 10,000 ended jobs costs a view one
+listing of three columns, and only the jobs shown are read in full. The listing still
+returns a row per job: its time grows with the store (BENCHMARKS.md, "Status views").
 
 By default a view lists the *active* jobs (those not ended) and counts the ended ones
 (:class:`JobCounts`); ``--all`` lists every job. A catalogue entry that cannot be read
