@@ -33,7 +33,8 @@ help:
 	@echo "                shared rate and running limits over 4 worker processes (both"
 	@echo "                backends), a small job's first chunk behind a 10,000-chunk one"
 	@echo "                (2,000 on Azurite; before and after windowed feeding), a metrics"
-	@echo "                scrape of 4 workers, the dashboard's requests per refresh and the"
+	@echo "                scrape of 4 workers, the dashboard's requests per refresh, status"
+	@echo "                views at 10 and 10,000 retained jobs, and the"
 	@echo "                migration chunked vs one plain Spark job, locally and on a loopback"
 	@echo "                cluster through Spark Connect (and Structured Streaming) -> BENCHMARKS.md"
 	@echo "make chaos      fault-injection runs (kills, a pause, storage faults) on both"
@@ -97,6 +98,7 @@ bench: venv azurite
 	$(BIN)/python -m tests.bench.fairness --azurite --large 2000 --chunk-ms 5 --baseline-ref 99a0db2 --output BENCHMARKS.md
 	$(BIN)/python -m tests.bench.metrics --output BENCHMARKS.md
 	$(BIN)/python -m tests.bench.dashboard --chunks 100000 --azurite-chunks 100000 --runs 3 --output BENCHMARKS.md
+	$(BIN)/python -m tests.bench.status_scale --sizes 10,10000 --runs 5 --output BENCHMARKS.md
 	$(BIN)/python -m tests.bench.migration --output BENCHMARKS.md
 	$(BIN)/python -m tests.bench.migration --files-per-batch 3 --output BENCHMARKS.md
 	$(BIN)/python -m tests.bench.migration --files-per-batch 3 --rows 8000000 --output BENCHMARKS.md

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import secrets
 from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from checkpoint import deletion, layout, retries, settle
@@ -23,11 +25,33 @@ from checkpoint.errors import (
     NotFound,
     StorageError,
 )
-from checkpoint.records import JobRecord
+from checkpoint.records import JOB_STATES, JobRecord, JobState, Properties, record_name
 from checkpoint.retries import Budget
 from checkpoint.settle import WRITER
 from checkpoint.storage import ANY_ETAG, Record, Storage
 from checkpoint.values import Values, refused
+
+#: What :meth:`JobRecords.scan_catalogue` reads of each job record (Azure's ``$select``).
+CATALOGUE_COLUMNS = ("state", "created_on", "updated_on")
+
+
+@dataclass(frozen=True)
+class CatalogueEntry:
+    """A job as the catalogue lists it, read without its record in full: enough to
+    count jobs by state, order them newest first (or by their last change) and pick a
+    page of them."""
+
+    job_id: str
+    state: JobState
+    created_on: datetime | None
+    updated_on: datetime | None = None
+
+    @classmethod
+    def from_record(cls, record: Record) -> CatalogueEntry:
+        """Raises BadRecord if its state or times cannot be read."""
+        p = Properties(record, record_name(record.row_key, "job"))
+        state = p.one_of("state", JOB_STATES)
+        return cls(record.row_key, state, p.time("created_on"), p.time("updated_on"))
 
 
 class JobRecords:
@@ -133,6 +157,29 @@ class JobRecords:
         for record in records:
             try:
                 found.append((record.row_key, JobRecord.from_record(record)))
+            except BadRecord as bad:
+                found.append((record.row_key, bad))
+        return found
+
+    def scan_catalogue(
+        self, budget: Budget | None = None
+    ) -> list[tuple[str, CatalogueEntry | BadRecord]]:
+        """``(job id, entry)`` of every job, reading only :data:`CATALOGUE_COLUMNS` of
+        each record (params, errors and the rest stay on the server): a BadRecord says
+        why for an entry that cannot be read."""
+        budget = retries.given(budget, self._clock)
+        self._ensure(budget)
+        records = budget.call(
+            lambda: list(
+                self._records.query(
+                    layout.JOBS_TABLE, layout.JOBS_PARTITION, select=CATALOGUE_COLUMNS
+                )
+            )
+        )
+        found: list[tuple[str, CatalogueEntry | BadRecord]] = []
+        for record in records:
+            try:
+                found.append((record.row_key, CatalogueEntry.from_record(record)))
             except BadRecord as bad:
                 found.append((record.row_key, bad))
         return found

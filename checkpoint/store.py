@@ -26,7 +26,7 @@ from checkpoint.clock import Clock, SystemClock
 from checkpoint.counting import CounterName, ShardCounters
 from checkpoint.deletion import Deleted
 from checkpoint.errors import BadRecord, StorageError
-from checkpoint.job_records import JobRecords
+from checkpoint.job_records import CatalogueEntry, JobRecords
 from checkpoint.reading import JobReader
 from checkpoint.records import JobRecord, TaskKind, TaskRecord
 from checkpoint.retries import Budget
@@ -110,6 +110,12 @@ class CheckpointStore:
     def scan_jobs(self, budget: Budget | None = None) -> list[tuple[str, JobRecord | BadRecord]]:
         """``(job id, job)`` of every job, with a BadRecord for one that cannot be read."""
         return self._jobs.scan_jobs(budget)
+
+    def scan_catalogue(
+        self, budget: Budget | None = None
+    ) -> list[tuple[str, CatalogueEntry | BadRecord]]:
+        """Every job's id, state and creation time, its record not read in full."""
+        return self._jobs.scan_catalogue(budget)
 
     def params(self, job: JobRecord) -> Any:
         return self.value(job.properties, "params", of=job.name)

@@ -42,7 +42,8 @@ from runner.cli.limit_command import limit
 from runner.cli.options import storage_option
 from runner.cli.redrive import redrive
 from runner.cli.render import render_poisoned, render_report, render_status, report_csv_row
-from runner.cli.snapshot import read_report
+from runner.cli.selection import Listing
+from runner.cli.snapshot import read_snapshot
 from runner.cli.status import REPORT_COLUMNS, failure_report, poisoned_chunks
 from runner.cli.watch import DEFAULT_INTERVAL_SECONDS, MIN_INTERVAL_SECONDS, watch_status
 from runner.worker.logs import LOG_FORMATS, LogFormat
@@ -348,7 +349,13 @@ def _set_spark_target(master: str | None, remote: str | None) -> None:
 
 @cli.command(short_help="Show jobs: state, chunk counts, running chunks, failures.")
 @click.argument("job_id", required=False)
-@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@click.option(
+    "--json",
+    "as_json",
+    is_flag=True,
+    help="Machine-readable output: a list of the jobs shown (the active ones unless "
+    "--all or --state).",
+)
 @click.option(
     "--watch",
     is_flag=True,
@@ -368,7 +375,10 @@ def _set_spark_target(master: str | None, remote: str | None) -> None:
     "states",
     multiple=True,
     type=click.Choice(JOB_STATES),
-    help="Only jobs in this state (repeatable).",
+    help="Only jobs in this state (repeatable); by default the jobs not ended.",
+)
+@click.option(
+    "--all", "every", is_flag=True, help="Every job, ended ones too (by default only counted)."
 )
 @click.option(
     "--limit", type=click.IntRange(1), default=None, help="At most this many jobs, newest first."
@@ -380,26 +390,37 @@ def status(
     watch: bool,
     interval_seconds: float,
     states: tuple[str, ...],
+    every: bool,
     limit: int | None,
     storage: str | None,
 ) -> None:
     """Show jobs, newest first: state, chunk counts, running chunks (worker, lease,
-    progress), failures."""
+    progress), failures.
+
+    By default the jobs not ended (planning, running, finalizing), and one line
+    counting the ended ones; --all shows every job, --state the jobs in a state."""
 
     if watch and as_json:
         raise click.UsageError("--watch shows a live view; for JSON, run --json repeatedly")
-    if (states or limit) and (job_id or watch):
-        raise click.UsageError("--state and --limit select from the list: not with JOB_ID, --watch")
+    if (states or limit or every) and job_id:
+        raise click.UsageError("--state, --all and --limit select from the list: not with JOB_ID")
+    if states and every:
+        raise click.UsageError("--all lists every state: give --all or --state, not both")
+    listing = Listing(states=states, every=every, limit=limit)
     with open_storage(storage, create=False) as opened:
         store = CheckpointStore(opened)
         if watch:
-            watch_status(store, job_id, interval_seconds)
+            watch_status(store, job_id, interval_seconds, listing)
             return
-        report = read_report(store, job_id, states=states, limit=limit)
+        snapshot = read_snapshot(store, job_id, listing)
     if as_json:
+        report = list(snapshot.jobs)
         click.echo(json.dumps(to_json(report if not job_id else report[0]), indent=2))
     else:
-        click.echo(render_status(report, color=sys.stdout.isatty(), now=store.clock.now()))
+        text = render_status(
+            snapshot.jobs, sys.stdout.isatty(), snapshot.counts, listing, now=store.clock.now()
+        )
+        click.echo(text)
 
 
 @cli.command(short_help="Cancel a job: nothing more of it runs.")

@@ -7,14 +7,16 @@ from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from checkpoint.records import CONTROL_WORDS
+from checkpoint.records import CONTROL_WORDS, ENDED_JOB_STATES
 from runner.cli.json_form import utc
 from runner.cli.limit_view import limit_line
 from runner.cli.pace import moved_words, rate_words
+from runner.cli.selection import DEFAULT_LISTING, Listing
 from runner.cli.status import ReportRow
 from runner.cli.status_types import (
     AnyJob,
     FailedTask,
+    JobCounts,
     JobStatus,
     Rate,
     RunningChunk,
@@ -43,12 +45,42 @@ def bar(done: float, total: int, width: int = BAR_CHARS) -> str:
 
 
 def render_status(
-    report: Sequence[AnyJob], color: bool = False, now: datetime | None = None
+    report: Sequence[AnyJob],
+    color: bool = False,
+    counts: JobCounts | None = None,
+    listing: Listing = DEFAULT_LISTING,
+    now: datetime | None = None,
 ) -> str:
-    """Each job in a few lines; with ``now``, when each last moved (``moved 12s ago``)."""
+    """The jobs of ``report``, then what the list left out (:func:`listing_line`) if
+    ``counts`` are given; with ``now``, when each job last moved (``moved 12s ago``)."""
+    left_out = listing_line(counts, listing, len(report)) if counts else None
     if not report:
-        return "no jobs"
-    return "\n\n".join(_job(job, color, now) for job in report)
+        if counts is None or not counts.total:
+            return "no jobs"
+        empty = "no active jobs" if not (listing.states or listing.every) else "no jobs"
+        return empty + (f"; {left_out.removeprefix('and ')}" if left_out else "")
+    shown = "\n\n".join(_job(job, color, now) for job in report)
+    return shown + (f"\n\n{left_out}" if left_out else "")
+
+
+def listing_line(counts: JobCounts, listing: Listing, shown: int) -> str | None:
+    """One line for what a list of ``shown`` jobs leaves out: by default the ended jobs
+    counted by state (``and 9,874 ended jobs: 9,800 done, 60 failed, 14 cancelled
+    (runner status --all, or --state done)``); with ``--state``, ``--all`` or
+    ``--limit``, how many more matched. None when nothing is left out."""
+    lines = []
+    left = counts.matched - shown
+    if left > 0:
+        lines.append(f"and {left:,} more, older (raise --limit)")
+    ended = {state: counts.by_state.get(state, 0) for state in ENDED_JOB_STATES}
+    ended = {state: number for state, number in ended.items() if number}
+    total = sum(ended.values())
+    if total and not (listing.states or listing.every):
+        most = max(ended, key=lambda state: ended[state])
+        each = ", ".join(f"{number:,} {state}" for state, number in ended.items())
+        jobs = "job" if total == 1 else "jobs"
+        lines.append(f"and {total:,} ended {jobs}: {each} (runner status --all, or --state {most})")
+    return "\n".join(lines) or None
 
 
 def _job(job: AnyJob, color: bool, now: datetime | None = None) -> str:

@@ -1,42 +1,111 @@
-"""Which jobs ``runner status`` lists, and in what order: newest first, then filtered by
-state and cut to a number.
+"""Which jobs ``runner status``, ``--watch`` and the dashboard list, and in what order:
+newest first, filtered by state, cut to a number or a page.
 
-A record that cannot be read has no state or age to go by: it is listed after the
-readable jobs, and left out when ``--state`` asks for particular states.
+The choice is made on the job catalogue read by projection
+(:meth:`checkpoint.store.CheckpointStore.scan_catalogue`: each job's state, creation
+and update times, not its record), so a store of 10,000 ended jobs costs a view one
+listing of three columns, and only the jobs shown are read in full. The listing still
+returns a row per job: its time grows with the store (BENCHMARKS.md, "Status views").
+
+By default a view lists the *active* jobs (those not ended) and counts the ended ones
+(:class:`JobCounts`); ``--all`` lists every job. A catalogue entry that cannot be read
+has no state or age to go by: it is listed, after the readable jobs, unless particular
+states are asked for.
 """
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from checkpoint.errors import BadRecord
-from checkpoint.records import JobRecord
+from checkpoint.job_records import CatalogueEntry
+from checkpoint.records import ENDED_JOB_STATES, JOB_STATES
+from runner.cli.status_types import JobCounts
 
-Found = tuple[str, JobRecord | BadRecord]
+Found = tuple[str, CatalogueEntry | BadRecord]
+
+#: The job states a default view lists (the others are counted).
+ACTIVE_STATES = tuple(state for state in JOB_STATES if state not in ENDED_JOB_STATES)
 
 _OLDEST = datetime.min.replace(tzinfo=UTC)
 
 
-def select_jobs(
-    found: list[Found], states: Collection[str] = (), limit: int | None = None
-) -> list[Found]:
-    """``found`` newest first (by ``created_on``, then job id), only those in ``states``
-    (all if empty), at most ``limit`` of them (all if None)."""
-    readable = [item for item in found if isinstance(item[1], JobRecord)]
+@dataclass(frozen=True)
+class Listing:
+    """Which jobs a view lists.
+
+    Attributes:
+        states: only jobs in these states; empty: the active ones, or every job with
+            ``every``.
+        every: every job (``--all``), whatever its state.
+        limit: at most this many, newest first (None: no limit).
+        page: with ``page_size``, the page shown (0 first) of those chosen.
+        page_size: jobs per page (None: one page of all).
+        recent_ended: by default (no ``states``, not ``every``) list also this many
+            ended jobs, those changed last (``--watch`` shows a job that just ended).
+    """
+
+    states: tuple[str, ...] = ()
+    every: bool = False
+    limit: int | None = None
+    page: int = 0
+    page_size: int | None = None
+    recent_ended: int = 0
+
+    @property
+    def wanted(self) -> tuple[str, ...]:
+        """The states listed (every state with ``every``)."""
+        if self.states:
+            return self.states
+        return JOB_STATES if self.every else ACTIVE_STATES
+
+    @property
+    def lists_unreadable(self) -> bool:
+        """Unreadable entries have no state: listed unless particular states are asked."""
+        return not self.states
+
+
+#: What a view lists when nothing is asked: the active jobs, the ended ones counted.
+DEFAULT_LISTING = Listing()
+
+
+def select_jobs(found: Sequence[Found], listing: Listing) -> tuple[list[str], JobCounts]:
+    """The ids of the jobs ``listing`` shows, newest first (by ``created_on``, then job
+    id; unreadable entries last), and the catalogue's counts."""
+    readable = [(job_id, e) for job_id, e in found if isinstance(e, CatalogueEntry)]
     readable.sort(key=_created_then_id, reverse=True)
-    unreadable = [item for item in found if isinstance(item[1], BadRecord)]
-    chosen = [
-        item
-        for item in readable
-        if not states or (isinstance(item[1], JobRecord) and item[1].state in states)
-    ]
-    if not states:
+    wanted = set(listing.wanted)
+    chosen = [job_id for job_id, entry in readable if entry.state in wanted]
+    if listing.recent_ended and not listing.states and not listing.every:
+        chosen += _recent_ended(readable, listing.recent_ended)
+    unreadable = sorted(job_id for job_id, e in found if isinstance(e, BadRecord))
+    if listing.lists_unreadable:
         chosen += unreadable
-    return chosen if limit is None else chosen[:limit]
+    matched = len(chosen)
+    if listing.limit is not None:
+        chosen = chosen[: listing.limit]
+    if listing.page_size is not None:
+        start = listing.page * listing.page_size
+        chosen = chosen[start : start + listing.page_size]
+    by_state = Counter(entry.state for _, entry in readable)
+    counts = JobCounts(
+        by_state={state: by_state[state] for state in JOB_STATES},
+        unreadable=len(unreadable),
+        matched=matched,
+    )
+    return chosen, counts
 
 
-def _created_then_id(item: Found) -> tuple[datetime, str]:
-    job_id, job = item
-    created = job.created_on if isinstance(job, JobRecord) else None
-    return created or _OLDEST, job_id
+def _recent_ended(readable: list[tuple[str, CatalogueEntry]], count: int) -> list[str]:
+    """The ``count`` ended jobs changed last, newest change first."""
+    ended = [(job_id, e) for job_id, e in readable if e.state in ENDED_JOB_STATES]
+    ended.sort(key=lambda item: (item[1].updated_on or _OLDEST, item[0]), reverse=True)
+    return [job_id for job_id, _ in ended[:count]]
+
+
+def _created_then_id(item: tuple[str, CatalogueEntry]) -> tuple[datetime, str]:
+    job_id, entry = item
+    return entry.created_on or _OLDEST, job_id

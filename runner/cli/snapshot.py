@@ -7,18 +7,17 @@ A job's report lists the workers serving its queues (``workers``); ``runner stat
 
 from __future__ import annotations
 
-from collections.abc import Collection
 from dataclasses import replace
 from datetime import datetime
 
-from checkpoint.errors import BadRecord
+from checkpoint.errors import BadRecord, JobNotFound
 from checkpoint.records import JobRecord
 from checkpoint.store import CheckpointStore
 from checkpoint.workers import WorkerBook, WorkerRecord
 from runner.cli.limit_view import read_limits, with_limits
-from runner.cli.selection import select_jobs
+from runner.cli.selection import DEFAULT_LISTING, Listing, select_jobs
 from runner.cli.status import job_status, unreadable_job
-from runner.cli.status_types import AnyJob, JobStatus, Snapshot, WorkerStatus
+from runner.cli.status_types import AnyJob, JobCounts, JobStatus, Snapshot, WorkerStatus
 
 
 def read_report(
@@ -26,21 +25,62 @@ def read_report(
     job_id: str | None = None,
     workers: tuple[WorkerStatus, ...] | None = None,
     *,
-    states: Collection[str] = (),
-    limit: int | None = None,
+    listing: Listing = DEFAULT_LISTING,
 ) -> list[AnyJob]:
-    """The status of one job (``job_id``) or of every job (newest first, only those in
-    ``states`` if given, at most ``limit``: :func:`runner.cli.selection.select_jobs`), each
-    with the workers serving it (from ``workers`` if given, else read now).
+    """The status of one job (``job_id``) or of the jobs ``listing`` chooses (by
+    default the active ones, newest first: :mod:`runner.cli.selection`), each with the
+    workers serving it (from ``workers`` if given, else read now).
 
     Raises:
         JobNotFound: there is no job ``job_id``.
     """
-    found = (
-        [(job_id, _job_or_bad(store, job_id))]
-        if job_id
-        else select_jobs(store.scan_jobs(), states, limit)
-    )
+    if job_id:
+        return _reports(store, [(job_id, _job_or_bad(store, job_id))], workers)
+    return read_listed(store, listing, workers)[0]
+
+
+def read_listed(
+    store: CheckpointStore,
+    listing: Listing = DEFAULT_LISTING,
+    workers: tuple[WorkerStatus, ...] | None = None,
+) -> tuple[list[AnyJob], JobCounts]:
+    """The status of the jobs ``listing`` chooses, and every job counted by state.
+
+    The choice is made on the catalogue's three columns; only the jobs chosen are read in
+    full, so the cost follows the page shown, not the store's size. A job deleted since
+    the catalogue was read is left out."""
+    chosen, counts = select_jobs(store.scan_catalogue(), listing)
+    found: list[tuple[str, JobRecord | BadRecord]] = []
+    for found_id in chosen:
+        try:
+            found.append((found_id, _job_or_bad(store, found_id)))
+        except JobNotFound:
+            continue
+    return _reports(store, found, workers), counts
+
+
+def read_snapshot(
+    store: CheckpointStore, job_id: str | None = None, listing: Listing = DEFAULT_LISTING
+) -> Snapshot:
+    """What ``--watch`` shows at one refresh: ``taken_on``, ``jobs`` (as
+    :func:`read_report`), ``workers`` (every worker seen in the last hour) and, for a
+    list, ``counts``."""
+    now = store.clock.now()
+    workers = read_workers(store, now)
+    if job_id:
+        jobs = read_report(store, job_id, workers)
+        if isinstance(jobs[0], JobStatus):
+            workers = jobs[0].workers  # one job watched: the workers serving it
+        return Snapshot(taken_on=now, jobs=tuple(jobs), workers=workers)
+    listed, counts = read_listed(store, listing, workers)
+    return Snapshot(taken_on=now, jobs=tuple(listed), workers=workers, counts=counts)
+
+
+def _reports(
+    store: CheckpointStore,
+    found: list[tuple[str, JobRecord | BadRecord]],
+    workers: tuple[WorkerStatus, ...] | None,
+) -> list[AnyJob]:
     now = store.clock.now()
     report: list[AnyJob] = [
         unreadable_job(found_id, job) if isinstance(job, BadRecord) else job_status(store, job, now)
@@ -48,17 +88,6 @@ def read_report(
     ]
     report = with_limits(report, read_limits(store, now))
     return with_workers(report, read_workers(store, now) if workers is None else workers)
-
-
-def read_snapshot(store: CheckpointStore, job_id: str | None = None) -> Snapshot:
-    """What ``--watch`` shows at one refresh: ``taken_on``, ``jobs`` (as
-    :func:`read_report`) and ``workers`` (every worker seen in the last hour)."""
-    now = store.clock.now()
-    workers = read_workers(store, now)
-    jobs = read_report(store, job_id, workers)
-    if job_id and isinstance(jobs[0], JobStatus):
-        workers = jobs[0].workers  # one job watched: the workers serving it
-    return Snapshot(taken_on=now, jobs=tuple(jobs), workers=workers)
 
 
 def read_workers(store: CheckpointStore, now: datetime) -> tuple[WorkerStatus, ...]:

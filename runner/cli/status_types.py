@@ -186,13 +186,34 @@ AnyJob = JobStatus | UnreadableJob
 
 
 @dataclass(frozen=True)
+class JobCounts:
+    """The store's jobs counted from the catalogue, beside the page a view lists.
+
+    Attributes:
+        by_state: jobs in each state (every state named, 0 included).
+        unreadable: catalogue entries that cannot be read.
+        matched: jobs the view's filter matched, before its limit or page.
+    """
+
+    by_state: Mapping[str, int]
+    unreadable: int
+    matched: int
+
+    @property
+    def total(self) -> int:
+        return sum(self.by_state.values()) + self.unreadable
+
+
+@dataclass(frozen=True)
 class Snapshot:
     """Everything status shows, read at once: the jobs, and the workers of the last hour
-    (with one job asked for, those serving its queue)."""
+    (with one job asked for, those serving its queue); ``counts`` counts every job of the
+    store when a list was read (None for one job)."""
 
     taken_on: datetime
     jobs: tuple[AnyJob, ...]
     workers: tuple[WorkerStatus, ...]
+    counts: JobCounts | None = None
 
 
 @dataclass(frozen=True)

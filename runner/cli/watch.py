@@ -28,10 +28,11 @@ from rich.live import Live
 
 from checkpoint.errors import RunnerError
 from checkpoint.store import CheckpointStore
+from runner.cli.selection import DEFAULT_LISTING, Listing
 from runner.cli.snapshot import read_snapshot
 from runner.cli.status_types import AnyJob, JobStatus, Rate, Snapshot, WatchFrame
 from runner.cli.watch_lines import active_jobs, plain_lines
-from runner.cli.watch_view import ENDED_STATES, render_watch
+from runner.cli.watch_view import ENDED_STATES, MAX_ENDED_JOBS, render_watch
 from runner.worker.signal_safe import off_signal
 
 DEFAULT_INTERVAL_SECONDS = 2.0
@@ -155,9 +156,16 @@ def _annotated(
     )
 
 
-def watch_status(store: CheckpointStore, job_id: str | None, interval_seconds: float) -> None:
-    """``runner status --watch``: until the first SIGINT (Ctrl-C), which ends the view
+def watch_status(
+    store: CheckpointStore,
+    job_id: str | None,
+    interval_seconds: float,
+    listing: Listing = DEFAULT_LISTING,
+) -> None:
+    """``runner status --watch``: the jobs ``listing`` chooses (by default the active
+    ones and the last few ended), until the first SIGINT (Ctrl-C), which ends the view
     after the refresh in progress; a second one interrupts at once."""
+    listing = replace(listing, recent_ended=MAX_ENDED_JOBS)
     stop = threading.Event()
     signals = {"count": 0}
 
@@ -170,7 +178,7 @@ def watch_status(store: CheckpointStore, job_id: str | None, interval_seconds: f
     previous = signal.signal(signal.SIGINT, on_signal)
     try:
         watch(
-            lambda: read_snapshot(store, job_id),
+            lambda: read_snapshot(store, job_id, listing),
             interval_seconds,
             stop,
             Console(),

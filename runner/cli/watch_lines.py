@@ -15,7 +15,7 @@ from runner.cli.json_form import utc
 from runner.cli.pace import rate_words
 from runner.cli.render import chunk_counts
 from runner.cli.status_types import AnyJob, JobStatus, Rate, UnreadableJob, WatchFrame
-from runner.cli.watch_view import ENDED_STATES, MAX_ENDED_JOBS
+from runner.cli.watch_view import ENDED_STATES, MAX_ENDED_JOBS, ended_count
 
 
 def plain_lines(frame: WatchFrame, active_before: set[str], first: bool) -> list[str]:
@@ -34,7 +34,8 @@ def plain_lines(frame: WatchFrame, active_before: set[str], first: bool) -> list
         if job.state not in ENDED_STATES or job.job_id in active_before or (first and job in recent)
     ]
     if not shown:
-        return [f"{when}  no job running" + (f" ({len(ended):,} ended)" if ended else "")]
+        count = ended_count(frame.snapshot.counts, len(ended))
+        return [f"{when}  no job running" + (f" ({count:,} ended)" if count else "")]
     return [f"{when}  {job_line(job, frame.rates.get(job.job_id, Rate()))}" for job in shown]
 
 

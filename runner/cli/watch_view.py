@@ -23,6 +23,7 @@ from runner.cli.render import chunk_counts
 from runner.cli.status_types import (
     AnyJob,
     FailedTask,
+    JobCounts,
     JobStatus,
     Rate,
     RunningChunk,
@@ -64,7 +65,7 @@ def render_watch(frame: WatchFrame) -> RenderableType:
     for job in active:
         parts.extend([_job(job, frame.rates.get(job.job_id, Rate()), now), Text("")])
     if ended:
-        parts.extend([_ended(ended), Text("")])
+        parts.extend([_ended(ended, ended_count(snapshot.counts, len(ended))), Text("")])
     parts.append(_workers(snapshot.workers, now))
     if frame.error:
         parts.append(Text(f"last refresh failed: {frame.error}", style="red"))
@@ -185,8 +186,15 @@ def _lease_left(chunk: RunningChunk, now: datetime) -> Text:
     return Text(duration(left))
 
 
-def _ended(jobs: Sequence[JobStatus]) -> Table:
-    """The most recently updated ended jobs, a line each."""
+def ended_count(counts: JobCounts | None, listed: int) -> int:
+    """The store's ended jobs, from the catalogue's ``counts`` (else the ``listed``)."""
+    if counts is None:
+        return listed
+    return max(listed, sum(counts.by_state.get(state, 0) for state in ENDED_STATES))
+
+
+def _ended(jobs: Sequence[JobStatus], count: int) -> Table:
+    """The most recently updated ended jobs, a line each, of ``count`` ended jobs."""
     newest = sorted(jobs, key=_updated)[-MAX_ENDED_JOBS:]
     table = Table(box=None, padding=(0, 1), show_header=False, show_edge=False, pad_edge=False)
     for job in newest:
@@ -197,8 +205,8 @@ def _ended(jobs: Sequence[JobStatus]) -> Table:
             f"{chunks.done:,}/{chunks.total:,} done",
             f"poisoned {chunks.poisoned:,}" if chunks.poisoned else "",
         )
-    if len(jobs) > MAX_ENDED_JOBS:
-        table.add_row(Text(f"... {len(jobs) - MAX_ENDED_JOBS:,} more ended", style="dim"))
+    if count > len(newest):
+        table.add_row(Text(f"... {count - len(newest):,} more ended", style="dim"))
     return table
 
 

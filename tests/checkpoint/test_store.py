@@ -6,12 +6,20 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import replace
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
 from checkpoint import layout
-from checkpoint.errors import ConfigurationError, Conflict, JobNotEnded, JobNotFound, NotFound
+from checkpoint.errors import (
+    BadRecord,
+    ConfigurationError,
+    Conflict,
+    JobNotEnded,
+    JobNotFound,
+    NotFound,
+)
+from checkpoint.job_records import CATALOGUE_COLUMNS, CatalogueEntry
 from checkpoint.records import SPILL_BYTES
 from checkpoint.storage import ANY_ETAG, Storage
 from checkpoint.store import CheckpointStore
@@ -129,6 +137,45 @@ def test_update_job_is_fenced(store: CheckpointStore):
     with pytest.raises(Conflict):
         store.update_job(job, state="failed")
     assert store.get_job(job_id).state == "running"
+
+
+def test_scan_catalogue_reads_each_jobs_state_and_age_and_only_those(store: CheckpointStore):
+    # Given a job done, one planning with large params, and one whose state is garbled
+    done = _new_job(store)
+    store.update_job(store.get_job(done), state="done")
+    planning = _job_id()
+    store.create_job(planning, "mod:Job", "jobs-q", BIG)
+    garbled = _new_job(store)
+    store.storage.records.upsert(
+        layout.JOBS_TABLE, layout.JOBS_PARTITION, garbled, {"state": "sideways"}, merge=True
+    )
+    asked: list[Any] = []
+    query = store.storage.records.query
+
+    def watched_query(*args: Any, **kwargs: Any) -> Any:
+        asked.append(kwargs.get("select"))
+        return query(*args, **kwargs)
+
+    store.storage.records.query = watched_query  # type: ignore[method-assign]
+
+    # When the catalogue is scanned
+    found = {
+        job_id: entry for job_id, entry in store.scan_catalogue() if job_id in (done, planning)
+    }
+    bad = dict(store.scan_catalogue())[garbled]
+
+    # Then each job has its state and creation time, read by projection, and the garbled
+    # one says why
+    assert all(isinstance(entry, CatalogueEntry) for entry in found.values())
+    entries = cast(dict[str, CatalogueEntry], found)
+    assert (entries[done].state, entries[planning].state) == ("done", "planning")
+    full = store.get_job(done)
+    assert (entries[done].created_on, entries[done].updated_on) == (
+        full.created_on,
+        full.updated_on,
+    )
+    assert isinstance(bad, BadRecord) and "state" in str(bad) and "sideways" in str(bad)
+    assert asked == [CATALOGUE_COLUMNS] * 2 == [("state", "created_on", "updated_on")] * 2
 
 
 def test_delete_job_refuses_a_job_not_ended_and_leaves_it_unmarked(store: CheckpointStore):

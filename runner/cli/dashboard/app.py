@@ -1,12 +1,15 @@
 """The dashboard's routes: pages of the store's status, their live fragments, the
 status as JSON, and the actions.
 
-- ``GET /``: every job, newest first: state, progress, rate and ETA, failures;
+- ``GET /``: the active jobs, newest first, 50 a page: state, progress, rate and ETA,
+  failures; tabs by state with their counts (``state``: ``active``, ``all`` or a job
+  state; ``page``);
 - ``GET /jobs/{job_id}``: one job: counts, running and failed chunks, its workers, and a
   page of its chunks (``page``, ``size``, ``chunk``; or ``state`` and ``after``);
 - ``GET /workers``: the workers of the last hour, from their heartbeats;
 - ``GET /poison``: every job's poisoned tasks, as ``runner poison list`` shows them;
-- ``GET /api/status[/{job_id}]``: ``runner status [JOB_ID] --json``, from the same snapshot;
+- ``GET /api/status[/{job_id}]``: ``runner status [JOB_ID] --json``, from the same snapshot
+  (the list takes the jobs page's ``state`` and ``page``);
 - ``POST /jobs/{job_id}/{action}``: cancel, pause, resume, redrive (:mod:`.actions`).
 
 Each page with ``?fragment=1`` is only its live part, which the page's script fetches
@@ -47,9 +50,11 @@ from runner.cli.dashboard.actions import (
     token_matches,
 )
 from runner.cli.dashboard.chunk_table import ChunkQuery, ChunkTable, read_chunk_table, stale_table
+from runner.cli.dashboard.job_list import DEFAULT_JOBS, JobsQuery, pages, shown_range, tabs
 from runner.cli.dashboard.shared import DEFAULT_KEYS, SharedReads
 from runner.cli.dashboard.views import STATIC, environment
 from runner.cli.json_form import to_json
+from runner.cli.selection import Listing
 from runner.cli.snapshot import read_snapshot
 from runner.cli.status_types import JobStatus, WatchFrame
 from runner.cli.watch import DEFAULT_INTERVAL_SECONDS, Rates
@@ -57,6 +62,10 @@ from runner.worker.lru_map import LruMap
 
 #: The largest action form read (a token, a reason and a flag fit many times over).
 MAX_FORM_BYTES = 16 * 1024
+#: What the poison page lists: every job's poisoned tasks, as ``runner poison list``.
+EVERY_JOB = Listing(every=True)
+#: A frame's key: one job (its id), or a list of jobs (None and the listing).
+FrameKey = tuple[str | None, Listing]
 #: Rows of a job's running, failed and poisoned tasks shown at most from the snapshot
 #: (the chunk table pages through all of them).
 MAX_TASK_ROWS = 50
@@ -142,23 +151,25 @@ class Pages:
         self._monotonic = monotonic
         self._templates = Jinja2Templates(env=environment())
         age = settings.refresh_seconds
-        self.frames: SharedReads[str | None, WatchFrame] = SharedReads(
+        self.frames: SharedReads[FrameKey, WatchFrame] = SharedReads(
             self._read_frame, _stale_frame, age, monotonic
         )
         self.tables: SharedReads[tuple[str, ChunkQuery], ChunkTable] = SharedReads(
             self._read_table, stale_table, age, monotonic
         )
-        self._rates: LruMap[str | None, Rates] = LruMap(DEFAULT_KEYS)
+        self._rates: LruMap[FrameKey, Rates] = LruMap(DEFAULT_KEYS)
 
     # ----------------------------------------------------------------- reading
 
-    def _read_frame(self, job_id: str | None) -> WatchFrame:
-        """A snapshot (every job, or one) with each job's rate, as ``--watch`` has it."""
-        snapshot = read_snapshot(self.store, job_id)
-        rates = self._rates.get(job_id)
+    def _read_frame(self, key: FrameKey) -> WatchFrame:
+        """A snapshot (a list of jobs, or one) with each job's rate, as ``--watch`` has
+        it."""
+        job_id, listing = key
+        snapshot = read_snapshot(self.store, job_id, listing)
+        rates = self._rates.get(key)
         if rates is None:
             rates = Rates()
-            self._rates.put(job_id, rates)
+            self._rates.put(key, rates)
         return WatchFrame(
             snapshot=snapshot,
             rates=rates.observe(self._monotonic(), snapshot.jobs),
@@ -173,8 +184,17 @@ class Pages:
 
     def jobs(self, request: Request) -> Response:
         def context() -> dict[str, Any]:
-            frame = self.frames.get(None)
-            return {"frame": frame, "now": frame.snapshot.taken_on}
+            query = JobsQuery.from_params(request.query_params)
+            frame = self.frames.get((None, query.listing()))
+            counts = frame.snapshot.counts
+            return {
+                "frame": frame,
+                "now": frame.snapshot.taken_on,
+                "query": query,
+                "tabs": tabs(query, counts),
+                "pages": pages(query, counts),
+                "shown_range": shown_range(query, counts, len(frame.snapshot.jobs)),
+            }
 
         return self._page(request, "jobs", context)
 
@@ -182,7 +202,7 @@ class Pages:
         job_id = request.path_params["job_id"]
 
         def context() -> dict[str, Any]:
-            frame = self.frames.get(job_id)
+            frame = self.frames.get((job_id, DEFAULT_JOBS))
             job = frame.snapshot.jobs[0]
             query = ChunkQuery.from_params(request.query_params)
             table = self.tables.get((job_id, query)) if isinstance(job, JobStatus) else None
@@ -203,7 +223,7 @@ class Pages:
 
     def workers(self, request: Request) -> Response:
         def context() -> dict[str, Any]:
-            frame = self.frames.get(None)
+            frame = self.frames.get((None, DEFAULT_JOBS))
             workers = sorted(frame.snapshot.workers, key=lambda w: (w.gone, w.worker_id))
             return {"frame": frame, "now": frame.snapshot.taken_on, "workers": workers}
 
@@ -211,7 +231,7 @@ class Pages:
 
     def poison(self, request: Request) -> Response:
         def context() -> dict[str, Any]:
-            frame = self.frames.get(None)
+            frame = self.frames.get((None, EVERY_JOB))
             poisoned = [j for j in frame.snapshot.jobs if isinstance(j, JobStatus) and j.poisoned]
             return {
                 "frame": frame,
@@ -223,10 +243,13 @@ class Pages:
         return self._page(request, "poison", context)
 
     def status_json(self, request: Request) -> Response:
-        """What ``runner status [JOB_ID] --json`` prints, from the shared snapshot."""
+        """What ``runner status [JOB_ID] --json`` prints, from the shared snapshot; the
+        list is the jobs page's (``state``, ``page``)."""
         job_id = request.path_params.get("job_id")
         try:
-            jobs = self.frames.get(job_id).snapshot.jobs
+            query = JobsQuery.from_params(request.query_params)
+            listing = DEFAULT_JOBS if job_id else query.listing()
+            jobs = self.frames.get((job_id, listing)).snapshot.jobs
         except RunnerError as error:
             return JSONResponse({"error": str(error)}, status_code=_status_of(error))
         return JSONResponse(to_json(jobs[0] if job_id else list(jobs)))

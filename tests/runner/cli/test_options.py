@@ -61,7 +61,7 @@ def _listed(*args: str) -> list[str]:
 
 def test_storage_given_before_the_command(tmp_path):
     _three_jobs(tmp_path)
-    assert _listed("--storage", str(tmp_path), "status") == ["c", "b", "a"]
+    assert _listed("--storage", str(tmp_path), "status") == ["c", "a"]
     assert _listed("--storage", str(tmp_path), "status", "--storage", str(tmp_path))
     differing = CliRunner().invoke(
         cli, ["--storage", str(tmp_path), "status", "--storage", str(tmp_path / "other")]
@@ -70,16 +70,57 @@ def test_storage_given_before_the_command(tmp_path):
     assert "--storage is given before and after the command, differently" in differing.output
 
 
-def test_status_lists_newest_first_and_selects_by_state_and_limit(tmp_path):
+def test_status_lists_the_active_jobs_newest_first_and_selects_by_state_and_limit(tmp_path):
     _three_jobs(tmp_path)
     where = ["status", "--storage", str(tmp_path)]
-    assert _listed(*where) == ["c", "b", "a"]
+    assert _listed(*where) == ["c", "a"]
+    assert _listed(*where, "--all") == ["c", "b", "a"]
     assert _listed(*where, "--state", "done") == ["b"]
     assert _listed(*where, "--state", "planning", "--state", "done") == ["c", "b", "a"]
-    assert _listed(*where, "--limit", "2") == ["c", "b"]
+    assert _listed(*where, "--limit", "1") == ["c"]
+    assert _listed(*where, "--all", "--limit", "2") == ["c", "b"]
     assert _listed(*where, "--state", "planning", "--limit", "1") == ["c"]
     one = CliRunner().invoke(cli, [*where, "a", "--limit", "1"])
-    assert one.exit_code == 2 and "not with JOB_ID, --watch" in one.output
+    assert one.exit_code == 2 and "not with JOB_ID" in one.output
+    both = CliRunner().invoke(cli, [*where, "--all", "--state", "done"])
+    assert both.exit_code == 2 and "give --all or --state, not both" in both.output
+
+
+def test_status_counts_the_ended_jobs_in_one_line_and_says_what_a_limit_left_out(tmp_path):
+    _three_jobs(tmp_path)
+    where = ["status", "--storage", str(tmp_path)]
+
+    shown = CliRunner().invoke(cli, where).output
+
+    assert [line for line in shown.splitlines() if not line.startswith(" ")] == [
+        "c  m:Job  planning",
+        "",
+        "a  m:Job  planning",
+        "",
+        "and 1 ended job: 1 done (runner status --all, or --state done)",
+    ]
+    limited = CliRunner().invoke(cli, [*where, "--all", "--limit", "1"]).output
+    assert limited.endswith("\n\nand 2 more, older (raise --limit)\n")
+    nothing = CliRunner().invoke(cli, [*where, "--state", "failed"]).output
+    assert nothing == "no jobs\n"
+
+
+def test_status_says_when_no_job_is_active_and_counts_the_ended_ones(tmp_path):
+    clock = FakeClock()
+    with open_storage(str(tmp_path), clock=clock) as opened:
+        store = CheckpointStore(opened, clock)
+        store.ensure()
+        empty = CliRunner().invoke(cli, ["status", "--storage", str(tmp_path)]).output
+        assert empty == "no jobs\n"
+        for job_id, state in [("x", "done"), ("y", "failed"), ("z", "done")]:
+            job, _ = store.create_job(job_id, "m:Job", "m-job", None)
+            store.update_job(job, state=state)
+
+    shown = CliRunner().invoke(cli, ["status", "--storage", str(tmp_path)]).output
+
+    assert shown == (
+        "no active jobs; 3 ended jobs: 2 done, 1 failed (runner status --all, or --state done)\n"
+    )
 
 
 @pytest.mark.parametrize("group", [[], ["poison"]], ids=["runner", "poison"])

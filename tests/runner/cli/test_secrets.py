@@ -237,7 +237,7 @@ def test_a_job_run_through_every_command_never_shows_the_secret(
     ):
         invoke(*args)
     seen += _dashboard_pages(text, job_id)
-    seen.append(_watched(tmp_path, text))
+    seen.append(_watched(tmp_path, text, job_id))
     assert job_id in seen[-1]
     # Then the secret is nowhere, and what the views say is there
     assert "the planted chunk fails" in "".join(seen)
@@ -261,9 +261,10 @@ def _dashboard_pages(text: str, job_id: str) -> list[str]:
     return pages
 
 
-def _watched(folder: Path, text: str) -> str:
-    """What ``runner status --watch`` (no terminal) prints in two refreshes."""
-    command = ["status", "--watch", "--interval", "0.2", "--storage", text]
+def _watched(folder: Path, text: str, job_id: str) -> str:
+    """What ``runner status JOB_ID --watch`` (no terminal) prints in two refreshes (the
+    job named: the session's Azurite holds other tests' jobs, ended more recently)."""
+    command = ["status", job_id, "--watch", "--interval", "0.2", "--storage", text]
     process = subprocess.Popen(
         [*ENTRY, *command],
         cwd=folder,

@@ -247,7 +247,7 @@ def test_an_unreadable_job_is_four_keys_and_a_snapshot_holds_both_kinds():
 
     shown = to_json(snapshot)
 
-    assert list(shown) == ["taken_on", "jobs", "workers"]
+    assert list(shown) == ["taken_on", "jobs", "workers", "counts"]
     assert shown["taken_on"] == "2026-11-25T17:20:00.500000Z"
     assert shown["jobs"][0] == RICH_JSON
     assert json.dumps(shown["jobs"][1]) == json.dumps(

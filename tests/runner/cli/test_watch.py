@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from click.testing import CliRunner
 from rich.console import Console
 
 from checkpoint.backends import open_storage
@@ -28,7 +29,9 @@ from checkpoint.errors import Throttled
 from checkpoint.records import CHECKPOINT_ON, Progress
 from checkpoint.store import CheckpointStore
 from checkpoint.workers import WorkerBook
+from runner.cli import commands
 from runner.cli.pace import duration
+from runner.cli.selection import Listing
 from runner.cli.snapshot import read_snapshot
 from runner.cli.status_types import (
     AnyJob,
@@ -44,7 +47,7 @@ from runner.cli.status_types import (
 )
 from runner.cli.watch import Rates, watch
 from runner.cli.watch_lines import plain_lines
-from runner.cli.watch_view import render_watch
+from runner.cli.watch_view import MAX_ENDED_JOBS, render_watch
 from runner.worker.heartbeat import Heartbeat, Identity, RunningTasks
 from runner.worker.logs import TaskIds
 from tests.backends import Backend
@@ -452,6 +455,57 @@ def test_without_a_terminal_each_refresh_is_a_plain_line_per_job(backend: Backen
         f"{stamps[2]}  {job_id}  running  50%  2/4 done  {counts.format(2)}  0.50 chunks/s  ETA 4s",
     ]
     assert "\x1b" not in out.getvalue()
+
+
+def test_a_watched_list_shows_a_job_that_ends_and_counts_the_ended_ones(backend: Backend):
+    # Given a running job of one chunk, watched as `runner status --watch` lists jobs
+    clock = backend.clock or FakeClock()
+    store = CheckpointStore(backend.storage, clock)
+    job_id = f"ends-{uuid.uuid4().hex[:8]}"
+    job, _ = store.create_job(job_id, "tests:Job", f"wq-{uuid.uuid4().hex[:8]}", {})
+    store.add_chunks(job_id, 0, [0])
+    store.update_job(job, state="running", total=1)
+    listing = replace(Listing(), recent_ended=MAX_ENDED_JOBS)
+
+    def ends(refresh: int) -> None:
+        task = store.get_task(job_id, "chunk", 0)
+        store.count_chunk(task, {"state": "done", "owner": "", "attempt": 1}, {}, "done")
+        store.change_job(job_id, lambda job: {"state": "done"})
+
+    # When it ends between the first and second refresh
+    out = io.StringIO()
+    stop = _Stop(after=2, each=ends)
+    read = lambda: read_snapshot(store, None, listing)  # noqa: E731
+    console = Console(file=out, width=80)
+    watch(read, 2.0, stop, console, "x:/s", clock.monotonic)  # type: ignore[arg-type]
+
+    # Then its line says so at the second refresh, though a default list leaves ended jobs
+    # out, and the view counts the store's ended jobs
+    mine = [line.split("  ")[2] for line in out.getvalue().splitlines() if job_id in line]
+    assert mine == ["running", "done"]
+    snapshot = read_snapshot(store, None, listing)
+    assert snapshot.counts is not None
+    ended = sum(snapshot.counts.by_state[state] for state in ("done", "failed", "cancelled"))
+    shown = [job for job in snapshot.jobs if job.state in ("done", "failed", "cancelled")]
+    text = _text(render_watch(WatchFrame(snapshot)))
+    assert len(shown) <= MAX_ENDED_JOBS
+    assert ended == len(shown) or f"... {ended - len(shown):,} more ended" in text
+
+
+def test_watch_takes_the_lists_filters(monkeypatch: pytest.MonkeyPatch, tmp_path: Path):
+    watched: list[Any] = []
+    monkeypatch.setattr(commands, "watch_status", lambda *args: watched.append(args))
+    where = ["status", "--watch", "--storage", _store_with_a_job(tmp_path)]
+
+    for given in (["--state", "done", "--limit", "3"], ["--all"], []):
+        result = CliRunner().invoke(commands.cli, [*where, *given])
+        assert result.exit_code == 0, result.output
+
+    assert [args[3] for args in watched] == [
+        Listing(states=("done",), limit=3),
+        Listing(every=True),
+        Listing(),
+    ]
 
 
 def test_plain_lines_show_each_job_not_ended_and_an_ended_one_once():

@@ -128,7 +128,7 @@ def _cells(row: str) -> list[str]:
 
 def test_the_jobs_page_lists_jobs_newest_first_with_state_progress_and_failures(whole: World):
     world = whole
-    html = world.page("/")
+    html = world.page("/?state=all")
     ids = world.ids
 
     # Newest first: the cancelled job, the paused one, the running one
@@ -142,6 +142,80 @@ def test_the_jobs_page_lists_jobs_newest_first_with_state_progress_and_failures(
     cells = _cells(running)
     assert cells[5:9] == ["1", "292", "2", "1"]  # running, waiting, failed, poisoned
     assert "10 cancelled" in _row(html, ids.cancelled)
+
+
+def _many_ended(store: CheckpointStore, clock: FakeClock, count: int) -> list[str]:
+    """``count`` jobs done, a second apart, newest last."""
+    made = []
+    for number in range(count):
+        clock.advance(1)
+        job, _ = store.create_job(f"ended-{number:03d}", "tests:Job", "ended-q", None)
+        store.update_job(job, state="done")
+        made.append(job.job_id)
+    return made
+
+
+def test_the_jobs_page_lists_the_active_jobs_with_a_tab_for_each_state(whole: World):
+    world = whole
+    done = _many_ended(world.store, world.clock, 3)
+
+    html = world.page("/")
+
+    # The active jobs only, the ended ones counted on their tabs
+    assert f'data-job="{world.ids.running}"' in html and f'data-job="{done[0]}"' not in html
+    assert f'data-job="{world.ids.cancelled}"' not in html
+    tabs = re.findall(
+        r'<a href="([^"]*)"( aria-current="true")?>(\w+) <small>([\d,]+)</small>', html
+    )
+    shown = {label: (url, int(number), bool(chosen)) for url, chosen, label, number in tabs}
+    assert shown["active"][1:] == (2, True) and shown["done"][1:] == (3, False)
+    assert shown["cancelled"][1] == 1 and shown["all"][1] == 6
+    done_page = world.page(shown["done"][0].replace("&amp;", "&"))
+    assert all(f'data-job="{job_id}"' in done_page for job_id in done)
+    assert f'data-job="{world.ids.running}"' not in done_page
+    assert [job["job_id"] for job in world.client.get("/api/status?state=done").json()] == [
+        *reversed(done)
+    ]
+
+
+def test_the_jobs_page_pages_fifty_at_a_time_and_reads_only_its_page(whole: World):
+    world = whole
+    done = _many_ended(world.store, world.clock, 120)
+    newest_first = [*reversed(done)]
+
+    # When the done tab's pages are read, each a refresh of its own
+    world.clock.advance(5)
+    world.records.calls = 0
+    first = world.page("/?state=done")
+    reads_of_a_page = world.records.calls
+    world.clock.advance(5)
+    third = world.page(_link(first, "last"))
+
+    # Then each page holds 50 jobs, newest first, and links to the others
+    assert _listed(first) == newest_first[:50] and "jobs 1-50 of 120" in first
+    assert _listed(third) == newest_first[100:] and "jobs 101-120 of 120" in third
+    assert _link(first, "next") == "/?state=done&page=1" and _link(third, "first")
+    second = world.page(_link(third, "previous"))
+    assert _listed(second) == newest_first[50:100]
+    # and a page costs what 50 jobs cost, not 120: a page of 20 costs less
+    world.clock.advance(5)
+    world.records.calls = 0
+    world.page(_link(first, "last"))
+    assert world.records.calls < reads_of_a_page
+    assert "no job list" in world.page("/?state=sideways", status=400)
+    assert "page must be a whole number" in world.page("/?page=-1", status=400)
+    beyond = world.page("/?state=done&page=9")
+    assert "No jobs on this page" in beyond
+
+
+def _listed(html: str) -> list[str]:
+    return re.findall(r'<tr data-job="([^"]+)">', html)
+
+
+def _link(html: str, label: str) -> str:
+    found = re.search(rf'<a href="([^"]+)" class="page-{label}">', html)
+    assert found, f"no {label} link"
+    return found.group(1).replace("&amp;", "&")
 
 
 def test_the_pages_say_what_runner_status_says(whole: World):
