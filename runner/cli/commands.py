@@ -44,6 +44,7 @@ from runner.cli.redrive import redrive
 from runner.cli.render import render_poisoned, render_report, render_status, report_csv_row
 from runner.cli.snapshot import read_report
 from runner.cli.status import REPORT_COLUMNS, failure_report, poisoned_chunks
+from runner.cli.suggest import suggests_job_ids
 from runner.cli.watch import DEFAULT_INTERVAL_SECONDS, MIN_INTERVAL_SECONDS, watch_status
 from runner.worker.logs import LOG_FORMATS, LogFormat
 from runner.worker.loop import (
@@ -367,6 +368,7 @@ def _set_spark_target(master: str | None, remote: str | None) -> None:
     "--limit", type=click.IntRange(1), default=None, help="At most this many jobs, newest first."
 )
 @storage_option
+@suggests_job_ids
 def status(
     job_id: str | None,
     as_json: bool,
@@ -400,6 +402,7 @@ def status(
 @click.option("--reason", default="", help="Why, kept on the job and shown by status.")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @storage_option
+@suggests_job_ids
 def cancel(job_id: str, reason: str, as_json: bool, storage: str | None) -> None:
     """Cancel a job: running chunks stop at their next checkpoint (within 2 s, whatever
     their lease), waiting ones are dropped unrun, finalize does not run. Repeating it is
@@ -414,6 +417,7 @@ def cancel(job_id: str, reason: str, as_json: bool, storage: str | None) -> None
 )
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @storage_option
+@suggests_job_ids
 def pause(job_id: str, drain: bool, as_json: bool, storage: str | None) -> None:
     """Pause a job: no new chunk starts; running chunks save their state and hand their
     messages back within 2 s (no attempt spent), or finish with --drain. Nothing is
@@ -427,6 +431,7 @@ def pause(job_id: str, drain: bool, as_json: bool, storage: str | None) -> None:
 @click.argument("job_id")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @storage_option
+@suggests_job_ids
 def resume(job_id: str, as_json: bool, storage: str | None) -> None:
     """Resume a paused job from its checkpoints (its waiting chunks come back within
     5 s, however long it was paused): its parked messages are made visible at once, one
@@ -463,6 +468,7 @@ def _controlled(job: JobRecord, as_json: bool) -> None:
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per line.")
 @click.option("--csv", "as_csv", is_flag=True, help="CSV with a header row.")
 @storage_option
+@suggests_job_ids
 def report(job_id: str, as_json: bool, as_csv: bool, storage: str | None) -> None:
     """Every failed (retrying) or poisoned chunk of a job, with a payload summary,
     attempts, last error and traceback."""
@@ -492,6 +498,7 @@ def poison() -> None:
 @click.argument("job_id")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @storage_option
+@suggests_job_ids
 def poison_list(job_id: str, as_json: bool, storage: str | None) -> None:
     """List a job's poisoned chunks with their last error."""
 
@@ -505,6 +512,7 @@ def poison_list(job_id: str, as_json: bool, storage: str | None) -> None:
 @poison.command("redrive", short_help="Re-run a job's poisoned chunks with fresh attempts.")
 @click.argument("job_id")
 @storage_option
+@suggests_job_ids
 def poison_redrive(job_id: str, storage: str | None) -> None:
     """Re-run a job's poisoned chunks (fresh attempts); the job can then finish."""
 
@@ -525,6 +533,7 @@ def poison_redrive(job_id: str, storage: str | None) -> None:
 @click.option("--force", is_flag=True, help="Delete a job that has not ended: cancel it first.")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @storage_option
+@suggests_job_ids
 def delete(job_id: str, force: bool, as_json: bool, storage: str | None) -> None:
     """Delete an ended job's records, blobs and messages."""
 
