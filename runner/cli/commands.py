@@ -29,6 +29,7 @@ from checkpoint.location import parse_location
 from checkpoint.records import ENDED_JOB_STATES, JOB_STATES, JobRecord
 from checkpoint.store import CheckpointStore
 from jobs import manage
+from jobs.errors import InvalidParams
 from jobs.retention import delete as delete_job
 from jobs.retention import parse_age
 from jobs.retention import purge as purge_jobs
@@ -624,6 +625,8 @@ def main() -> None:
     except click.ClickException as usage:
         usage.show()
         sys.exit(usage.exit_code)
+    except InvalidParams as error:  # the job's own validate said no: bad usage
+        _fail(str(error), exit_code=2)
     except RunnerError as error:
         _fail(str(error))
     except OSError as error:  # a path that cannot be made, read or written
@@ -632,8 +635,8 @@ def main() -> None:
         _fail(f"unexpected {type(error).__name__}: {error} (--log-level debug shows where)")
 
 
-def _fail(line: str) -> NoReturn:
+def _fail(line: str, exit_code: int = 1) -> NoReturn:
     if logging.getLogger().isEnabledFor(logging.DEBUG):
         traceback.print_exc()
     click.echo(f"runner: error: {line}", err=True)
-    sys.exit(1)
+    sys.exit(exit_code)
