@@ -71,7 +71,7 @@ def suggests_job_ids(command: F) -> F:
             return command(*args, **kwargs)
         except JobNotFound as missing:
             job_id = kwargs.get("job_id")
-            if not job_id or "did you mean" in str(missing):
+            if not job_id:
                 raise
             with open_storage(kwargs.get("storage"), create=False) as opened:
                 hint = did_you_mean(similar_job_ids(opened, job_id))

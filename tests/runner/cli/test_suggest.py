@@ -154,3 +154,16 @@ def test_a_found_job_reads_no_ids(backend: Backend, location: str, monkeypatch):
     result = CliRunner().invoke(cli, ["status", f"{stem}-here", "--storage", location])
 
     assert result.exit_code == 0, result.output
+
+
+def test_a_command_without_a_job_id_keeps_its_error_as_it_is():
+    missing = JobNotFound("no job of that kind")
+
+    @suggest.suggests_job_ids
+    def command(job_id: str | None, storage: str | None) -> None:
+        raise missing
+
+    with pytest.raises(JobNotFound) as raised:
+        command(job_id=None, storage=None)
+
+    assert raised.value is missing
