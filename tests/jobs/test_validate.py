@@ -13,6 +13,7 @@ from checkpoint.errors import JobNotFound
 from checkpoint.store import CheckpointStore
 from jobs import ChunkedJob, InvalidParams, submit
 from jobs.testing import run_job
+from runner.cli.commands import main
 from tests.backends import Backend
 from tests.runner.cli.invoke import run_runner
 
@@ -135,4 +136,21 @@ def test_runner_submit_refuses_in_one_line_with_exit_2_and_makes_no_store(tmp_pa
         "runner: error: sums:Sums refused its params: params needs 'numbers', how many "
         "numbers to sum"
     ]
+    assert not (tmp_path / ".runner").exists()
+
+
+def test_the_command_exits_2_in_process_too(tmp_path, monkeypatch, capsys):
+    (tmp_path / "sums_in_process.py").write_text(_MODULE)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr("sys.argv", ["runner", "submit", "sums_in_process:Sums", "--params", "{}"])
+
+    with pytest.raises(SystemExit) as exited:
+        main()
+
+    assert exited.value.code == 2
+    assert capsys.readouterr().err == (
+        "runner: error: sums_in_process:Sums refused its params: params needs 'numbers', how "
+        "many numbers to sum\n"
+    )
     assert not (tmp_path / ".runner").exists()
