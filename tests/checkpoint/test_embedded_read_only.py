@@ -151,10 +151,10 @@ def test_opening_to_write_refuses_a_store_it_can_only_read(folder: Path):
         open_storage(str(folder / "store"))
 
 
-def test_a_database_that_cannot_be_opened_for_another_reason_keeps_the_systems_error(
+def test_a_lock_file_that_cannot_be_opened_for_another_reason_keeps_the_systems_error(
     folder: Path,
 ):
-    (folder / "store" / "store.sqlite3").mkdir(parents=True)
+    (folder / "store" / "store.sqlite3.lock").mkdir(parents=True)
 
     with pytest.raises(IsADirectoryError):
         open_storage(str(folder / "store"))

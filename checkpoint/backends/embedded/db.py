@@ -77,13 +77,16 @@ def translated() -> Iterator[None]:
 
 
 def _check_writable(database: Path) -> None:
-    """Raise the OSError of opening the database to write it, if it exists and that
-    fails (SQLite would open it read-only without a word, and fail at the first write)."""
-    try:
-        descriptor = os.open(database, os.O_RDWR)
-    except FileNotFoundError:
+    """Raise an OSError if the database exists and this process may not write it
+    (SQLite would open it read-only without a word, and fail at the first write).
+
+    Asked with access(2), never by opening it: closing a descriptor of the file would
+    drop the POSIX locks every SQLite connection of this process holds on it."""
+    if not database.exists() or os.access(database, os.W_OK, effective_ids=True):
         return
-    os.close(descriptor)
+    read_only_fs = os.statvfs(database).f_flag & os.ST_RDONLY
+    code = errno.EROFS if read_only_fs else errno.EACCES
+    raise OSError(code, os.strerror(code), str(database))
 
 
 class _ProcessLock:
