@@ -7,6 +7,10 @@ Every write is one short ``BEGIN IMMEDIATE`` transaction: the write lock is take
 front, so a transaction never reads a snapshot that another process then invalidates, and
 a read-then-update (a receive, a compare-and-swap) is atomic across processes.
 
+A store this process may read but not write (a read-only file system, a folder of
+another user's) is opened for reading only: no lock file, SQLite's read-only mode, and
+every write raises :class:`~checkpoint.errors.StoreReadOnly`.
+
 ``sqlite3`` errors never leave this package: :func:`translated` turns a database that
 stayed locked past the busy timeout into :class:`~checkpoint.errors.Throttled` (retry later)
 and anything else into a plain :class:`~checkpoint.errors.StorageError`.
@@ -250,7 +254,12 @@ class Database:
     @staticmethod
     def _open(uri: str) -> sqlite3.Connection:
         return sqlite3.connect(
-            uri, uri=True, isolation_level=None, check_same_thread=False, cached_statements=256
+            uri,
+            uri=True,
+            timeout=BUSY_TIMEOUT_SECONDS,
+            isolation_level=None,
+            check_same_thread=False,
+            cached_statements=256,
         )
 
     def connection(self) -> sqlite3.Connection:
