@@ -26,8 +26,12 @@ IDS_PER_QUERY = 500
 MAX_QUERIES = 5
 #: Suggestions shown at most.
 MAX_SUGGESTIONS = 3
-#: How alike (difflib's ratio) an id must be to be offered.
+#: How alike (difflib's ratio) an id must be to be offered, at least; a long id must
+#: be within about two characters' change (:func:`_cutoff`), or the first ids of a
+#: type's thousands would be offered for a typo in its date.
 CUTOFF = 0.75
+#: Characters' change (about) a long id may differ by and still be offered.
+_CHANGED_CHARS = 2.5
 #: Job ids are ASCII letters, digits, '.', '_' and '-': all sort before this.
 _PAST_EVERY_ID_CHAR = "~"
 #: Where a job id's parts end.
@@ -44,7 +48,9 @@ def similar_job_ids(
     try:
         for prefix in _prefixes(job_id):
             ids = _ids_starting(storage, prefix, ids_per_query)
-            close = difflib.get_close_matches(job_id, ids, n=MAX_SUGGESTIONS, cutoff=CUTOFF)
+            close = difflib.get_close_matches(
+                job_id, ids, n=MAX_SUGGESTIONS, cutoff=_cutoff(job_id)
+            )
             if close:
                 return close
     except RunnerError:
@@ -80,6 +86,10 @@ def suggests_job_ids(command: F) -> F:
             raise JobNotFound(f"{missing}{hint}") from missing
 
     return run  # type: ignore[return-value]
+
+
+def _cutoff(job_id: str) -> float:
+    return max(CUTOFF, 1 - _CHANGED_CHARS / len(job_id))
 
 
 def _prefixes(job_id: str) -> list[str]:

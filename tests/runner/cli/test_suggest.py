@@ -113,6 +113,22 @@ def test_several_close_ids_are_all_offered(backend: Backend):
     )
 
 
+def test_an_id_beyond_the_bound_is_not_suggested_and_no_other_is_instead(backend: Backend):
+    # Given a type's many jobs, the one meant beyond the first ids_per_query of them
+    stem = f"sg{uuid.uuid4().hex[:8]}"
+    ids = [f"{stem}-squares-20261128-0{n:02d}000-{uuid.uuid4().hex[:6]}" for n in range(12)]
+    _jobs(CheckpointStore(backend.storage), *ids)
+    typo = ids[11].replace("-20261128-", "-20261129-")
+
+    # When its date is mistyped, so only the type's first ids are read
+    found = suggest.similar_job_ids(backend.storage, typo, ids_per_query=5)
+    widely = suggest.similar_job_ids(backend.storage, typo)
+
+    # Then none of those is offered for it; read whole, it is the one found
+    assert found == []
+    assert widely == [ids[11]]
+
+
 def test_the_search_reads_ids_only_and_a_bounded_number_of_them(backend: Backend):
     # Given many jobs sharing the mistyped id's type part
     stem = f"sg{uuid.uuid4().hex[:8]}"
