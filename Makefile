@@ -21,6 +21,10 @@ export SPARK_LOCAL_IP := 127.0.0.1
 .PHONY: help venv azurite chromium test test-fast lint typecheck bench chaos demo demo-azure demo-cluster clean
 
 help:
+	@echo "make venv       .venv with this checkout installed editable, with the dev, identity"
+	@echo "                and spark extras (then: source .venv/bin/activate, or .venv/bin/runner)"
+	@echo "make azurite    Azurite $(AZURITE_VERSION) from npm into $(AZURITE_DIR) (the tests start it)"
+	@echo "make chromium   Debian's chromium (apt-get) for the dashboard's browser tests"
 	@echo "make demo       run the main job on the embedded default (DEMO_ARGS='--rows 200000')"
 	@echo "make demo-azure the same on a private Azurite"
 	@echo "make demo-cluster the same on a loopback Spark cluster (master, 2 workers, Spark"
@@ -40,8 +44,8 @@ help:
 	@echo "make chaos      fault-injection runs (kills, a pause, storage faults) on both"
 	@echo "                backends at three fault levels, and a 60 s storage outage"
 	@echo "                (requests refused, then hanging) -> RELIABILITY.md"
-	@echo "make lint       ruff check and ruff format --check; make typecheck: mypy (tests/"
-	@echo "                and samples/ held to tests/mypy_baseline.txt)"
+	@echo "make lint       ruff check and ruff format --check"
+	@echo "make typecheck  mypy (tests/ and samples/ held to tests/mypy_baseline.txt)"
 	@echo "make clean      remove .venv, .tools and the default embedded store"
 
 venv: $(VENV)/.installed

@@ -76,6 +76,14 @@ class Unavailable(StorageError):
     """The service could not be reached at all (connection refused, DNS, timeout)."""
 
 
+class StoreReadOnly(StorageError):
+    """The store can be read but not written by this process (a read-only file system,
+    a folder of another user's): commands that only read it work, the others get this
+    (403, as Azure answers a credential that may only read)."""
+
+    default_status = 403
+
+
 class BatchFailed(StorageError):
     """One operation of an atomic batch failed, so none of the batch was applied.
 

@@ -16,7 +16,7 @@ storage layer's errors are in :mod:`checkpoint.errors` (all derive from
 from checkpoint.errors import LeaseLost, RunnerError
 from jobs.backoff import Backoff
 from jobs.chunk import Chunk
-from jobs.errors import ChunkFailed, ChunkStopped, JobDefinitionError
+from jobs.errors import ChunkFailed, ChunkStopped, InvalidParams, JobDefinitionError
 from jobs.job import ChunkedJob
 from jobs.manage import cancel, pause, resume
 from jobs.retention import delete, purge
@@ -29,6 +29,7 @@ __all__ = [
     "ChunkFailed",
     "ChunkStopped",
     "ChunkedJob",
+    "InvalidParams",
     "JobDefinitionError",
     "JobSummary",
     "LeaseLost",

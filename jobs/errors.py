@@ -67,3 +67,9 @@ class JobEnded(RunnerError):
 class JobIdTaken(RunnerError):
     """A submit names an existing job's id but another class or other params: it would
     be dropped, so it is refused. Submitting the same job again is a no-op."""
+
+
+class InvalidParams(RunnerError, ValueError):
+    """A job's params refused by its class's ``validate`` when it was submitted: nothing
+    was recorded. Raise it (or a ValueError) from ``validate``; ``runner submit`` shows
+    its message in one line and exits 2."""

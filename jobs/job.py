@@ -139,6 +139,16 @@ class ChunkedJob:
         however many queues it has, polled before them (see :mod:`runner.worker.resume`)."""
         return resume_queue_of(cls.queue)
 
+    def validate(self, params: Any) -> None:
+        """Refuse params this job cannot run on (optional): raise ValueError (or
+        :class:`~jobs.errors.InvalidParams`) saying what is wrong.
+
+        ``submit`` (and ``runner submit``) calls it in the submitting process before
+        anything is recorded, so wrong params fail there in one line instead of in
+        planning on a worker. A TypeError or LookupError (a ``KeyError`` of
+        ``params["numbers"]``) refuses them too. The default accepts any params.
+        """
+
     def split(self, params: Any) -> Iterable[Any]:
         """Yield the job's chunk payloads (msgpack-able), lazily.
 

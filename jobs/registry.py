@@ -7,6 +7,7 @@ line), a name that is not a ChunkedJob.
 
 from __future__ import annotations
 
+import difflib
 import importlib
 import os
 import sys
@@ -19,6 +20,10 @@ from jobs.job import ChunkedJob, check_runnable
 
 #: Where chunkrunner's top-level packages are installed.
 _OUR_ROOT = Path(__file__).resolve().parent.parent
+#: A job class of the repository's own, which errors give as an example.
+EXAMPLE_JOB = "samples.quickstart.wordcount:WordCount"
+#: Classes offered for a mistyped class name at most; how alike (difflib's ratio).
+_SUGGESTIONS, _CUTOFF = 3, 0.6
 
 
 def load_job_class(path: str) -> type[ChunkedJob]:
@@ -33,9 +38,7 @@ def load_job_class(path: str) -> type[ChunkedJob]:
     """
     module_name, _, class_name = path.partition(":")
     if not module_name or not class_name:
-        raise JobNotFound(
-            f"job {path!r} is not of the form module:Class (e.g. samples.orders:MigrateOrders)"
-        )
+        raise JobNotFound(f"job {path!r} is not of the form module:Class (e.g. {EXAMPLE_JOB})")
     if os.getcwd() not in sys.path and "" not in sys.path:
         sys.path.insert(0, os.getcwd())
     try:
@@ -51,11 +54,33 @@ def load_job_class(path: str) -> type[ChunkedJob]:
     for part in class_name.split("."):
         found = getattr(found, part, None)
         if found is None:
-            raise JobNotFound(f"module {module_name!r} has no {class_name!r}")
+            raise JobNotFound(
+                f"module {module_name!r} has no {class_name!r}{_alike(module, class_name)}"
+            )
     if not isinstance(found, type) or not issubclass(found, ChunkedJob):
         raise JobNotFound(f"{path!r} is not a ChunkedJob subclass")
     check_runnable(found)
     return found
+
+
+def _alike(module: object, class_name: str) -> str:
+    """What the module offers instead: ``; did you mean 'X'?``, else its job classes."""
+    ours = {"jobs", "checkpoint", "runner"}
+    classes = sorted(
+        name
+        for name, value in vars(module).items()
+        if isinstance(value, type)
+        and issubclass(value, ChunkedJob)
+        and value.__module__.split(".")[0] not in ours
+    )
+    if not classes:
+        return "; it defines no job class"
+    close = difflib.get_close_matches(class_name, classes, n=_SUGGESTIONS, cutoff=_CUTOFF)
+    if len(close) == 1:
+        return f"; did you mean {close[0]!r}?"
+    if close:
+        return f"; did you mean one of {', '.join(map(repr, close))}?"
+    return f"; its job classes: {', '.join(classes)}"
 
 
 def _is_part_of(module_name: str, missing: str) -> bool:

@@ -1,6 +1,6 @@
 """Spark inside chunks: one SparkSession per worker process, one job group per chunk.
 
-PySpark is the ``spark`` extra (``pip install 'chunkrunner[spark]'``): it is imported
+PySpark is the ``spark`` extra (``make venv`` installs it): it is imported
 only when a session is first wanted, so ``import jobs.spark`` and the rest of the
 project never need it. ::
 

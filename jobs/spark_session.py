@@ -27,7 +27,10 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("jobs.spark")
 
-_MISSING_PYSPARK = "Spark jobs need PySpark: pip install 'chunkrunner[spark]'"
+_MISSING_PYSPARK = (
+    "Spark jobs need PySpark, the 'spark' extra: `make venv` installs it "
+    "(pip install -e '.[spark]' in a clone)"
+)
 
 _session_lock = threading.Lock()
 _session: SparkSession | None = None

@@ -14,7 +14,7 @@ from checkpoint.limits import MAX_VISIBILITY_SECONDS
 from checkpoint.records import JobRecord
 from checkpoint.storage import NEVER_EXPIRES, Storage
 from checkpoint.store import CheckpointStore
-from jobs.errors import JobIdTaken
+from jobs.errors import InvalidParams, JobIdTaken
 from jobs.job import ChunkedJob, check_runnable
 from jobs.registry import load_job_class
 
@@ -61,10 +61,12 @@ def submit(
         The job id.
 
     Raises:
+        InvalidParams: the class's ``validate`` refused ``params`` (nothing recorded).
         JobIdTaken: ``job_id`` is a job of another class or other params.
     """
     job_class = load_job_class(job) if isinstance(job, str) else job
     check_runnable(job_class)
+    _validate(job_class, params)
     # The delay is the planning message's visibility: at most Azure's 7 days.
     checks.whole(
         delay_seconds,
@@ -114,6 +116,21 @@ def submit(
     finally:
         if opened is not storage:
             opened.close()
+
+
+def _validate(job_class: type[ChunkedJob], params: Any) -> None:
+    """The class's ``validate``, its refusal as one InvalidParams line naming the class."""
+    try:
+        job_class().validate(params)
+    except (ValueError, TypeError, LookupError) as refused:
+        # A ValueError says what is wrong in its own words; a KeyError's text alone
+        # ("'numbers'") would not, so its kind goes with it.
+        said = str(refused) if isinstance(refused, ValueError) else _with_kind(refused)
+        raise InvalidParams(f"{job_class.job_type()} refused its params: {said}") from refused
+
+
+def _with_kind(error: BaseException) -> str:
+    return f"{type(error).__name__}: {error}"
 
 
 def _same_submission(store: CheckpointStore, job: JobRecord, job_type: str, params: Any) -> None:

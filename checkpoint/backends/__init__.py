@@ -42,16 +42,19 @@ def open_storage(
 
     Raises:
         StoreNotFound: ``create`` is False and there is no store at the location.
+        StoreReadOnly: ``create`` and this process may only read the embedded store
+            there; with ``create`` False it is opened for reading (its writes raise it).
     """
     if not isinstance(location, StorageLocation):
         location = parse_location(location)
     if location.kind == "embedded":
-        from checkpoint.backends.embedded import open_embedded, store_file
+        from checkpoint.backends.embedded import check_directory, open_embedded, store_file
 
         assert location.directory is not None
+        check_directory(location.directory)
         if not create and not store_file(location.directory).is_file():
             raise StoreNotFound(_no_store(str(location.directory)))
-        return open_embedded(location.directory, clock=clock)
+        return open_embedded(location.directory, clock=clock, writable=create)
     from checkpoint.backends.azure import open_azure
 
     opened = open_azure(location, retry_total=azure_retry_total)

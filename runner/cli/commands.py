@@ -29,6 +29,7 @@ from checkpoint.location import parse_location
 from checkpoint.records import ENDED_JOB_STATES, JOB_STATES, JobRecord
 from checkpoint.store import CheckpointStore
 from jobs import manage
+from jobs.errors import InvalidParams
 from jobs.retention import delete as delete_job
 from jobs.retention import parse_age
 from jobs.retention import purge as purge_jobs
@@ -45,6 +46,7 @@ from runner.cli.render import render_poisoned, render_report, render_status, rep
 from runner.cli.selection import Listing
 from runner.cli.snapshot import read_snapshot
 from runner.cli.status import REPORT_COLUMNS, failure_report, poisoned_chunks
+from runner.cli.suggest import suggests_job_ids
 from runner.cli.watch import DEFAULT_INTERVAL_SECONDS, MIN_INTERVAL_SECONDS, watch_status
 from runner.worker.logs import LOG_FORMATS, LogFormat
 from runner.worker.loop import (
@@ -384,6 +386,7 @@ def _set_spark_target(master: str | None, remote: str | None) -> None:
     "--limit", type=click.IntRange(1), default=None, help="At most this many jobs, newest first."
 )
 @storage_option
+@suggests_job_ids
 def status(
     job_id: str | None,
     as_json: bool,
@@ -428,6 +431,7 @@ def status(
 @click.option("--reason", default="", help="Why, kept on the job and shown by status.")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @storage_option
+@suggests_job_ids
 def cancel(job_id: str, reason: str, as_json: bool, storage: str | None) -> None:
     """Cancel a job: running chunks stop at their next checkpoint (within 2 s, whatever
     their lease), waiting ones are dropped unrun, finalize does not run. Repeating it is
@@ -442,6 +446,7 @@ def cancel(job_id: str, reason: str, as_json: bool, storage: str | None) -> None
 )
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @storage_option
+@suggests_job_ids
 def pause(job_id: str, drain: bool, as_json: bool, storage: str | None) -> None:
     """Pause a job: no new chunk starts; running chunks save their state and hand their
     messages back within 2 s (no attempt spent), or finish with --drain. Nothing is
@@ -455,6 +460,7 @@ def pause(job_id: str, drain: bool, as_json: bool, storage: str | None) -> None:
 @click.argument("job_id")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @storage_option
+@suggests_job_ids
 def resume(job_id: str, as_json: bool, storage: str | None) -> None:
     """Resume a paused job from its checkpoints (its waiting chunks come back within
     5 s, however long it was paused): its parked messages are made visible at once, one
@@ -491,6 +497,7 @@ def _controlled(job: JobRecord, as_json: bool) -> None:
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per line.")
 @click.option("--csv", "as_csv", is_flag=True, help="CSV with a header row.")
 @storage_option
+@suggests_job_ids
 def report(job_id: str, as_json: bool, as_csv: bool, storage: str | None) -> None:
     """Every failed (retrying) or poisoned chunk of a job, with a payload summary,
     attempts, last error and traceback."""
@@ -520,6 +527,7 @@ def poison() -> None:
 @click.argument("job_id")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @storage_option
+@suggests_job_ids
 def poison_list(job_id: str, as_json: bool, storage: str | None) -> None:
     """List a job's poisoned chunks with their last error."""
 
@@ -533,6 +541,7 @@ def poison_list(job_id: str, as_json: bool, storage: str | None) -> None:
 @poison.command("redrive", short_help="Re-run a job's poisoned chunks with fresh attempts.")
 @click.argument("job_id")
 @storage_option
+@suggests_job_ids
 def poison_redrive(job_id: str, storage: str | None) -> None:
     """Re-run a job's poisoned chunks (fresh attempts); the job can then finish."""
 
@@ -553,6 +562,7 @@ def poison_redrive(job_id: str, storage: str | None) -> None:
 @click.option("--force", is_flag=True, help="Delete a job that has not ended: cancel it first.")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @storage_option
+@suggests_job_ids
 def delete(job_id: str, force: bool, as_json: bool, storage: str | None) -> None:
     """Delete an ended job's records, blobs and messages."""
 
@@ -643,6 +653,8 @@ def main() -> None:
     except click.ClickException as usage:
         usage.show()
         sys.exit(usage.exit_code)
+    except InvalidParams as error:  # the job's own validate said no: bad usage
+        _fail(str(error), exit_code=2)
     except RunnerError as error:
         _fail(str(error))
     except OSError as error:  # a path that cannot be made, read or written
@@ -651,8 +663,8 @@ def main() -> None:
         _fail(f"unexpected {type(error).__name__}: {error} (--log-level debug shows where)")
 
 
-def _fail(line: str) -> NoReturn:
+def _fail(line: str, exit_code: int = 1) -> NoReturn:
     if logging.getLogger().isEnabledFor(logging.DEBUG):
         traceback.print_exc()
     click.echo(f"runner: error: {line}", err=True)
-    sys.exit(1)
+    sys.exit(exit_code)

@@ -96,21 +96,25 @@ def _job(job: AnyJob, color: bool, now: datetime | None = None) -> str:
     total = f"{chunks.total:,}" + ("" if job.planning_done else "+ (planning)")
     shown_total = chunks.total if job.planning_done else chunks.total + 1
     priority = f"  priority {job.priority}" if job.priority else ""
-    # The state line says a pause already; the bar line says the pace.
-    pace = [] if job.paused else rate_words(job, Rate(job.chunks_per_second, job.eta_seconds))
-    pace += moved_words(job, now) if now is not None else []
-    lines = [
-        f"{job.job_id}  {job.job_type}  {state}{priority}",
-        "  ".join([f"  {bar(_done(job), shown_total)}", f"{chunks.done:,}/{total} done", *pace]),
-        "  " + chunk_counts(job),
-    ]
+    lines = [f"{job.job_id}  {job.job_type}  {state}{priority}"]
+    planning = _planning_failure(job)
+    if planning is None:
+        # The state line says a pause already; the bar line says the pace.
+        pace = [] if job.paused else rate_words(job, Rate(job.chunks_per_second, job.eta_seconds))
+        pace += moved_words(job, now) if now is not None else []
+        done = f"{chunks.done:,}/{total} done"
+        lines.append("  ".join([f"  {bar(_done(job), shown_total)}", done, *pace]))
+        lines.append("  " + chunk_counts(job))
+    else:
+        # Nothing was planned: a bar of 0/0 would hide the one thing to know.
+        lines.append("  " + _planning_failed(planning, job.dropped))
     if job.finalize:
         lines.append(f"  finalize: {job.finalize}")
     if job.cancelled_on:
         why = job.cancel_reason or "no reason given"
         what = "cancelled" if job.state == "cancelled" else "remaining chunks cancelled"
         lines.append(f"  {what} on {utc(job.cancelled_on)}: {why}")
-    if job.error and job.error != job.cancel_reason:
+    if job.error and job.error != job.cancel_reason and planning is None:
         lines.append(f"  error: {job.error}")
     for chunk in job.running:
         expired = " (lease expired: worker gone?)" if chunk.lease_expired else ""
@@ -125,6 +129,8 @@ def _job(job: AnyJob, color: bool, now: datetime | None = None) -> str:
             f"lease until {utc(chunk.lease_until)}{expired}, {saved}" + _said(chunk)
         )
     for task in job.failed:
+        if task is planning:
+            continue
         of = f" of {task.max_attempts}" if task.max_attempts else ""
         retry = _next_try(task.state, utc(task.retry_at), task.retry_due, dropped=job.dropped)
         lines.append(
@@ -132,6 +138,8 @@ def _job(job: AnyJob, color: bool, now: datetime | None = None) -> str:
             f"{task.error_type}: {task.error_message}"
         )
     for task in job.poisoned:
+        if task is planning:
+            continue
         lines.append(
             f"  poisoned {_task_name(task.kind, task.index)} after {task.attempt} attempt(s)"
             f"{_final(task.retryable)}: {task.error_type}: {task.error_message}"
@@ -143,6 +151,26 @@ def _job(job: AnyJob, color: bool, now: datetime | None = None) -> str:
     for limit in job.limits:
         lines.append(f"  limit {limit_line(limit)}")
     return "\n".join(lines)
+
+
+def _planning_failure(job: JobStatus) -> FailedTask | None:
+    """The failed (retrying) or poisoned planning of a job that has no chunk yet."""
+    if job.planning_done or job.chunks.total:
+        return None
+    tasks = [*job.poisoned, *job.failed]
+    return next((task for task in tasks if task.kind == "plan"), None)
+
+
+def _planning_failed(task: FailedTask, dropped: bool) -> str:
+    """``failed in planning after 5 attempt(s): KeyError: 'numbers'``, or while it
+    retries ``planning failed (attempt 3 of 5), next try at T: ...``."""
+    error = f"{task.error_type}: {task.error_message}"
+    if task.state == "poisoned":
+        final = _final(task.retryable)
+        return f"failed in planning after {task.attempt} attempt(s){final}: {error}"
+    of = f" of {task.max_attempts}" if task.max_attempts else ""
+    retry = _next_try(task.state, utc(task.retry_at), task.retry_due, dropped=dropped)
+    return f"planning failed (attempt {task.attempt}{of}){retry}: {error}"
 
 
 def chunk_counts(job: JobStatus) -> str:

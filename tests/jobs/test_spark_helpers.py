@@ -330,7 +330,7 @@ def test_jobs_and_the_cli_import_without_pyspark():
     )
 
     assert done.returncode == 0, done.stderr
-    assert "pip install 'chunkrunner[spark]'" in done.stdout
+    assert "the 'spark' extra: `make venv` installs it" in done.stdout
 
 
 # --------------------------------------------------------------------------- Connect tags

@@ -46,7 +46,8 @@ SERVICES = ("blob", "queue", "table")
 
 IDENTITY_MISSING = (
     "an Azure location without an account key or SAS is reached with DefaultAzureCredential, "
-    "which needs azure-identity: pip install chunkrunner[identity]"
+    "which needs azure-identity, the 'identity' extra: `make venv` installs it "
+    "(pip install -e '.[identity]' in a clone)"
 )
 
 

@@ -66,6 +66,7 @@ ORDER BY name LIMIT ?
 _PATH_TAKEN = """
 SELECT 1 FROM blobs WHERE path = ? COLLATE NOCASE AND NOT (container = ? AND name = ?)
 """
+_CONTAINER_EXISTS = "SELECT 1 FROM containers WHERE name = ?"
 #: Tries of a read that raced a concurrent move or delete of the blob's file.
 _READ_TRIES = 3
 
@@ -92,12 +93,15 @@ class EmbeddedBlobs:
         self._db = db
         self._clock = clock
         self._root = root
-        (root / TEMPORARY).mkdir(parents=True, exist_ok=True)
+        if not db.read_only:
+            (root / TEMPORARY).mkdir(parents=True, exist_ok=True)
 
     # ----------------------------------------------------------------- containers
 
     def create_container(self, container: str) -> None:
         limits.check_container_name(container)
+        if self._db.read_only and self._db.has(_CONTAINER_EXISTS, (container,)):
+            return
         with self._db.write() as conn:
             conn.execute("INSERT OR IGNORE INTO containers (name) VALUES (?)", (container,))
             (self._root / container).mkdir(exist_ok=True)

@@ -7,6 +7,10 @@ Every write is one short ``BEGIN IMMEDIATE`` transaction: the write lock is take
 front, so a transaction never reads a snapshot that another process then invalidates, and
 a read-then-update (a receive, a compare-and-swap) is atomic across processes.
 
+A store this process may read but not write (a read-only file system, a folder of
+another user's) is opened for reading only: no lock file, SQLite's read-only mode, and
+every write raises :class:`~checkpoint.errors.StoreReadOnly`.
+
 ``sqlite3`` errors never leave this package: :func:`translated` turns a database that
 stayed locked past the busy timeout into :class:`~checkpoint.errors.Throttled` (retry later)
 and anything else into a plain :class:`~checkpoint.errors.StorageError`.
@@ -14,17 +18,18 @@ and anything else into a plain :class:`~checkpoint.errors.StorageError`.
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import os
 import sqlite3
 import threading
 import time
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from datetime import UTC, datetime
 from pathlib import Path
 
-from checkpoint.errors import StorageError, Throttled
+from checkpoint.errors import ConfigurationError, StorageError, StoreReadOnly, Throttled
 
 #: How long a statement waits for another connection's write lock before giving up.
 BUSY_TIMEOUT_SECONDS = 30.0
@@ -32,6 +37,13 @@ BUSY_TIMEOUT_SECONDS = 30.0
 WAL_CHECKPOINT_PAGES = 4000
 #: Bump when a schema change needs a migration; stored in ``PRAGMA user_version``.
 SCHEMA_VERSION = 1
+
+#: What opening a file to write it fails with when this process may only read it: a
+#: folder or file of another user's (EACCES), an immutable file (EPERM), a read-only
+#: file system (EROFS).
+_CANNOT_WRITE = (errno.EACCES, errno.EPERM, errno.EROFS)
+#: The cheapest read that needs the database readable, WAL index included.
+_PROBE = "SELECT count(*) FROM sqlite_master"
 
 # Connections inherited through fork() must never be closed by the child: closing the
 # last connection of a "process" checkpoints and may delete the WAL the parent still
@@ -66,6 +78,19 @@ def translated() -> Iterator[None]:
         raise StorageError(f"embedded store failed: {text}", status=500) from err
     except sqlite3.Error as err:
         raise StorageError(f"embedded store failed: {err}", status=500) from err
+
+
+def _check_writable(database: Path) -> None:
+    """Raise an OSError if the database exists and this process may not write it
+    (SQLite would open it read-only without a word, and fail at the first write).
+
+    Asked with access(2), never by opening it: closing a descriptor of the file would
+    drop the POSIX locks every SQLite connection of this process holds on it."""
+    if not database.exists() or os.access(database, os.W_OK, effective_ids=True):
+        return
+    read_only_fs = os.statvfs(database).f_flag & os.ST_RDONLY
+    code = errno.EROFS if read_only_fs else errno.EACCES
+    raise OSError(code, os.strerror(code), str(database))
 
 
 class _ProcessLock:
@@ -139,16 +164,56 @@ class Database:
         self._local = threading.local()
         self._lock = threading.Lock()
         self._write_lock = threading.Lock()
-        self._process_lock = _ProcessLock(path.with_name(path.name + ".lock"))
         self._connections: list[sqlite3.Connection] = []
         self._pid = os.getpid()
         self._closed = False
+        #: Why this process cannot write the store (None: it can). Then it only reads:
+        #: no lock file, no schema written, and every write raises StoreReadOnly.
+        self.read_only: str | None = None
+        self._process_lock: _ProcessLock | None = None
+        try:
+            self._process_lock = _ProcessLock(path.with_name(path.name + ".lock"))
+            _check_writable(path)
+        except OSError as error:
+            if error.errno not in _CANNOT_WRITE:
+                raise
+            self.read_only = f"{Path(error.filename or path).name}: {error.strerror}"
+            if self._process_lock is not None:
+                self._process_lock.close()
+                self._process_lock = None
+            if not path.exists():
+                raise ConfigurationError(
+                    f"cannot create the embedded store at {path.parent}: {self.read_only}"
+                ) from error
+            return
         with self.write() as conn:
             for statement in schema:
                 conn.execute(statement)
             conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
 
+    def has(self, query: str, args: Sequence[object]) -> bool:
+        """Whether ``query`` finds a row: what a read-only store answers a create of
+        something it holds already (creating it would write nothing)."""
+        with self.read() as conn:
+            return conn.execute(query, args).fetchone() is not None
+
+    def refusal(self) -> StoreReadOnly:
+        """What a write to a read-only store raises."""
+        return StoreReadOnly(
+            f"the embedded store at {self.path.parent} is read-only to this process "
+            f"({self.read_only}): commands that only read it work, this one writes",
+            code="AuthorizationPermissionMismatch",
+        )
+
+    def _opening_lock(self) -> AbstractContextManager[None]:
+        return self._process_lock if self._process_lock is not None else nullcontext()
+
     def _connect(self) -> sqlite3.Connection:
+        if self.read_only is not None:
+            conn = self._connect_read_only()
+            with self._lock:
+                self._connections.append(conn)
+            return conn
         with translated():
             # check_same_thread=False only so close() may close every thread's
             # connection; each connection is still used by its own thread alone.
@@ -171,6 +236,32 @@ class Database:
             self._connections.append(conn)
         return conn
 
+    def _connect_read_only(self) -> sqlite3.Connection:
+        uri = self.path.as_uri()
+        with translated():
+            conn = self._open(f"{uri}?mode=ro")
+            try:
+                conn.execute(_PROBE).fetchone()
+            except sqlite3.OperationalError:
+                # A WAL database is read through its -shm index, which a folder we
+                # cannot write cannot get unless a writer made it: read the file as it
+                # is instead, which holds every commit once no writer has it open.
+                conn.close()
+                conn = self._open(f"{uri}?immutable=1")
+                conn.execute(_PROBE).fetchone()
+        return conn
+
+    @staticmethod
+    def _open(uri: str) -> sqlite3.Connection:
+        return sqlite3.connect(
+            uri,
+            uri=True,
+            timeout=BUSY_TIMEOUT_SECONDS,
+            isolation_level=None,
+            check_same_thread=False,
+            cached_statements=256,
+        )
+
     def connection(self) -> sqlite3.Connection:
         """This thread's connection, opened on first use."""
         if self._closed:
@@ -179,7 +270,7 @@ class Database:
             self._forget_inherited()
         conn = getattr(self._local, "conn", None)
         if conn is None:
-            with self._write_lock, self._process_lock:
+            with self._write_lock, self._opening_lock():
                 conn = self._local.conn = self._connect()
         return conn
 
@@ -190,7 +281,8 @@ class Database:
             self._connections = []
             self._local = threading.local()
             self._pid = os.getpid()
-            self._process_lock.reopen()
+            if self._process_lock is not None:
+                self._process_lock.reopen()
 
     @contextmanager
     def read(self) -> Iterator[sqlite3.Connection]:
@@ -203,6 +295,8 @@ class Database:
     def write(self) -> Iterator[sqlite3.Connection]:
         """One ``BEGIN IMMEDIATE`` transaction: committed if the block succeeds, rolled
         back if it raises (whatever it raises, which then propagates)."""
+        if self._process_lock is None:
+            raise self.refusal()
         conn = self.connection()
         # Threads of one process queue here, not in SQLite: SQLite's busy handler waits
         # by sleeping (1, 2, 5, 10 ms ...), which would cost a worker's threads far more
@@ -229,4 +323,5 @@ class Database:
             connections, self._connections = self._connections, []
         for conn in connections:
             conn.close()
-        self._process_lock.close()
+        if self._process_lock is not None:
+            self._process_lock.close()

@@ -127,6 +127,8 @@ class EmbeddedQueues:
 
     def create_queue(self, queue: str) -> None:
         limits.check_queue_name(queue)
+        if self._db.read_only and self._db.has("SELECT 1 FROM queues WHERE name = ?", (queue,)):
+            return
         with self._db.write() as conn:
             conn.execute("INSERT OR IGNORE INTO queues (name) VALUES (?)", (queue,))
 

@@ -76,6 +76,7 @@ _REPLACE = (
 )
 _DELETE = f"DELETE FROM records WHERE {_KEY} AND {_ETAG_MATCHES}"
 _CURRENT = f"SELECT props, etag FROM records WHERE {_KEY}"
+_TABLE_EXISTS = "SELECT 1 FROM record_tables WHERE name = ?"
 _PAGE = """
 SELECT rk, props, etag, ts FROM records WHERE tbl = :tbl AND pk = :pk AND rk {cmp} :start
 ORDER BY rk LIMIT :limit
@@ -199,6 +200,8 @@ class EmbeddedRecords:
 
     def create_table(self, table: str) -> None:
         key = _table_key(table)
+        if self._db.read_only and self._db.has(_TABLE_EXISTS, (key,)):
+            return
         with self._db.write() as conn:
             conn.execute("INSERT OR IGNORE INTO record_tables (name) VALUES (?)", (key,))
 
