@@ -33,8 +33,7 @@ from jobs.retention import delete as delete_job
 from jobs.retention import parse_age
 from jobs.retention import purge as purge_jobs
 from jobs.spark_settings import CONF_ENV, MASTER_ENV, REMOTE_ENV, check_remote
-from jobs.submit import PRIORITY_RANGE
-from jobs.submit import submit as submit_job
+from jobs.submit import PRIORITY_RANGE, record_submission
 from runner.cli.checking import check_location
 from runner.cli.dashboard.command import dashboard
 from runner.cli.json_form import to_json, utc
@@ -142,16 +141,13 @@ def submit(
     """Submit a job; print its id alone on stdout. JOB is module:Class."""
 
     params = _json_params(params_text) if params_text is not None else None
-    click.echo(
-        submit_job(
-            job,
-            params,
-            job_id=job_id,
-            delay_seconds=delay_seconds,
-            priority=priority,
-            storage=storage,
-        )
+    done = record_submission(
+        job, params, job_id=job_id, delay_seconds=delay_seconds, priority=priority, storage=storage
     )
+    said = done.not_applied("--priority")
+    if said is not None:
+        click.echo(f"runner: warning: {said}", err=True)
+    click.echo(done.job_id)
 
 
 def _json_params(text: str) -> object:
