@@ -444,12 +444,10 @@ def _controlled(job: JobRecord, as_json: bool) -> None:
         click.echo(json.dumps(fields, indent=2))
     elif job.cancelled_on is not None:
         reason = f": {job.cancel_reason}" if job.cancel_reason else ""
-        click.echo(
-            f"{job.job_id}: {job.state}, cancelled on {job.cancelled_on.isoformat()}{reason}"
-        )
+        click.echo(f"{job.job_id}: {job.state}, cancelled on {utc(job.cancelled_on)}{reason}")
     elif job.paused_on is not None:
         drain = ", running chunks finish" if job.drain else ""
-        click.echo(f"{job.job_id}: paused since {job.paused_on.isoformat()}{drain}")
+        click.echo(f"{job.job_id}: paused since {utc(job.paused_on)}{drain}")
     else:
         click.echo(f"{job.job_id}: {job.state}")
 
@@ -576,7 +574,7 @@ def purge(
 
 def _deleted_line(deleted: Deleted) -> str:
     if deleted.dry_run:
-        updated = deleted.updated_on.isoformat() if deleted.updated_on else "never"
+        updated = utc(deleted.updated_on) or "never"
         return f"would delete {deleted.job_id} ({deleted.state}, updated {updated})"
     return (
         f"deleted {deleted.job_id} ({deleted.state}): {deleted.records} record(s), "

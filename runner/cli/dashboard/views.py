@@ -8,7 +8,7 @@ chunk counts) are the ones ``runner status --watch`` prints (:mod:`runner.cli.wa
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 
 import jinja2
@@ -56,10 +56,8 @@ def ago(when: datetime | None, now: datetime) -> str:
 
 
 def clock_time(when: datetime | None) -> str:
-    """``2026-11-26 22:40:03 UTC``, or ``-``."""
-    if when is None:
-        return "-"
-    return when.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+    """``2026-11-26T22:40:03.000000Z``, as every output shows a time, or ``-``."""
+    return "-" if when is None else utc(when)
 
 
 def percent(fraction: float | None) -> str:
