@@ -456,10 +456,13 @@ def _controlled(job: JobRecord, as_json: bool) -> None:
 @click.argument("job_id")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per line.")
 @click.option("--csv", "as_csv", is_flag=True, help="CSV with a header row.")
+@click.option(
+    "--full", is_flag=True, help="Tracebacks whole, with the engine's frames above your code."
+)
 @storage_option
-def report(job_id: str, as_json: bool, as_csv: bool, storage: str | None) -> None:
+def report(job_id: str, as_json: bool, as_csv: bool, full: bool, storage: str | None) -> None:
     """Every failed (retrying) or poisoned chunk of a job, with a payload summary,
-    attempts, last error and traceback."""
+    attempts, last error and traceback (from your code's first frame)."""
     if as_json and as_csv:
         raise click.UsageError("choose one of --json and --csv")
     with open_storage(storage, create=False) as opened:
@@ -474,7 +477,7 @@ def report(job_id: str, as_json: bool, as_csv: bool, storage: str | None) -> Non
             for entry in entries:
                 click.echo(json.dumps(entry))
         else:
-            click.echo(render_report(job_id, entries))
+            click.echo(render_report(job_id, entries, full))
 
 
 @cli.group()
