@@ -78,6 +78,13 @@ def user_value(value: Any) -> Any:
     return value
 
 
+def user_text(value: Any, chars: int) -> str:
+    """A value of the user's as people see it: its JSON (:func:`user_value`) on one line,
+    as ``runner report`` shows a payload, cut to ``chars`` with ``...``."""
+    text = json.dumps(user_value(value), ensure_ascii=False)
+    return text if len(text) <= chars else text[: chars - 3] + "..."
+
+
 def bounded_user_value(value: Any) -> tuple[Any, bool]:
     """``(user_value(value), False)``, or ``(None, True)`` when its JSON text is over
     :data:`VALUE_JSON_BYTES`: status and report stay small whatever a chunk holds."""

@@ -12,10 +12,12 @@ from datetime import datetime
 from pathlib import Path
 
 import jinja2
+from markupsafe import Markup
 
 from runner.cli.json_form import utc
 from runner.cli.render import chunk_counts
 from runner.cli.status_types import JobStatus, Rate
+from runner.cli.tracebacks import traceback_parts
 from runner.cli.watch_view import ENDED_STATES, duration, rate_words
 
 HERE = Path(__file__).resolve().parent
@@ -43,8 +45,22 @@ def environment() -> jinja2.Environment:
         chunk_counts=chunk_counts,
         state_class=state_class,
         fraction=shown_fraction,
+        traceback_html=traceback_html,
     )
     return env
+
+
+def traceback_html(text: str) -> Markup:
+    """A traceback from the user's first frame, the engine's frames above it under a
+    fold of their own (:mod:`runner.cli.tracebacks`); every part escaped."""
+    shown = []
+    for piece in traceback_parts(text):
+        body = Markup("<pre>{}</pre>").format(piece.text)
+        if piece.engine_frames:
+            fold = '<details class="engine"><summary>{} engine frame(s) above your code</summary>'
+            body = Markup(fold + "{}</details>").format(piece.engine_frames, body)
+        shown.append(body)
+    return Markup("").join(shown)
 
 
 def ago(when: datetime | None, now: datetime) -> str:
