@@ -26,7 +26,7 @@ from checkpoint.store import CheckpointStore
 from runner.cli import commands
 from runner.cli.dashboard.app import DashboardSettings, build_app
 from runner.cli.snapshot import read_snapshot
-from runner.cli.watch import WatchFrame
+from runner.cli.status_types import WatchFrame
 from runner.cli.watch_lines import plain_lines
 from runner.cli.watch_view import render_watch
 from runner.worker.logs import JsonFormatter, TextFormatter
