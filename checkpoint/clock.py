@@ -34,6 +34,12 @@ class Clock(Protocol):
         ...
 
 
+def utc_text(when: datetime) -> str:
+    """``when`` as every output shows a time: ISO 8601 in UTC ending in ``Z``, to the
+    microsecond (``2026-11-25T17:19:52.564877Z``)."""
+    return when.astimezone(UTC).replace(tzinfo=None).isoformat(timespec="microseconds") + "Z"
+
+
 class SystemClock:
     """The real clock."""
 

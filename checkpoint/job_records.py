@@ -239,8 +239,10 @@ class JobRecords:
         )
         self._counters.forget(job_id)
         blobs = deletion.delete_blobs(self._storage.blobs, job_id, budget)
+        stray = () if job.resume_poison_queue is None else (job.resume_poison_queue,)
         swept = sum(
-            deletion.sweep(self._storage.queues, swept, job_id, budget) for swept in job.every_queue
+            deletion.sweep(self._storage.queues, swept, job_id, budget)
+            for swept in (*job.every_queue, *stray)
         )
         budget.call(
             lambda: self._records.delete(

@@ -105,6 +105,13 @@ class JobRecord:
         return tuple(names)
 
     @property
+    def resume_poison_queue(self) -> str | None:
+        """``<queue>-poison`` for a job of several queues: where a message of it from its
+        type's resume queue is poisoned when its job cannot be read (so neither can the
+        queue of its chunk). None for a job of one queue: that is its own poison queue."""
+        return None if self.queues == (self.queue,) else layout.poison_queue_of(self.queue)
+
+    @property
     def ended(self) -> bool:
         return self.state in ENDED_JOB_STATES
 

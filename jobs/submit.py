@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import logging
 import secrets
+from dataclasses import dataclass
 from typing import Any
 
 from checkpoint import checks, codec, messages
@@ -31,6 +32,26 @@ def new_job_id(job_class: type[ChunkedJob], now_text: str) -> str:
     return f"{job_class.queue}-{now_text}-{secrets.token_hex(3)}"
 
 
+@dataclass(frozen=True)
+class Submitted:
+    """What a submit did: ``job_id``, and ``kept_priority`` when the job existed already
+    with another priority than the ``asked_priority`` (the existing one stands)."""
+
+    job_id: str
+    asked_priority: int = 0
+    kept_priority: int | None = None
+
+    def not_applied(self, option: str = "priority") -> str | None:
+        """One line saying what was kept and what not applied, or None if nothing was
+        left out. ``option`` names the setting as the caller's user wrote it."""
+        if self.kept_priority is None:
+            return None
+        return (
+            f"job {self.job_id!r} exists already: kept its params and priority "
+            f"{self.kept_priority}; the new {option} {self.asked_priority} was not applied"
+        )
+
+
 def submit(
     job: type[ChunkedJob] | str,
     params: Any,
@@ -53,7 +74,8 @@ def submit(
             planning or running, a job feeds its chunks to the queue an eighth of its
             window at a time, so the higher one gets most of the workers and the lower
             one is not starved (docs/semantics.md §22). Default 0; negative is lower.
-            A submit under an existing id keeps the first submission's.
+            A submit under an existing id keeps the first submission's, with a
+            warning logged when this one asked for another.
         storage: a Storage, a ``--storage`` value, or None for ``$RUNNER_STORAGE`` /
             ``./.runner``.
 
@@ -64,6 +86,31 @@ def submit(
         InvalidParams: the class's ``validate`` refused ``params`` (nothing recorded).
         JobIdTaken: ``job_id`` is a job of another class or other params.
     """
+    done = record_submission(
+        job,
+        params,
+        job_id=job_id,
+        delay_seconds=delay_seconds,
+        priority=priority,
+        storage=storage,
+    )
+    said = done.not_applied()
+    if said is not None:
+        log.warning("%s", said)
+    return done.job_id
+
+
+def record_submission(
+    job: type[ChunkedJob] | str,
+    params: Any,
+    *,
+    job_id: str | None = None,
+    delay_seconds: int = 0,
+    priority: int = 0,
+    storage: Storage | str | None = None,
+) -> Submitted:
+    """:func:`submit`, saying what it did instead of logging it (``runner submit``
+    prints it its own way)."""
     job_class = load_job_class(job) if isinstance(job, str) else job
     check_runnable(job_class)
     _validate(job_class, params)
@@ -90,9 +137,12 @@ def submit(
             priority=priority,
             queue_count=job_class.queues,
         )
+        done = Submitted(job_id, priority)
         if not created:
             _same_submission(store, record, job_class.job_type(), params)
             log.info("job %s exists already (state %s), submitted alike", job_id, record.state)
+            if record.priority != priority:
+                done = Submitted(job_id, priority, kept_priority=record.priority)
         if record.state == "planning":
             # Also on a re-submit: if the first submit died before sending, this is the
             # plan message; if not, the duplicate is dropped unrun when received.
@@ -112,7 +162,7 @@ def submit(
                     record.queues[0], body, delay_seconds=delay_seconds, ttl_seconds=NEVER_EXPIRES
                 )
             )
-        return job_id
+        return done
     finally:
         if opened is not storage:
             opened.close()

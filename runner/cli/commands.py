@@ -34,8 +34,7 @@ from jobs.retention import delete as delete_job
 from jobs.retention import parse_age
 from jobs.retention import purge as purge_jobs
 from jobs.spark_settings import CONF_ENV, MASTER_ENV, REMOTE_ENV, check_remote
-from jobs.submit import PRIORITY_RANGE
-from jobs.submit import submit as submit_job
+from jobs.submit import PRIORITY_RANGE, record_submission
 from runner.cli.checking import check_location
 from runner.cli.dashboard.command import dashboard
 from runner.cli.json_form import to_json, utc
@@ -152,16 +151,13 @@ def submit(
     """Submit a job; print its id alone on stdout. JOB is module:Class."""
 
     params = _json_params(params_text) if params_text is not None else None
-    click.echo(
-        submit_job(
-            job,
-            params,
-            job_id=job_id,
-            delay_seconds=delay_seconds,
-            priority=priority,
-            storage=storage,
-        )
+    done = record_submission(
+        job, params, job_id=job_id, delay_seconds=delay_seconds, priority=priority, storage=storage
     )
+    said = done.not_applied("--priority")
+    if said is not None:
+        click.echo(f"runner: warning: {said}", err=True)
+    click.echo(done.job_id)
 
 
 def _json_params(text: str) -> object:
@@ -482,12 +478,10 @@ def _controlled(job: JobRecord, as_json: bool) -> None:
         click.echo(json.dumps(fields, indent=2))
     elif job.cancelled_on is not None:
         reason = f": {job.cancel_reason}" if job.cancel_reason else ""
-        click.echo(
-            f"{job.job_id}: {job.state}, cancelled on {job.cancelled_on.isoformat()}{reason}"
-        )
+        click.echo(f"{job.job_id}: {job.state}, cancelled on {utc(job.cancelled_on)}{reason}")
     elif job.paused_on is not None:
         drain = ", running chunks finish" if job.drain else ""
-        click.echo(f"{job.job_id}: paused since {job.paused_on.isoformat()}{drain}")
+        click.echo(f"{job.job_id}: paused since {utc(job.paused_on)}{drain}")
     else:
         click.echo(f"{job.job_id}: {job.state}")
 
@@ -496,11 +490,14 @@ def _controlled(job: JobRecord, as_json: bool) -> None:
 @click.argument("job_id")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per line.")
 @click.option("--csv", "as_csv", is_flag=True, help="CSV with a header row.")
+@click.option(
+    "--full", is_flag=True, help="Tracebacks whole, with the engine's frames above your code."
+)
 @storage_option
 @suggests_job_ids
-def report(job_id: str, as_json: bool, as_csv: bool, storage: str | None) -> None:
+def report(job_id: str, as_json: bool, as_csv: bool, full: bool, storage: str | None) -> None:
     """Every failed (retrying) or poisoned chunk of a job, with a payload summary,
-    attempts, last error and traceback."""
+    attempts, last error and traceback (from your code's first frame)."""
     if as_json and as_csv:
         raise click.UsageError("choose one of --json and --csv")
     with open_storage(storage, create=False) as opened:
@@ -515,7 +512,7 @@ def report(job_id: str, as_json: bool, as_csv: bool, storage: str | None) -> Non
             for entry in entries:
                 click.echo(json.dumps(entry))
         else:
-            click.echo(render_report(job_id, entries))
+            click.echo(render_report(job_id, entries, full))
 
 
 @cli.group()
@@ -618,7 +615,7 @@ def purge(
 
 def _deleted_line(deleted: Deleted) -> str:
     if deleted.dry_run:
-        updated = deleted.updated_on.isoformat() if deleted.updated_on else "never"
+        updated = utc(deleted.updated_on) or "never"
         return f"would delete {deleted.job_id} ({deleted.state}, updated {updated})"
     return (
         f"deleted {deleted.job_id} ({deleted.state}): {deleted.records} record(s), "

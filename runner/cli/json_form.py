@@ -21,18 +21,26 @@ import base64
 import json
 import math
 from dataclasses import fields, is_dataclass
-from datetime import UTC, datetime
-from typing import Any
+from datetime import datetime
+from typing import Any, overload
+
+from checkpoint.clock import utc_text
 
 #: Largest user value given in full (as compact JSON text); larger ones are omitted.
 VALUE_JSON_BYTES = 4096
 
 
+@overload
+def utc(when: datetime) -> str: ...
+@overload
+def utc(when: None) -> None: ...
+@overload
+def utc(when: datetime | None) -> str | None: ...
 def utc(when: datetime | None) -> str | None:
-    """``when`` as ISO 8601 UTC ending in ``Z``, to the microsecond; None stays None."""
-    if when is None:
-        return None
-    return when.astimezone(UTC).replace(tzinfo=None).isoformat(timespec="microseconds") + "Z"
+    """``when`` as ISO 8601 UTC ending in ``Z``, to the microsecond
+    (:func:`checkpoint.clock.utc_text`, the one format of every output); None stays
+    None."""
+    return None if when is None else utc_text(when)
 
 
 def to_json(value: Any) -> Any:
@@ -68,6 +76,13 @@ def user_value(value: Any) -> Any:
             return {key: user_value(item) for key, item in value.items()}
         return {"$map": [[user_value(key), user_value(item)] for key, item in value.items()]}
     return value
+
+
+def user_text(value: Any, chars: int) -> str:
+    """A value of the user's as people see it: its JSON (:func:`user_value`) on one line,
+    as ``runner report`` shows a payload, cut to ``chars`` with ``...``."""
+    text = json.dumps(user_value(value), ensure_ascii=False)
+    return text if len(text) <= chars else text[: chars - 3] + "..."
 
 
 def bounded_user_value(value: Any) -> tuple[Any, bool]:

@@ -19,7 +19,7 @@ from checkpoint.quotas import QuotaBook
 from checkpoint.rates import check_limit_name, parse_rate
 from checkpoint.store import CheckpointStore
 from runner.cli.json_form import to_json
-from runner.cli.limit_view import limit_status, read_limits, render_limits
+from runner.cli.limit_view import limit_status, read_limits, render_limits, running_chunks
 from runner.cli.options import storage_option
 from runner.cli.status_types import LimitStatus
 
@@ -67,7 +67,9 @@ def limit(
             quotas.set_rate(name, parse_rate(rate, "RATE", ConfigurationError), budget)
         if running is not None:
             quotas.set_running(name, int(running), budget)
-        found = tuple(limit_status(quotas.get(name, budget), now))
+        limit = quotas.get(name, budget)
+        chunks = running_chunks(store, now) if limit.running is not None else None
+        found = tuple(limit_status(limit, now, chunks))
         if not found:
             raise ConfigurationError(f"no limit named {name!r}; set one with RATE or --running")
         _show(found, as_json)

@@ -4,18 +4,27 @@ store (:mod:`checkpoint.quotas`) as typed values (:class:`LimitStatus`), and the
 A job's limits are those named after its queue (its class's ``rate_limit`` and
 ``max_running``, or set by hand for it) and the resources its class names (the
 catalogue records which job types name each, as their workers said at start).
+
+A running limit's count is that of the chunks running on its queue, not only of the
+slots held: chunks that started before the limit was set hold none (a worker takes a
+slot as it receives), so the slots alone said ``0/1 running`` with two chunks
+running. Each count is a lower bound of the truth: slots count chunks admitted and not
+yet in a heartbeat, the live workers' heartbeats count every chunk they run, a beat
+late. The larger is shown, and ``(over)`` when it passes the limit.
 """
 
 from __future__ import annotations
 
 import logging
+from collections import Counter
 from dataclasses import replace
 from datetime import datetime
 
-from checkpoint.errors import BadRecord
+from checkpoint.errors import BadRecord, JobNotFound
 from checkpoint.quota_records import BY_HAND
 from checkpoint.quotas import Limit, QuotaBook
 from checkpoint.store import CheckpointStore
+from checkpoint.workers import WorkerBook, WorkerRecord
 from runner.cli.status_types import AnyJob, JobStatus, LimitStatus
 
 log = logging.getLogger(__name__)
@@ -26,17 +35,34 @@ def read_limits(store: CheckpointStore, now: datetime) -> tuple[LimitStatus, ...
     is logged and left out."""
     store.ensure()
     found = QuotaBook(store.storage.records, store.clock).scan(store.budget())
-    shown: list[LimitStatus] = []
-    for limit in found:
-        if isinstance(limit, BadRecord):
-            log.warning("a limit cannot be read: %s", limit)
-            continue
-        shown.extend(limit_status(limit, now))
-    return tuple(shown)
+    readable = [limit for limit in found if not isinstance(limit, BadRecord)]
+    for bad in (limit for limit in found if isinstance(limit, BadRecord)):
+        log.warning("a limit cannot be read: %s", bad)
+    running = running_chunks(store, now) if any(one.running for one in readable) else Counter()
+    return tuple(shown for limit in readable for shown in limit_status(limit, now, running))
 
 
-def limit_status(limit: Limit, now: datetime) -> list[LimitStatus]:
-    """``limit``'s rate and running parts as of ``now``."""
+def running_chunks(store: CheckpointStore, now: datetime) -> Counter[str]:
+    """Chunks running now by their job's queue, as the live workers' heartbeats say
+    (one read of each job they run, for its queue)."""
+    by_job: Counter[str] = Counter()
+    for worker in WorkerBook(store.storage.records).scan(store.budget()):
+        if isinstance(worker, WorkerRecord) and not worker.gone(now):
+            by_job.update(task.rsplit("#", 1)[0] for task in worker.tasks if "#" in task)
+    by_queue: Counter[str] = Counter()
+    for job_id, count in by_job.items():
+        try:
+            by_queue[store.get_job(job_id).queue] += count
+        except (JobNotFound, BadRecord):
+            continue  # deleted since, or unreadable: status says so on its own line
+    return by_queue
+
+
+def limit_status(
+    limit: Limit, now: datetime, running: Counter[str] | None = None
+) -> list[LimitStatus]:
+    """``limit``'s rate and running parts as of ``now``; ``running``: the chunks
+    running by queue (:func:`running_chunks`), else only the slots held count."""
     shown = []
     if limit.rate is not None:
         bucket = limit.rate.refilled(now)
@@ -66,7 +92,7 @@ def limit_status(limit: Limit, now: datetime) -> list[LimitStatus]:
                 tokens=None,
                 burst=None,
                 max_running=slots.max_running,
-                running=slots.in_use(now),
+                running=max(slots.in_use(now), (running or Counter())[limit.name]),
                 named_by=limit.named_by,
             )
         )
@@ -94,6 +120,8 @@ def limit_line(limit: LimitStatus) -> str:
         held = f"{limit.tokens:.1f}/{limit.burst:.1f} tokens"
     else:
         held = f"{limit.running}/{limit.max_running} running"
+        if (limit.running or 0) > (limit.max_running or 0):
+            held += " (over)"
     return f"{limit.name}  {limit.kind} {limit.value}  (set {who})  {held}"
 
 

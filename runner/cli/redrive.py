@@ -16,11 +16,11 @@ The job then leaves ``failed`` and can complete and finalize.
 
 from __future__ import annotations
 
-from collections.abc import Set
+from collections.abc import Callable, Set
 from dataclasses import dataclass, field
 
 from checkpoint import messages
-from checkpoint.errors import BadMessage, BadRecord, Conflict, LeaseLost
+from checkpoint.errors import BadMessage, BadRecord, Conflict, LeaseLost, NotFound
 from checkpoint.layout import poison_queue_of
 from checkpoint.records import TaskKind
 from checkpoint.storage import NEVER_EXPIRES, QueueStore
@@ -65,6 +65,19 @@ def redrive(store: CheckpointStore, queues: QueueStore, job_id: str) -> Redriven
     moved: set[tuple[TaskKind, int]] = set()
     for queue in job.queues:
         moved |= move_back(queues, queue, job_id, job.incarnation, left_alone=left)
+    if job.resume_poison_queue is not None:
+        # Poisoned from the type's resume queue while the job could not be read: each
+        # goes back to its own chunk's queue, known now.
+        moved |= move_back(
+            queues,
+            job.queue,
+            job_id,
+            job.incarnation,
+            left_alone=left,
+            home=lambda task: (
+                job.chunk_queue(task.index) if task.kind == "chunk" else job.queues[0]
+            ),
+        )
     for kind, index in sorted(reset - moved):
         message = messages.TaskMessage(
             kind, job.job_type, job_id, index, incarnation=job.incarnation
@@ -115,10 +128,12 @@ def move_back(
     job_id: str,
     incarnation: str | None,
     left_alone: Set[tuple[TaskKind, int]] = frozenset(),
+    home: Callable[[messages.TaskMessage], str] | None = None,
 ) -> set[tuple[TaskKind, int]]:
-    """Move ``job_id``'s messages from ``<queue>-poison`` back to ``queue``; returns the
-    tasks they name. Sent before deleted: a crash in between leaves a duplicate, which
-    the claim step drops, never a loss.
+    """Move ``job_id``'s messages from ``<queue>-poison`` back to ``queue`` (or to the
+    queue ``home`` names for each task); returns the tasks they name. Sent before
+    deleted: a crash in between leaves a duplicate, which the claim step drops, never a
+    loss. A poison queue that does not exist holds nothing.
 
     Messages of another ``incarnation`` (an earlier job of this id, deleted since) are
     not this job's: they stay, and its tasks get fresh messages instead. So do those
@@ -127,9 +142,12 @@ def move_back(
     moved: set[tuple[TaskKind, int]] = set()
     poison_queue = poison_queue_of(queue)
     while True:
-        batch = queues.receive(
-            poison_queue, max_messages=32, visibility_seconds=SCAN_VISIBILITY_SECONDS
-        )
+        try:
+            batch = queues.receive(
+                poison_queue, max_messages=32, visibility_seconds=SCAN_VISIBILITY_SECONDS
+            )
+        except NotFound:
+            batch = []  # never made: nothing was poisoned there
         if not batch:
             return moved
         for message in batch:
@@ -141,7 +159,7 @@ def move_back(
                 continue
             if (task.kind, task.index) in left_alone:
                 continue
-            queues.send(queue, body, ttl_seconds=NEVER_EXPIRES)
+            queues.send(queue if home is None else home(task), body, ttl_seconds=NEVER_EXPIRES)
             try:
                 queues.delete(poison_queue, message.id, message.pop_receipt or "")
             except LeaseLost:

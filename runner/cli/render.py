@@ -23,10 +23,13 @@ from runner.cli.status_types import (
     UnreadableJob,
     WorkerStatus,
 )
+from runner.cli.tracebacks import user_traceback
 
 BAR_CHARS = 30
 #: Longest payload shown in a failure report (characters of its JSON).
 PAYLOAD_CHARS = 120
+#: Where ``runner report`` left the engine's frames out of a traceback.
+FOLDED = "{n} engine frame(s) above your code left out: runner report --full shows them"
 _STATE_COLORS = {
     "done": "32",
     "failed": "31",
@@ -242,7 +245,9 @@ def render_poisoned(job_id: str, found: Sequence[FailedTask]) -> str:
     return "\n".join(lines)
 
 
-def render_report(job_id: str, entries: Iterable[ReportRow]) -> str:
+def render_report(job_id: str, entries: Iterable[ReportRow], full: bool = False) -> str:
+    """The report's text; each traceback from the user's first frame unless ``full``
+    (:mod:`runner.cli.tracebacks`)."""
     lines, count = [], 0
     for entry in entries:
         count += 1
@@ -258,7 +263,8 @@ def render_report(job_id: str, entries: Iterable[ReportRow]) -> str:
             lines.append(f"  payload: {_short_json(entry['payload'])}")
         lines.append(f"  {entry['error_type']}: {entry['error_message']}")
         if entry["traceback"]:
-            lines.extend(f"    {line}" for line in entry["traceback"].rstrip().splitlines())
+            shown = entry["traceback"] if full else user_traceback(entry["traceback"], FOLDED)
+            lines.extend(f"    {line}" for line in shown.rstrip().splitlines())
     if not count:
         return f"{job_id}: no failed or poisoned chunks"
     return "\n".join([f"{job_id}: {count} failed or poisoned", *lines])

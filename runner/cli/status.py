@@ -27,7 +27,7 @@ from checkpoint.records import (
 )
 from checkpoint.storage import Where
 from checkpoint.store import CheckpointStore
-from runner.cli.json_form import bounded_user_value, to_json
+from runner.cli.json_form import bounded_user_value, to_json, user_text
 from runner.cli.pace import last_moved, stored_rate
 from runner.cli.status_types import (
     ChunkCounts,
@@ -218,7 +218,6 @@ def _running(
     except BadRecord as unreadable:
         bad.append(_unreadable("chunk", task.index, unreadable))
         progress = None
-    text = repr(progress)
     value, omitted = bounded_user_value(progress)
     # How far the chunk said it got (``chunk.checkpoint(..., progress=)``), when it last
     # wrote a state, and when this attempt started.
@@ -233,7 +232,7 @@ def _running(
         lease_expired=task.lease_until is not None and task.lease_until <= now,
         progress=value,
         progress_omitted=omitted,
-        progress_text=text if len(text) <= PROGRESS_CHARS else text[: PROGRESS_CHARS - 3] + "...",
+        progress_text=user_text(progress, PROGRESS_CHARS),
         progress_fraction=said.fraction if said else None,
         progress_done=said.done if said else None,
         progress_total=said.total if said else None,

@@ -9,7 +9,7 @@ a pure function of a snapshot.
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import datetime
 
 from runner.cli.json_form import utc
 from runner.cli.pace import rate_words
@@ -66,5 +66,5 @@ def active_jobs(frame: WatchFrame) -> set[str]:
 
 
 def _stamp(when: datetime) -> str:
-    """``2026-11-25T17:20:12Z``: to the second, for a log line."""
-    return when.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    """``2026-11-25T17:20:12.000000Z``, as every output shows a time."""
+    return utc(when)

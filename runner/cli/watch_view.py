@@ -10,7 +10,7 @@ view, and a test renders it to a recording console without a terminal.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import UTC, datetime
+from datetime import datetime
 
 from rich.console import Group, RenderableType
 from rich.progress_bar import ProgressBar
@@ -76,7 +76,7 @@ def _header(frame: WatchFrame, now: datetime) -> Text:
     header = Text("chunkrunner", style="bold")
     if frame.storage:
         header.append(f"  {frame.storage}")
-    header.append(f"  {now.astimezone(UTC).strftime('%Y-%m-%d %H:%M:%S')} UTC", style="dim")
+    header.append(f"  {utc(now)}", style="dim")
     if frame.interval_seconds:
         header.append(f"  every {frame.interval_seconds:g} s, Ctrl-C to quit", style="dim")
     return header

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Literal
 
+from checkpoint.clock import utc_text
 from checkpoint.records import TaskKind
 
 LogFormat = Literal["text", "json"]
@@ -140,6 +141,10 @@ class TextFormatter(logging.Formatter):
             ContextFilter().filter(record)
         return super().format(record)
 
+    def formatTime(self, record: logging.LogRecord, datefmt: str | None = None) -> str:  # noqa: N802
+        """The record's time as every output shows one (UTC, ``Z``), not local time."""
+        return utc_text(datetime.fromtimestamp(record.created, UTC))
+
 
 class JsonFormatter(logging.Formatter):
     """One JSON object per line: ``time`` (ISO 8601, UTC), ``level``, ``logger``,
@@ -151,7 +156,7 @@ class JsonFormatter(logging.Formatter):
         if not hasattr(record, "ids"):
             ContextFilter().filter(record)
         entry: dict[str, Any] = {
-            "time": datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds"),
+            "time": utc_text(datetime.fromtimestamp(record.created, UTC)),
             "level": record.levelname,
             "logger": record.name,
             "message": record.getMessage(),

@@ -19,6 +19,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import datetime
 
+from checkpoint.clock import utc_text
 from checkpoint.errors import BadRecord
 from checkpoint.records import CHECKPOINT_ON, CONTROL_WORDS, Progress, TaskRecord
 from runner.worker.heartbeat import RunningTasks
@@ -62,7 +63,7 @@ def start_line(claimed: TaskRecord, before: TaskRecord | None) -> str:
     if before is None or not resumes(before):
         return f"{name} started (attempt {claimed.attempt})"
     written = before.properties.get(CHECKPOINT_ON) or before.updated_on
-    when = f" of {written.isoformat(timespec='seconds')}" if isinstance(written, datetime) else ""
+    when = f" of {utc_text(written)}" if isinstance(written, datetime) else ""
     try:
         progress = Progress.from_properties(before.properties, before.name)
     except BadRecord:

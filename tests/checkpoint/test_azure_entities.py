@@ -13,7 +13,14 @@ import pytest
 from azure.data.tables import EdmType, EntityProperty, TableEntity
 from azure.data.tables._deserialize import _convert_to_entity
 
-from checkpoint.backends.azure.entities import build_filter, from_sdk, select_list, to_entity
+from checkpoint.backends.azure.entities import (
+    build_filter,
+    from_sdk,
+    select_list,
+    to_entity,
+    to_record,
+    tolerate_undecodable_values,
+)
 from checkpoint.errors import InvalidRequest
 from checkpoint.storage import Where
 
@@ -130,3 +137,29 @@ def test_a_value_of_another_writer_of_no_type_we_write_reads_back_as_text():
 
     assert from_sdk(guid) == "12345678-1234-5678-1234-567812345678"
     assert from_sdk(EntityProperty(guid, EdmType.GUID)) == str(guid)
+
+
+@pytest.mark.parametrize(
+    ("edm", "text", "why"),
+    [
+        ("Edm.Int64", "7x", "property 'v' is Edm.Int64 '7x', not a whole number"),
+        ("Edm.Double", "fast", "property 'v' is Edm.Double 'fast', not a valid Edm.Double"),
+        ("Edm.DateTime", "soon", "property 'v' is Edm.DateTime 'soon', not a valid Edm.DateTime"),
+    ],
+)
+def test_a_typed_value_its_type_cannot_hold_makes_the_record_unreadable(
+    edm: str, text: str, why: str
+):
+    # Given an answer of another writer's entity, read once the SDK is made tolerant
+    tolerate_undecodable_values()
+    tolerate_undecodable_values()  # again: idempotent, not wrapped twice
+    answer = {"PartitionKey": "p", "RowKey": "r", "v@odata.type": edm, "v": text, "n": "x"}
+    answer["odata.etag"] = 'W/"1"'
+
+    # When it is read, then the record says why and holds no property
+    record = to_record(_convert_to_entity(answer))
+    assert (record.unreadable, record.properties, record.etag) == (why, {}, 'W/"1"')
+    # And a good value of that type still reads as before
+    good = {"Edm.Int64": "7", "Edm.Double": "1.5", "Edm.DateTime": "2030-01-02T03:04:05Z"}
+    fine = to_record(_convert_to_entity({**answer, "v": good[edm]}))
+    assert fine.unreadable is None and fine.properties["n"] == "x"

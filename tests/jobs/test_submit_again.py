@@ -9,12 +9,14 @@ import uuid
 from typing import Any
 
 import pytest
+from click.testing import CliRunner
 
 from checkpoint.errors import ConfigurationError
 from checkpoint.store import CheckpointStore
 from jobs import Chunk, ChunkedJob
 from jobs.errors import JobDefinitionError, JobIdTaken
 from jobs.submit import submit
+from runner.cli import commands
 from tests.backends import Backend
 from tests.runner.cli.invoke import one_error_line, run_runner
 
@@ -139,3 +141,52 @@ def test_a_submit_again_keeps_the_first_priority(backend: Backend):
     submit(Totals, {"chunks": 1}, job_id=job_id, priority=3, storage=backend.storage)
     submit(Totals, {"chunks": 1}, job_id=job_id, priority=9, storage=backend.storage)
     assert CheckpointStore(backend.storage).get_job(job_id).priority == 3
+
+
+def test_a_submit_again_with_another_priority_says_what_was_kept(
+    backend: Backend, caplog: pytest.LogCaptureFixture
+):
+    job_id = _job_id()
+    submit(Totals, {"chunks": 1}, job_id=job_id, priority=3, storage=backend.storage)
+    caplog.clear()
+    # The existing job comes back, with one warning saying what stands
+    again = submit(Totals, {"chunks": 1}, job_id=job_id, priority=9, storage=backend.storage)
+    assert again == job_id
+    warned = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert warned == [
+        f"job {job_id!r} exists already: kept its params and priority 3; "
+        "the new priority 9 was not applied"
+    ]
+    # The same priority again is the plain no-op: nothing to warn of
+    caplog.clear()
+    submit(Totals, {"chunks": 1}, job_id=job_id, priority=3, storage=backend.storage)
+    assert [r for r in caplog.records if r.levelname == "WARNING"] == []
+
+
+def test_the_cli_says_in_one_line_that_a_new_priority_was_not_applied(tmp_path):
+    (tmp_path / "sums.py").write_text(
+        "from jobs import ChunkedJob\n\n\nclass Sums(ChunkedJob):\n"
+        "    def split(self, params):\n        return [params]\n\n"
+        "    def process(self, chunk):\n        return chunk.payload\n"
+    )
+    run_runner(tmp_path, "submit", "sums:Sums", "--params", "1", "--job-id", "s-1")
+    again = run_runner(
+        tmp_path, "submit", "sums:Sums", "--params", "1", "--job-id", "s-1", "--priority", "5"
+    )
+    assert again.returncode == 0 and again.stdout == "s-1\n", again
+    assert again.stderr.splitlines() == [
+        "runner: warning: job 's-1' exists already: kept its params and priority 0; "
+        "the new --priority 5 was not applied"
+    ]
+
+
+def test_runner_submit_in_process_warns_of_a_priority_not_applied(tmp_path):
+    store = str(tmp_path / "store")
+    args = ["submit", f"{__name__}:Totals", "--params", '{"chunks": 1}', "--job-id", "t-1"]
+    first = CliRunner().invoke(commands.cli, [*args, "--priority", "2", "--storage", store])
+    again = CliRunner().invoke(commands.cli, [*args, "--storage", store])
+    assert first.exit_code == again.exit_code == 0 and again.stdout == "t-1\n", again.output
+    assert again.stderr == (
+        "runner: warning: job 't-1' exists already: kept its params and priority 2; "
+        "the new --priority 0 was not applied\n"
+    )

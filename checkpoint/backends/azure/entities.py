@@ -10,15 +10,21 @@ Typing rules, chosen so that what is written reads back the same and filters mat
   back was a double: it becomes a ``float`` again.
 - ``TablesEntityDatetime`` becomes a plain timezone-aware UTC ``datetime``; bytes stay
   bytes, bools stay bools, and a property written as None is simply not sent.
+- A typed value another writer stored that its type cannot hold (an ``Edm.Int64`` of
+  ``"two"``) makes the SDK raise a bare ``ValueError`` for the whole entity, or the
+  whole page of a query. :func:`tolerate_undecodable_values` has the SDK keep such a
+  value as :class:`Undecodable` instead, and the record reads as unreadable, naming it
+  (``Record.unreadable``): a bad record like any other, with its keys and ETag.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 from azure.data.tables import EdmType, EntityProperty, TableEntity
+from azure.data.tables import _deserialize as sdk_reading
 
 from checkpoint import limits
 from checkpoint.backends.azure.times import as_utc
@@ -54,22 +60,64 @@ def _to_sdk(value: PropertyValue) -> Any:
 # --------------------------------------------------------------------------- reading
 
 
+class Undecodable(NamedTuple):
+    """A stored value its Edm type cannot hold, as the service returned it."""
+
+    text: Any
+    edm_type: str
+
+
+def tolerate_undecodable_values() -> None:
+    """Have the SDK keep a value it cannot convert to its Edm type as :class:`Undecodable`
+    instead of raising ``ValueError`` for the whole entity (idempotent).
+
+    The SDK converts each typed value through one table of functions while it reads a
+    response, before any of our code sees the entity: wrapping those functions is the
+    one place to catch it. Pinned by tests/checkpoint/test_azure_records.py."""
+    conversions: dict[EdmType, Any] = sdk_reading._ENTITY_TO_PYTHON_CONVERSIONS
+    for edm_type, convert in list(conversions.items()):
+        if not isinstance(convert, _Tolerant):
+            conversions[edm_type] = _Tolerant(convert, edm_type)
+
+
+class _Tolerant:
+    """One of the SDK's conversions, returning :class:`Undecodable` where it would raise."""
+
+    def __init__(self, convert: Callable[[Any], Any], edm_type: str):
+        self._convert, self._edm_type = convert, edm_type
+
+    def __call__(self, value: Any) -> Any:
+        try:
+            return self._convert(value)
+        except (ValueError, TypeError, ArithmeticError):  # binascii.Error is a ValueError
+            return EntityProperty(Undecodable(value, self._edm_type), self._edm_type)
+
+
 def to_record(entity: TableEntity) -> Record:
-    """Our record from an SDK entity: keys split off, values in plain Python types."""
+    """Our record from an SDK entity: keys split off, values in plain Python types; one
+    with a value of another writer that its type cannot hold is unreadable."""
     metadata = entity.metadata
-    properties = {
-        name: from_sdk(value)
-        for name, value in entity.items()
-        if name not in KEYS and value is not None
-    }
     timestamp = metadata.get("timestamp")
+    kept = {name: value for name, value in entity.items() if name not in KEYS and value is not None}
+    bad = [(name, value.value) for name, value in kept.items() if _is_undecodable(value)]
     return Record(
         partition_key=entity["PartitionKey"],
         row_key=entity["RowKey"],
-        properties=properties,
+        properties={} if bad else {name: from_sdk(value) for name, value in kept.items()},
         etag=metadata.get("etag") or "",
         timestamp=as_utc(timestamp) if timestamp is not None else None,
+        unreadable=_why(*bad[0]) if bad else None,
     )
+
+
+def _is_undecodable(value: Any) -> bool:
+    return isinstance(value, EntityProperty) and isinstance(value.value, Undecodable)
+
+
+def _why(name: str, value: Undecodable) -> str:
+    edm = getattr(value.edm_type, "value", value.edm_type)
+    wanted = "a whole number" if edm == EdmType.INT64.value else f"a valid {edm}"
+    return f"property {name!r} is {edm} {value.text!r}, not {wanted}"
 
 
 def from_sdk(value: Any) -> PropertyValue:

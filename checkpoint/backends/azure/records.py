@@ -17,7 +17,13 @@ from azure.core.paging import ItemPaged
 from azure.data.tables import TableClient, TableEntity, TableServiceClient, UpdateMode
 
 from checkpoint import limits
-from checkpoint.backends.azure.entities import build_filter, select_list, to_entity, to_record
+from checkpoint.backends.azure.entities import (
+    build_filter,
+    select_list,
+    to_entity,
+    to_record,
+    tolerate_undecodable_values,
+)
 from checkpoint.backends.azure.errors import being_deleted, translated
 from checkpoint.errors import InvalidRequest
 from checkpoint.storage import ANY_ETAG, BatchOp, PropertyValue, Record, Where
@@ -38,6 +44,9 @@ class AzureRecords:
     def __init__(self, service: TableServiceClient) -> None:
         self._service = service
         self._clients: dict[str, TableClient] = {}
+        # A value another writer stored that its type cannot hold: a bad record, not
+        # a ValueError out of the SDK (checkpoint.backends.azure.entities).
+        tolerate_undecodable_values()
 
     def _table(self, table: str) -> TableClient:
         limits.check_table_name(table)

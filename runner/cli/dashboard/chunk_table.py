@@ -19,6 +19,7 @@ from checkpoint.chunk_pages import MAX_PAGE_CHUNKS, ChunkCursor, ChunkPage
 from checkpoint.errors import BadRecord, ConfigurationError
 from checkpoint.records import CHECKPOINT_ON, TASK_STATES, Progress, TaskRecord
 from checkpoint.store import CheckpointStore
+from runner.cli.json_form import user_text
 from runner.cli.status import PROGRESS_CHARS
 
 #: Chunks per page unless the viewer asks for another number.
@@ -196,5 +197,4 @@ def _value_text(
         return f"(cannot be read: {bad})"
     if value is None:
         return ""
-    text = repr(value)
-    return text if len(text) <= chars else text[: chars - 3] + "..."
+    return user_text(value, chars)

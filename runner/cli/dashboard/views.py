@@ -8,15 +8,17 @@ chunk counts) are the ones ``runner status --watch`` prints (:mod:`runner.cli.wa
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 
 import jinja2
+from markupsafe import Markup
 
 from runner.cli.json_form import utc
 from runner.cli.pace import duration, rate_words
 from runner.cli.render import chunk_counts
 from runner.cli.status_types import JobStatus, Rate
+from runner.cli.tracebacks import traceback_parts
 from runner.cli.watch_view import ENDED_STATES
 
 HERE = Path(__file__).resolve().parent
@@ -44,8 +46,22 @@ def environment() -> jinja2.Environment:
         chunk_counts=chunk_counts,
         state_class=state_class,
         fraction=shown_fraction,
+        traceback_html=traceback_html,
     )
     return env
+
+
+def traceback_html(text: str) -> Markup:
+    """A traceback from the user's first frame, the engine's frames above it under a
+    fold of their own (:mod:`runner.cli.tracebacks`); every part escaped."""
+    shown = []
+    for piece in traceback_parts(text):
+        body = Markup("<pre>{}</pre>").format(piece.text)
+        if piece.engine_frames:
+            fold = '<details class="engine"><summary>{} engine frame(s) above your code</summary>'
+            body = Markup(fold + "{}</details>").format(piece.engine_frames, body)
+        shown.append(body)
+    return Markup("").join(shown)
 
 
 def ago(when: datetime | None, now: datetime) -> str:
@@ -57,10 +73,8 @@ def ago(when: datetime | None, now: datetime) -> str:
 
 
 def clock_time(when: datetime | None) -> str:
-    """``2026-11-26 22:40:03 UTC``, or ``-``."""
-    if when is None:
-        return "-"
-    return when.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+    """``2026-11-26T22:40:03.000000Z``, as every output shows a time, or ``-``."""
+    return "-" if when is None else utc(when)
 
 
 def percent(fraction: float | None) -> str:

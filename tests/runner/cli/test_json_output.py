@@ -297,3 +297,27 @@ def test_the_rules_catch_what_they_check():
     assert broken_rules({"payload": {"$pickle": "..."}})
     assert broken_rules({"payload": {"$bytes": 7}})
     assert utc(datetime(2030, 1, 1, 13, tzinfo=UTC).astimezone()) == "2030-01-01T13:00:00.000000Z"
+
+
+def test_the_reports_tracebacks_start_at_the_users_code_and_full_keeps_all(
+    world: World, monkeypatch: pytest.MonkeyPatch
+):
+    # Given a chunk that failed in the job's own code, run by the worker's own code
+    job_id = _job_with_each_kind_of_failure(world)
+    stored = json.loads(_run(world, monkeypatch, "report", job_id, "--json").splitlines()[0])
+    engine = [line for line in stored["traceback"].splitlines() if "/runner/worker/" in line]
+    assert engine  # what the worker stored holds the engine's frames
+
+    # When the report is read as text, then its traceback starts at the job's frames,
+    # the engine's counted in one line; --full and --json keep them all
+    text = _run(world, monkeypatch, "report", job_id)
+    chunk_0 = text.split("chunk #0", 1)[1].split("chunk #1", 1)[0]
+    lines = chunk_0.splitlines()
+    at = lines.index("    Traceback (most recent call last):")
+    assert lines[at + 1] == (
+        "      [2 engine frame(s) above your code left out: runner report --full shows them]"
+    )
+    assert lines[at + 2].startswith('      File "') and "tests/runner/world.py" in lines[at + 2]
+    assert not any(frame.strip() in chunk_0 for frame in engine)
+    full = _run(world, monkeypatch, "report", job_id, "--full")
+    assert all(frame.strip() in full for frame in engine)

@@ -4,7 +4,10 @@ per job, in text and JSON; bad input is one line, exit 1, and writes nothing."""
 from __future__ import annotations
 
 import json
+import uuid
+from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 from click.testing import CliRunner, Result
@@ -15,8 +18,11 @@ from checkpoint.clock import SystemClock
 from checkpoint.quotas import RUNNING_ROW, QuotaBook
 from checkpoint.rates import parse_rate
 from checkpoint.store import CheckpointStore
+from checkpoint.workers import WorkerBook, WorkerRecord
 from jobs.submit import submit
 from runner.cli import commands
+from runner.cli.limit_view import limit_line, limit_status, read_limits
+from tests.backends import Backend
 from tests.runner.cli.invoke import one_error_line, run_runner
 from tests.runner.worker.test_loop import TwoAtOnce
 
@@ -125,3 +131,65 @@ def test_a_limit_that_cannot_be_read_is_logged_and_left_out(
         storage.records.upsert(layout.LIMITS_TABLE, "garbled", RUNNING_ROW, {"holders": "{"})
     assert runner(tmp_path / "store", "limit").output.startswith("good  rate 1/s")
     assert "a limit cannot be read: running limit 'garbled'" in caplog.text
+
+
+def _beat(store: CheckpointStore, worker_id: str, tasks: tuple[str, ...], **changes: Any) -> None:
+    now = store.clock.now()
+    fields: dict[str, Any] = {
+        "worker_id": worker_id,
+        "host": "vm",
+        "pid": 1,
+        "queues": ("slow",),
+        "job_types": ("m:Slow",),
+        "concurrency": 2,
+        "tasks": tasks,
+        "running": len(tasks),
+        "state": "serving",
+        "started_on": now,
+        "seen_on": now,
+        "beat_seconds": 5.0,
+    }
+    WorkerBook(store.storage.records).beat(WorkerRecord(**{**fields, **changes}), store.budget())
+
+
+def test_a_running_limit_counts_the_chunks_running_before_it_was_set(backend: Backend):
+    # Given two chunks of a job running (as their worker's heartbeat says) when
+    # `runner limit NAME --running 1` is set: they hold no slot, taken before there
+    # was a limit to take from
+    store = CheckpointStore(backend.storage, backend.clock or SystemClock())
+    name, job_id = f"slow-{uuid.uuid4().hex[:8]}", f"slow-job-{uuid.uuid4().hex[:8]}"
+    store.create_job(job_id, "m:Slow", name, None)
+    other = f"other-{uuid.uuid4().hex[:8]}"
+    store.create_job(other, "m:Other", f"{name}-other", None)
+    tag = uuid.uuid4().hex[:6]
+    _beat(store, f"vm:1:{tag}", (f"{job_id}#0", f"{job_id}:plan", f"{other}#0"))
+    _beat(store, f"vm:2:{tag}", (f"{job_id}#1", "no-such-job#3"))
+    gone_at = store.clock.now() - timedelta(minutes=5)
+    _beat(store, f"vm:3:{tag}", (f"{job_id}#2",), seen_on=gone_at)  # dead: not running
+    quotas = QuotaBook(store.storage.records, store.clock)
+    quotas.set_running(name, 1, store.budget())
+    # When the limits are read, then the limit counts both chunks, over its 1
+    now = store.clock.now()
+    shown = [one for one in read_limits(store, now) if one.name == name]
+    assert [(one.kind, one.running, one.max_running) for one in shown] == [("running", 2, 1)]
+    assert limit_line(shown[0]) == f"{name}  running 1  (set by hand)  2/1 running (over)"
+    # And a chunk admitted under a slot, not yet in a heartbeat, counts too
+    quotas.take_slots(name, f"vm:4:{tag}", 1, 30.0, store.budget())
+    assert [one.running for one in read_limits(store, now) if one.name == name] == [2]
+    _beat(store, f"vm:1:{tag}", ())
+    _beat(store, f"vm:2:{tag}", ())
+    assert [one.running for one in read_limits(store, now) if one.name == name] == [1]
+    assert limit_line(limit_status(quotas.get(name, store.budget()), now)[0]).endswith(
+        "  1/1 running"
+    )
+
+
+def test_runner_limit_shows_the_chunks_running_over_the_limit(tmp_path: Path):
+    with open_storage(str(tmp_path / "store")) as storage:
+        store = CheckpointStore(storage, SystemClock())
+        store.create_job("slow-1", "m:Slow", "slow", None)
+        _beat(store, "vm:1:abcd", ("slow-1#0", "slow-1#1"))
+    said = runner(tmp_path / "store", "limit", "slow", "--running", "1").output
+    assert said == "slow  running 1  (set by hand)  2/1 running (over)\n"
+    shown = json.loads(runner(tmp_path / "store", "limit", "--json").output)
+    assert [(one["name"], one["running"], one["max_running"]) for one in shown] == [("slow", 2, 1)]

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 import uuid
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
@@ -58,7 +59,8 @@ def test_a_plain_state_is_given_as_itself(store: CheckpointStore):
     assert running[0]["progress"] == state and not running[0]["progress_omitted"]
     assert running[1]["progress"] == 42
     assert running[2]["progress"] is None and not running[2]["progress_omitted"]
-    assert running[0]["progress_text"] == repr(state)
+    # The text people see is JSON, as runner report shows a payload, not a Python repr
+    assert running[0]["progress_text"] == json.dumps(state, ensure_ascii=False)
     assert "progress 42" in render_status([report])
 
 

@@ -30,6 +30,7 @@ from checkpoint.records import CHECKPOINT_ON, Progress
 from checkpoint.store import CheckpointStore
 from checkpoint.workers import WorkerBook
 from runner.cli import commands
+from runner.cli.json_form import utc
 from runner.cli.pace import duration
 from runner.cli.selection import Listing
 from runner.cli.snapshot import read_snapshot
@@ -207,7 +208,7 @@ def test_the_view_shows_each_job_its_running_chunks_and_the_workers():
     text = _text(render_watch(_snapshot()))
     lines = [line.rstrip() for line in text.splitlines()]
 
-    assert lines[0].startswith("chunkrunner  embedded:/data/.runner  2030-01-01 12:00:00 UTC")
+    assert lines[0].startswith("chunkrunner  embedded:/data/.runner  2030-01-01T12:00:00.000000Z")
     assert "every 2 s, Ctrl-C to quit" in lines[0]
     assert lines[1] == "copy-rows-1  example:CopyRows  running"
     assert re.search(r"  56%  4/8 done  0\.25 chunks/s  ETA 14s$", lines[2])
@@ -421,7 +422,7 @@ def test_a_paused_job_has_no_rate_and_its_pause_does_not_count_after_the_resume(
 
 # --------------------------------------------------------------------------- no terminal
 
-LINE_START = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}Z  ")
+LINE_START = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{6}Z  ")
 
 
 def test_without_a_terminal_each_refresh_is_a_plain_line_per_job(backend: Backend):
@@ -446,7 +447,7 @@ def test_without_a_terminal_each_refresh_is_a_plain_line_per_job(backend: Backen
     watch(lambda: read_snapshot(store, job_id), 2.0, stop, console, "x:/s", clock.monotonic)
 
     # Then a header, then one whole line per refresh, however wide: counts, rate, ETA
-    stamps = [(started + timedelta(seconds=2 * n)).strftime("%Y-%m-%dT%H:%M:%SZ") for n in range(3)]
+    stamps = [utc(started + timedelta(seconds=2 * n)) for n in range(3)]
     counts = "running 0  waiting {}  failed 0  poisoned 0"
     assert out.getvalue().splitlines() == [
         "chunkrunner  x:/s  every 2 s",
@@ -516,7 +517,7 @@ def test_plain_lines_show_each_job_not_ended_and_an_ended_one_once():
     ended = plain_lines(_snapshot(jobs=[_job(state="done"), old]), {"copy-rows-1"}, first=False)
     quiet = plain_lines(_snapshot(jobs=[_job(state="done"), old]), set(), first=False)
 
-    at = "2030-01-01T12:00:00Z"
+    at = "2030-01-01T12:00:00.000000Z"
     assert first == [
         f"{at}  copy-rows-1  running  56%  4/8 done  {counts}  0.25 chunks/s  ETA 14s",
         f"{at}  old-1  done  56%  4/8 done  {counts}",
@@ -561,7 +562,7 @@ def test_without_a_terminal_a_failed_refresh_is_one_line():
 
     lines = out.getvalue().splitlines()
     assert lines[0] == "chunkrunner  embedded:/x  every 0.01 s"
-    assert lines[2] == "refresh failed: ServerBusy (last read 2030-01-01T12:00:00Z)"
+    assert lines[2] == "refresh failed: ServerBusy (last read 2030-01-01T12:00:00.000000Z)"
     assert [line.split("  ")[1] for line in lines[1:] if LINE_START.match(line)] == [
         "copy-rows-1",
         "copy-rows-1",

@@ -67,7 +67,7 @@ def test_a_json_line_is_one_object_with_the_ids_set_when_it_was_logged(captured)
     )
     assert during["worker_id"] == "vm:42:ab12"
     assert during["process"] > 0 and during["thread"] == threading.current_thread().name
-    assert during["time"].endswith("+00:00") and "T" in during["time"]
+    assert during["time"].endswith("Z") and "T" in during["time"]
     assert before["worker_id"] == "vm:42:ab12" and "job_id" not in before
     assert not {"worker_id", "job_id", "chunk", "attempt", "task"} & set(outside)
 

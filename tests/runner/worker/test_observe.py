@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from checkpoint import messages
-from checkpoint.clock import FakeClock
+from checkpoint.clock import FakeClock, utc_text
 from checkpoint.records import CHECKPOINT_ON, Progress
 from checkpoint.storage import NEVER_EXPIRES
 from checkpoint.store import CheckpointStore
@@ -146,7 +146,7 @@ def test_a_chunk_resumed_says_from_which_checkpoint(world: World):
     first = world.lines(job_id)[0]
     assert first.getMessage() == (
         f"chunk 0 of {job_id} resumed (attempt 2) from its checkpoint of "
-        f"{written_on.isoformat(timespec='seconds')}, 40% (4/10)"
+        f"{utc_text(written_on)}, 40% (4/10)"
     )
     assert _ids(first) == (job_id, "chunk", 0, 2, WORKER)
     assert world.lines(job_id)[1].getMessage() == "counting from 4"

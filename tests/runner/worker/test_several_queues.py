@@ -18,7 +18,7 @@ import pytest
 from checkpoint import layout, messages, parks
 from checkpoint.backends import open_storage
 from checkpoint.clock import SystemClock
-from checkpoint.storage import NEVER_EXPIRES, Storage
+from checkpoint.storage import ANY_ETAG, NEVER_EXPIRES, Storage
 from checkpoint.store import CheckpointStore
 from jobs import manage
 from jobs.chunk import Chunk
@@ -423,3 +423,70 @@ def test_a_dead_workers_chunk_of_four_queues_resumes_first_and_is_poisoned_on_it
     assert _indexes(storage, f"{cls.queue}-2") == [4, 5]
     _burst(storage, cls)
     assert store.get_job(job_id).state == "done"
+
+
+def _moved_to_resume_queue(storage: Storage, cls: type[ChunkedJob], queue: str) -> int:
+    """Move the first message of ``queue`` to the type's resume queue, as a worker
+    starting its chunk does; returns the chunk's index."""
+    (message,) = storage.queues.receive(queue)
+    storage.queues.send(cls.resume_queue(), message.body, ttl_seconds=NEVER_EXPIRES)
+    storage.queues.delete(queue, message.id, message.pop_receipt or "")
+    return messages.decode(message.body).index
+
+
+def _garble_job(storage: Storage, job_id: str, state: Any) -> None:
+    storage.records.merge(
+        layout.JOBS_TABLE, layout.JOBS_PARTITION, job_id, {"state": state}, etag=ANY_ETAG
+    )
+
+
+def test_a_resume_message_poisoned_before_its_job_could_be_read_is_redriven(
+    backend: Backend, storage: Storage, monkeypatch: pytest.MonkeyPatch
+):
+    # Given a planned job of four queues (blocks of 2: chunk 4 on <queue>-2) whose
+    # chunk 4's message waits in the type's resume queue, and whose record another
+    # version garbled
+    monkeypatch.setattr(layout, "QUEUE_BLOCK", 2)
+    cls = _job_class(backend)
+    job_id = _plan(storage, cls, 8)
+    assert _moved_to_resume_queue(storage, cls, f"{cls.queue}-2") == 4
+    _garble_job(storage, job_id, 42)
+
+    # When a worker receives that message: its chunk's queue cannot be known, so it is
+    # poisoned into the poison queue of the resume queue's job queue, <queue>-poison
+    worker = assemble(storage, [cls], SystemClock(), "reader")
+    (message,) = storage.queues.receive(cls.resume_queue(), visibility_seconds=30)
+    handle(worker, cls.resume_queue(), message, worker.clock.monotonic())
+    assert storage.queues.approximate_length(f"{cls.queue}-poison") == 1
+
+    # When the record is mended and the job redriven
+    _garble_job(storage, job_id, "running")
+    store = CheckpointStore(storage)
+    assert redrive(store, storage.queues, job_id).count == 1
+
+    # Then the message went home to <queue>-2, and the job completes
+    assert storage.queues.approximate_length(f"{cls.queue}-poison") == 0
+    assert _indexes(storage, f"{cls.queue}-2") == [4, 5]
+    _burst(storage, cls)
+    assert store.get_job(job_id).state == "done"
+
+
+def test_deleting_a_job_of_four_queues_sweeps_its_messages_poisoned_from_the_resume_queue(
+    backend: Backend, storage: Storage, monkeypatch: pytest.MonkeyPatch
+):
+    # Given a job of four queues with a message poisoned from the resume queue while its
+    # record could not be read, then cancelled
+    monkeypatch.setattr(layout, "QUEUE_BLOCK", 2)
+    cls = _job_class(backend)
+    job_id = _plan(storage, cls, 8)
+    _moved_to_resume_queue(storage, cls, f"{cls.queue}-3")
+    _garble_job(storage, job_id, 42)
+    worker = assemble(storage, [cls], SystemClock(), "reader")
+    (message,) = storage.queues.receive(cls.resume_queue(), visibility_seconds=30)
+    handle(worker, cls.resume_queue(), message, worker.clock.monotonic())
+    _garble_job(storage, job_id, "running")
+    manage.cancel(job_id, "not wanted", storage=storage)
+
+    # When it is deleted, then that message is gone too
+    CheckpointStore(storage).delete_job(job_id)
+    assert storage.queues.approximate_length(f"{cls.queue}-poison") == 0

@@ -331,6 +331,9 @@ def test_the_poison_page_shows_what_poison_list_shows(whole: World):
     section = html[html.index(f">{world.ids.running}</a>") :]
     assert f"chunk #{POISONED}" in section and "after 3 attempt(s)" in section
     assert "RuntimeError: always fails" in section and "traceback" in section
+    # A payload is JSON, as runner report shows it, not a Python repr
+    job_page = world.page(f"/jobs/{world.ids.running}")
+    assert "{&#34;i&#34;: 0}" in job_page or '{"i": 0}' in job_page
     for url in ["/", "/poison", "/poison?fragment=1"]:
         _shown_as_text(world.page(url), url)
     assert ESCAPED_SCRIPT in html

@@ -136,7 +136,7 @@ def test_rows_say_each_chunks_state_without_reading_a_blob(backend: Backend):
     assert first.lease_until == now + timedelta(seconds=20) and not first.lease_expired
     assert first.checkpoint_on == now - timedelta(seconds=3)
     assert (first.progress_fraction, first.progress_text) == (0.4, "40% (4/10)")
-    assert first.payload_text == "{'i': 0}"
+    assert first.payload_text == '{"i": 0}'  # JSON, as runner report shows it
     assert second.lease_expired and second.progress_text == "(large progress, kept in a blob)"
     assert third.payload_text == "(large payload, kept in a blob)" and third.state == "waiting"
     assert len(fourth.payload_text) == PAYLOAD_CHARS and fourth.payload_text.endswith("...")

@@ -6,6 +6,8 @@ from __future__ import annotations
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
+from markupsafe import escape
+
 from runner.cli.dashboard.views import (
     ago,
     clock_time,
@@ -56,7 +58,7 @@ def test_times_are_ages_or_times_to_come():
     assert ago(NOW - timedelta(seconds=75), NOW) == "1m15s ago"
     assert ago(NOW + timedelta(seconds=5), NOW) == "in 5s"
     assert ago(None, NOW) == "-"
-    assert clock_time(NOW) == "2030-01-01 12:00:00 UTC"
+    assert clock_time(NOW) == "2030-01-01T12:00:00.000000Z"
     assert clock_time(None) == "-"
 
 
@@ -79,3 +81,24 @@ def test_a_paused_job_not_ended_shows_paused_and_has_no_rate():
 def test_templates_escape_every_value():
     template = environment().from_string("{{ value }}")
     assert template.render(value="<b>&</b>") == "&lt;b&gt;&amp;&lt;/b&gt;"
+
+
+def test_a_traceback_folds_the_engines_frames_above_the_users():
+    # Given a traceback as a worker stores it: our frames, then the job's
+    engine = (
+        '  File "/opt/app/site-packages/runner/worker/run.py", line 76, in _execute\n'
+        "    outcome = run_user_code(worker.store, delivery.job_class, job, control)\n"
+    )
+    user = '  File "/home/me/jobs_of_mine.py", line 7, in process\n    raise E("<b>")\n'
+    text = "Traceback (most recent call last):\n" + engine + user + "E: <b>\n"
+
+    # When the filter shows it, then the engine's frames are under a fold of their own,
+    # the user's are shown, and every part is escaped
+    html = str(environment().filters["traceback_html"](text))
+    assert html == (
+        "<pre>Traceback (most recent call last):\n</pre>"
+        '<details class="engine"><summary>1 engine frame(s) above your code</summary>'
+        f"<pre>{escape(engine)}</pre></details>"
+        f"<pre>{escape(user)}E: &lt;b&gt;\n</pre>"
+    )
+    assert "&lt;b&gt;" in escape(user)
