@@ -7,7 +7,8 @@ status as JSON, and the actions.
 - ``GET /jobs/{job_id}``: one job: counts, running and failed chunks, its workers, and a
   page of its chunks (``page``, ``size``, ``chunk``; or ``state`` and ``after``);
 - ``GET /workers``: the workers of the last hour, from their heartbeats;
-- ``GET /poison``: every job's poisoned tasks, as ``runner poison list`` shows them;
+- ``GET /poison``: the poisoned tasks of a tab and page of the jobs list (``?state=``,
+  ``?page=``, as ``/``), as ``runner poison list`` shows them;
 - ``GET /api/status[/{job_id}]``: ``runner status [JOB_ID] --json``, from the same snapshot
   (the list takes the jobs page's ``state`` and ``page``);
 - ``POST /jobs/{job_id}/{action}``: cancel, pause, resume, redrive (:mod:`.actions`).
@@ -62,8 +63,6 @@ from runner.worker.lru_map import LruMap
 
 #: The largest action form read (a token, a reason and a flag fit many times over).
 MAX_FORM_BYTES = 16 * 1024
-#: What the poison page lists: every job's poisoned tasks, as ``runner poison list``.
-EVERY_JOB = Listing(every=True)
 #: A frame's key: one job (its id), or a list of jobs (None and the listing).
 FrameKey = tuple[str | None, Listing]
 #: Rows of a job's running, failed and poisoned tasks shown at most from the snapshot
@@ -231,13 +230,21 @@ class Pages:
 
     def poison(self, request: Request) -> Response:
         def context() -> dict[str, Any]:
-            frame = self.frames.get((None, EVERY_JOB))
+            # The jobs page's tabs and pages: a refresh reads a page of jobs, not the
+            # store (a store of 10,000 ended jobs read in full took minutes).
+            query = JobsQuery.from_params(request.query_params, path="/poison")
+            frame = self.frames.get((None, query.listing()))
             poisoned = [j for j in frame.snapshot.jobs if isinstance(j, JobStatus) and j.poisoned]
+            counts = frame.snapshot.counts
             return {
                 "frame": frame,
                 "now": frame.snapshot.taken_on,
                 "poisoned": poisoned,
                 "max_rows": MAX_TASK_ROWS,
+                "query": query,
+                "tabs": tabs(query, counts),
+                "pages": pages(query, counts),
+                "shown_range": shown_range(query, counts, len(frame.snapshot.jobs)),
             }
 
         return self._page(request, "poison", context)

@@ -1,5 +1,7 @@
 """The jobs page's list: which tab (a state, the active jobs, or all) and which page of
-it, read from the query string, and the links to the other tabs and pages.
+it, read from the query string, and the links to the other tabs and pages. The poison
+page lists the poisoned tasks of the same tabs and pages (``path``), so it too reads a
+page of jobs, never every job.
 
 A tab is a :class:`runner.cli.selection.Listing` of :data:`JOBS_PER_PAGE` jobs, so a
 refresh reads the catalogue's three columns and the page's jobs, never every job; the
@@ -28,13 +30,14 @@ _KNOWN = {*TABS, *JOB_STATES}
 @dataclass(frozen=True)
 class JobsQuery:
     """``?state=`` (a tab: ``active``, the default, ``all`` or a job state) and
-    ``?page=`` (0 first)."""
+    ``?page=`` (0 first) of the page at ``path``."""
 
     tab: str = "active"
     page: int = 0
+    path: str = "/"
 
     @classmethod
-    def from_params(cls, params: Mapping[str, str]) -> JobsQuery:
+    def from_params(cls, params: Mapping[str, str], path: str = "/") -> JobsQuery:
         """Raises ConfigurationError (400) for a tab or page not understood."""
         tab = params.get("state") or "active"
         if tab not in _KNOWN:
@@ -43,7 +46,7 @@ class JobsQuery:
         page = params.get("page") or "0"
         if not page.isdigit() or len(page) > 9:
             raise ConfigurationError(f"page must be a whole number from 0, not {page!r}")
-        return cls(tab, int(page))
+        return cls(tab, int(page), path)
 
     def listing(self) -> Listing:
         """The jobs of this tab and page."""
@@ -56,7 +59,7 @@ class JobsQuery:
     def url(self, tab: str | None = None, page: int = 0) -> str:
         params = {"state": tab or self.tab, "page": str(page)}
         params = {name: value for name, value in params.items() if value not in ("active", "0")}
-        return "/" + (f"?{urlencode(params)}" if params else "")
+        return self.path + (f"?{urlencode(params)}" if params else "")
 
 
 #: The listing of the page shown when nothing is asked (and the workers page's read).

@@ -218,6 +218,30 @@ def _link(html: str, label: str) -> str:
     return found.group(1).replace("&amp;", "&")
 
 
+def test_the_poison_page_reads_a_page_of_jobs_with_the_jobs_pages_tabs(whole: World):
+    world = whole
+    _many_ended(world.store, world.clock, 120)
+
+    # When the poison page is read, then its done tab
+    world.records.calls = 0
+    html = world.page("/poison")
+    reads_of_a_page = world.records.calls
+    world.clock.advance(5)
+    world.records.calls = 0
+    done_page = world.page("/poison?state=done")
+
+    # Then the active jobs' poison is listed, with the jobs page's tabs pointing here
+    assert f">{world.ids.running}</a>" in html and f"chunk #{POISONED}" in html
+    tabs = dict(re.findall(r'<a href="([^"]*)"[^>]*>(\w+) <small>', html)[::-1])
+    assert "/poison?state=done" in tabs and "/poison?state=failed" in tabs
+    # and a tab of 120 ended jobs reads a page of them, not every job: no more than the
+    # active tab's two jobs cost, 25 times over (a full read of 120 jobs is far more)
+    assert "Nothing is poisoned among the done jobs on this page" in done_page
+    assert _link(done_page, "next") == "/poison?state=done&page=1"
+    assert world.records.calls < 25 * reads_of_a_page
+    assert "no job list" in world.page("/poison?state=sideways", status=400)
+
+
 def test_the_pages_say_what_runner_status_says(whole: World):
     world = whole
     # The JSON route is `runner status --json`, from the same snapshot
