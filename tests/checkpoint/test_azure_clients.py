@@ -162,7 +162,7 @@ def test_missing_azure_identity_says_how_to_install_it(monkeypatch):
     # A None entry in sys.modules makes `import azure.identity` raise ImportError
     monkeypatch.setitem(sys.modules, "azure.identity", None)
 
-    with pytest.raises(ConfigurationError, match=r"pip install chunkrunner\[identity\]"):
+    with pytest.raises(ConfigurationError, match=r"the 'identity' extra: `make venv` installs it"):
         open_azure(parse_location("https://acct.blob.core.windows.net"))
 
 

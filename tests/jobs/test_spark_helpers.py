@@ -461,5 +461,7 @@ def test_a_connect_session_without_its_client_libraries_names_the_extra(monkeypa
 
     monkeypatch.setitem(sys.modules, "pyspark.sql.connect.session", None)  # import fails
 
-    with pytest.raises(ImportError, match=r"chunkrunner\[spark\].*Connect client"):
+    with pytest.raises(
+        ImportError, match=r"the .spark. extra: `make venv` installs it.*Connect client"
+    ):
         module._build_session(SparkSettings(remote="sc://127.0.0.1:1"))

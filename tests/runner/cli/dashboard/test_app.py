@@ -346,6 +346,20 @@ def test_the_workers_page_shows_each_workers_heartbeat(whole: World):
     assert "1/2" in row.group(0) and "dash-host pid 4242" in row.group(0)
 
 
+def test_the_workers_page_reads_no_job(whole: World):
+    world = whole
+    world.records.calls = 0
+    world.page("/")
+    reads_of_the_jobs_page = world.records.calls
+    world.clock.advance(5)
+    world.records.calls = 0
+
+    world.page("/workers")
+
+    # Then the heartbeats and the catalogue's columns are read, no job in full
+    assert world.records.calls <= 3 < reads_of_the_jobs_page
+
+
 def test_the_poison_page_shows_what_poison_list_shows(whole: World):
     world = whole
     html = world.page("/poison")
