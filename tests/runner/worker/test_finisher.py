@@ -9,7 +9,7 @@ import uuid
 from dataclasses import replace
 from typing import Any
 
-from checkpoint import messages
+from checkpoint import layout, messages
 from checkpoint.clock import Clock, FakeClock, SystemClock
 from checkpoint.errors import Unavailable
 from checkpoint.records import TaskRecord
@@ -31,6 +31,12 @@ class FailingBatches:
         self.block = False
         #: Batches still to refuse before answering again (besides ``failing``).
         self.refusals = 0
+        #: Reads of a job record (the catalogue) since the test last set this to 0.
+        self.job_reads = 0
+
+    def get(self, table: str, *args: Any, **kwargs: Any) -> Any:
+        self.job_reads += table == layout.JOBS_TABLE
+        return self._records.get(table, *args, **kwargs)
 
     def batch(self, *args: Any, **kwargs: Any) -> list[str]:
         if self.block:
@@ -116,6 +122,21 @@ def test_the_group_that_ends_the_job_enqueues_finalize(backend):
     assert job.store.get_job(job.job_id).state == "finalizing"
     (final,) = job.storage.queues.peek(job.queue, max_messages=32)
     assert messages.decode(final.body).kind == "final"
+
+
+def test_groups_after_the_first_read_no_job_record(backend):
+    # Given a job whose first group taught this worker its total and type
+    job = Job(backend, chunks=8)
+    job.finisher.finish([job.ended(0)])
+    job.records.job_reads = 0
+
+    # When more of its groups finish, none of them ending a shard
+    for index in range(1, 4):
+        job.finisher.finish([job.ended(index)])
+
+    # Then none reads the job's record: the catalogue is off a chunk's path
+    assert job.records.job_reads == 0
+    assert job.store.counts(job.job_id) == {"done": 4, "poisoned": 0}
 
 
 def test_a_store_failure_keeps_the_messages_for_a_later_delivery(backend):
