@@ -9,6 +9,8 @@ import uuid
 from dataclasses import replace
 from typing import Any
 
+import pytest
+
 from checkpoint import layout, messages
 from checkpoint.clock import Clock, FakeClock, SystemClock
 from checkpoint.errors import Unavailable
@@ -211,3 +213,18 @@ def test_a_slot_waits_while_too_many_chunks_are_pending(backend, monkeypatch):
     slot.join(30)
     assert finisher.stop(timeout=60)
     assert job.store.counts(job.job_id) == {"done": 4, "poisoned": 0}
+
+
+def test_a_group_waits_while_chunks_go_on_finishing_and_no_longer():
+    wait = chunk_finisher.group_wait
+    linger, most = chunk_finisher.LINGER_SECONDS, chunk_finisher.GROUP_WAIT_SECONDS
+    # A full group is written at once
+    assert wait(chunk_finisher.GROUP_CHUNKS, 10.0, 10.0, 10.0) is None
+    # A chunk just handed over: wait for the next one up to the linger
+    assert wait(1, 10.0, 10.0, 10.0) == pytest.approx(linger)
+    # Chunks still coming keep it open, up to the most a group waits in all
+    assert wait(3, 10.0 + most - 0.01, 10.0, 10.0 + most - 0.02) == pytest.approx(0.01)
+    assert wait(3, 10.0 + most, 10.0, 10.0 + most - 0.001) is None
+    # No chunk within the linger (a chunk of a second or more): written then
+    assert wait(1, 10.0 + linger, 10.0, 10.0) is None
+    assert 0.2 <= most <= 0.25 and linger < most  # quick chunks share, none waits long
