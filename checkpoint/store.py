@@ -110,6 +110,12 @@ class CheckpointStore:
         """``(job id, job)`` of every job, with a BadRecord for one that cannot be read."""
         return self._jobs.scan_jobs(budget)
 
+    def under_way_above(
+        self, job_type: str, priority: int, budget: Budget | None = None
+    ) -> list[JobRecord]:
+        """Jobs of ``job_type`` planning or running above ``priority``: one query."""
+        return self._jobs.under_way_above(job_type, priority, budget)
+
     def params(self, job: JobRecord) -> Any:
         return self.value(job.properties, "params", of=job.name)
 

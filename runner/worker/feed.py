@@ -81,7 +81,10 @@ def run_feed(
     stored = control.newest_state
     cursor = int(stored) if stored is not None else first
     recorded = runner_side(lambda: _recorded(store, job, read), "reading the chunks planned")
-    others = runner_side(lambda: store.list_jobs(read), "reading the jobs")
+    others = runner_side(
+        lambda: store.under_way_above(job.job_type, job.priority, read),
+        "reading the jobs of a higher priority",
+    )
     window = window_beside(job, others, window)
     counts = runner_side(lambda: store.counts(job_id, read), "reading the chunks ended")
     ended = counts["done"] + counts["poisoned"]

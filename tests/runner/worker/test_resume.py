@@ -10,6 +10,7 @@ import pytest
 from checkpoint import messages
 from checkpoint.clock import FakeClock
 from checkpoint.storage import QueueMessage
+from jobs.job import ChunkedJob
 from jobs.job_run import SimulatedCrash
 from runner.worker.chunk_times import ChunkTimes
 from runner.worker.receive_order import ReceiveOrder
@@ -301,7 +302,10 @@ def test_the_receive_order_asks_a_resume_queue_by_how_long_chunks_take_here(
     # Given a worker's receive order, the chunks of its type not timed yet
     monkeypatch.setattr(Verdicts, "resume_first", True)
     clock, times = FakeClock(), ChunkTimes()
-    by_queue = {Verdicts.resume_queue(): Verdicts, Verdicts.queue: Verdicts}
+    by_queue: dict[str, type[ChunkedJob]] = {
+        Verdicts.resume_queue(): Verdicts,
+        Verdicts.queue: Verdicts,
+    }
     order = ReceiveOrder(by_queue, [Verdicts], clock, 1.0, chunk_times=times)
     both = [(Verdicts, [Verdicts.resume_queue(), Verdicts.queue])]
     order.asked(Verdicts, Verdicts.resume_queue(), 0, 32)
