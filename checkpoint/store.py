@@ -219,6 +219,11 @@ class CheckpointStore:
             raise written
         return written, counts
 
+    def counts_seen(self, job_id: str) -> dict[str, int]:
+        """The job's done and poisoned chunks as this process last saw its counters: no
+        request, a low bound (:meth:`checkpoint.counting.ShardCounters.seen`)."""
+        return self._counting.seen(job_id)
+
     def count_chunks(
         self,
         ended: Sequence[tuple[TaskRecord, Mapping[str, Any]]],

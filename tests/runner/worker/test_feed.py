@@ -280,6 +280,37 @@ def test_a_feed_step_reads_no_retained_job_of_the_catalogue(
     _each_chunk_ran_once(world, run, job_id, run.window * 3)
 
 
+def test_a_feed_step_reads_no_counter_where_its_worker_saw_them_leave_room(
+    world: World, run: Run, monkeypatch: pytest.MonkeyPatch
+):
+    # Given a job of three windows, run by one worker that ends its chunks itself
+    records = world.backend.storage.records
+    get, query, during_feed = records.get, records.query, Counter[str]()
+
+    def watched_get(table: str, partition_key: str, row_key: str) -> Any:
+        if current_ids().get("task") == "feed" and row_key == layout.COUNTS_ROW:
+            during_feed["counter reads"] += 1
+        return get(table, partition_key, row_key)
+
+    def watched_query(table: str, partition_key: str, *args: Any, **kwargs: Any) -> Any:
+        if current_ids().get("task") == "feed" and partition_key == layout.JOBS_PARTITION:
+            during_feed["steps"] += 1  # each step asks for the jobs above it once
+        return query(table, partition_key, *args, **kwargs)
+
+    monkeypatch.setattr(records, "get", watched_get)
+    monkeypatch.setattr(records, "query", watched_query)
+    job_id = run.submit(run.window * 3)
+
+    # When it runs to its end
+    run.until_ended(job_id)
+
+    # Then steps took the counters as the worker last saw them (a low bound: counters
+    # only grow) where those left a quarter window to feed, reading none of them
+    assert during_feed["steps"] >= 3
+    assert during_feed["counter reads"] < layout.SHARDS * during_feed["steps"]
+    _each_chunk_ran_once(world, run, job_id, run.window * 3)
+
+
 def test_status_shows_the_priority(world: World, run: Run):
     job_id = run.submit(3, priority=-2)
 
