@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import uuid
 
+from checkpoint import layout
 from checkpoint.job_records import UNDER_WAY_WHERE
 from checkpoint.records import JOB_STATES
+from checkpoint.storage import PropertyValue
 from checkpoint.store import CheckpointStore
 
 
@@ -42,3 +44,19 @@ def test_the_jobs_under_way_above_a_priority_are_those_of_its_type_only(backend)
     assert {job.job_id for job in store.under_way_above(kind, -10)} == {
         f"{name}-{tag}" for name in ("higher-running", "higher-planning", "equal", "lower")
     }
+
+
+def test_a_job_record_that_cannot_be_read_is_left_out_of_the_jobs_above(backend):
+    # Given a record in the catalogue that matches the query but lacks its queue
+    store = CheckpointStore(backend.storage)
+    tag = uuid.uuid4().hex[:8]
+    kind = f"tests:Garbled{tag}"
+    good, _ = store.create_job(f"good-{tag}", kind, "q", {}, priority=3)
+    store.update_job(good, state="running")
+    fields: dict[str, PropertyValue] = {"job_type": kind, "priority": 3, "state": "running"}
+    backend.storage.records.insert(
+        layout.JOBS_TABLE, layout.JOBS_PARTITION, f"garbled-{tag}", fields
+    )
+
+    # Then the jobs above are the readable ones only
+    assert [job.job_id for job in store.under_way_above(kind, 0)] == [f"good-{tag}"]
