@@ -96,6 +96,7 @@ bench: venv azurite
 	$(BIN)/python -m tests.bench.storage --output BENCHMARKS.md
 	$(BIN)/python -m tests.bench.chunks --output BENCHMARKS.md
 	$(BIN)/python -m tests.bench.requests_per_chunk --output BENCHMARKS.md
+	$(BIN)/python -m tests.bench.retained --output BENCHMARKS.md
 	$(BIN)/python -m tests.bench.parks --output BENCHMARKS.md
 	$(BIN)/python -m tests.bench.limits --output BENCHMARKS.md
 	$(BIN)/python -m tests.bench.fairness --baseline-ref 99a0db2 --output BENCHMARKS.md

@@ -65,6 +65,18 @@ class ShardCounters:
                 budget,
             )
 
+    def seen(self, job_id: str) -> dict[str, int]:
+        """Done and poisoned chunks of the job as this process last saw its counter
+        rows, summed (a shard not seen counts 0), with no request: never more than the
+        rows hold, as counters only grow (but for a redrive taking poisoned ones off)."""
+        total = dict.fromkeys(COUNTERS, 0)
+        for shard in range(layout.SHARDS):
+            row = self._rows.get(layout.shard_partition(job_id, shard))
+            if row is not None:
+                for name, value in counts_of(row, job_id, shard).items():
+                    total[name] = total.get(name, 0) + value
+        return total
+
     def forget(self, job_id: str) -> None:
         """Forget the job's rows as last seen (the job is being deleted)."""
         for shard in range(layout.SHARDS):

@@ -28,7 +28,7 @@ from checkpoint.errors import (
 from checkpoint.records import JOB_STATES, JobRecord, JobState, Properties, record_name
 from checkpoint.retries import Budget
 from checkpoint.settle import WRITER
-from checkpoint.storage import ANY_ETAG, Record, Storage
+from checkpoint.storage import ANY_ETAG, Record, Storage, Where
 from checkpoint.values import Values, refused
 
 #: What :meth:`JobRecords.scan_catalogue` reads of each job record (Azure's ``$select``).
@@ -52,6 +52,11 @@ class CatalogueEntry:
         p = Properties(record, record_name(record.row_key, "job"))
         state = p.one_of("state", JOB_STATES)
         return cls(record.row_key, state, p.time("created_on"), p.time("updated_on"))
+
+
+#: The states of a job whose chunks are still to run, planning and running, as a range:
+#: no other state sorts between them (tests/checkpoint/test_store.py checks it).
+UNDER_WAY_WHERE = (Where("state", "ge", "planning"), Where("state", "le", "running"))
 
 
 class JobRecords:
@@ -182,6 +187,30 @@ class JobRecords:
                 found.append((record.row_key, CatalogueEntry.from_record(record)))
             except BadRecord as bad:
                 found.append((record.row_key, bad))
+        return found
+
+    def under_way_above(
+        self, job_type: str, priority: int, budget: Budget | None = None
+    ) -> list[JobRecord]:
+        """The jobs of ``job_type`` planning or running with a priority above
+        ``priority`` (a record that cannot be read left out): one query whose answer
+        holds those jobs only, however many ended jobs the catalogue keeps."""
+        budget = retries.given(budget, self._clock)
+        self._ensure(budget)
+        where = [
+            Where("job_type", "eq", job_type),
+            Where("priority", "gt", priority),
+            *UNDER_WAY_WHERE,
+        ]
+        records = budget.call(
+            lambda: list(self._records.query(layout.JOBS_TABLE, layout.JOBS_PARTITION, where))
+        )
+        found = []
+        for record in records:
+            try:
+                found.append(JobRecord.from_record(record))
+            except BadRecord:
+                continue  # status shows it; the priority check goes on without it
         return found
 
     def change_job(

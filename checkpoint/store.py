@@ -117,6 +117,12 @@ class CheckpointStore:
         """Every job's id, state and creation time, its record not read in full."""
         return self._jobs.scan_catalogue(budget)
 
+    def under_way_above(
+        self, job_type: str, priority: int, budget: Budget | None = None
+    ) -> list[JobRecord]:
+        """Jobs of ``job_type`` planning or running above ``priority``: one query."""
+        return self._jobs.under_way_above(job_type, priority, budget)
+
     def params(self, job: JobRecord) -> Any:
         return self.value(job.properties, "params", of=job.name)
 
@@ -219,6 +225,11 @@ class CheckpointStore:
         if isinstance(written, StorageError):
             raise written
         return written, counts
+
+    def counts_seen(self, job_id: str) -> dict[str, int]:
+        """The job's done and poisoned chunks as this process last saw its counters: no
+        request, a low bound (:meth:`checkpoint.counting.ShardCounters.seen`)."""
+        return self._counting.seen(job_id)
 
     def count_chunks(
         self,

@@ -199,8 +199,8 @@ def _json_params(text: str) -> object:
     type=click.IntRange(0, 256),
     default=None,
     help="Messages received ahead of a free slot, leased while they wait "
-    "[default: adapts to chunk length, keeping about 0.2 s of work waiting: none for "
-    "long chunks, up to 32 for chunks of milliseconds].",
+    "[default: adapts to chunk length, keeping about 1 s of work waiting: none for "
+    "long chunks, up to 32 for chunks of tens of milliseconds].",
 )
 @click.option(
     "--burst",

@@ -49,6 +49,9 @@ FEED_IDLE_SECONDS = 1
 #: While a job of its type with a higher priority is planning or running, a job feeds
 #: this share of its window (1/8, at least one chunk).
 LOWER_PRIORITY_SHARE = 8
+#: A step takes the counters as its worker last saw them (no request) while those leave
+#: this share of the window (1/4) to feed; else it reads them (16 requests).
+SEEN_SHARE = 4
 #: Job states in which a job's chunks are still to run.
 _UNDER_WAY = ("planning", "running")
 
@@ -81,10 +84,12 @@ def run_feed(
     stored = control.newest_state
     cursor = int(stored) if stored is not None else first
     recorded = runner_side(lambda: _recorded(store, job, read), "reading the chunks planned")
-    others = runner_side(lambda: store.list_jobs(read), "reading the jobs")
+    others = runner_side(
+        lambda: store.under_way_above(job.job_type, job.priority, read),
+        "reading the jobs of a higher priority",
+    )
     window = window_beside(job, others, window)
-    counts = runner_side(lambda: store.counts(job_id, read), "reading the chunks ended")
-    ended = counts["done"] + counts["poisoned"]
+    ended = _ended(store, job_id, cursor, window, read)
     fed = 0
     while cursor < recorded and cursor - ended < window:
         count = min(window - (cursor - ended), recorded - cursor, MAX_PAGE_CHUNKS)
@@ -119,6 +124,20 @@ def window_beside(job: JobRecord, others: Iterable[JobRecord], window: int) -> i
         ):
             return max(1, window // LOWER_PRIORITY_SHARE)
     return window
+
+
+def _ended(store: CheckpointStore, job_id: str, cursor: int, window: int, budget: Budget) -> int:
+    """The job's chunks ended (done + poisoned): as this worker last saw its counters
+    (no request) if those leave at least 1/:data:`SEEN_SHARE` of the window to feed, else
+    read from its 16 counters. What was seen is a low bound (counters only grow), so it
+    never overfills the window; a worker that ends most of the job's chunks (one worker,
+    or quick chunks) sees them closely, and its steps read no counter."""
+    seen = store.counts_seen(job_id)
+    ended = seen["done"] + seen["poisoned"]
+    if window - (cursor - ended) >= max(1, window // SEEN_SHARE):
+        return ended
+    counts = runner_side(lambda: store.counts(job_id, budget), "reading the chunks ended")
+    return counts["done"] + counts["poisoned"]
 
 
 def _recorded(store: CheckpointStore, job: JobRecord, budget: Budget) -> int:

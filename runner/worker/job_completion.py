@@ -59,8 +59,9 @@ class Completion:
         self._queues = queues
         self._job_classes = job_classes
         self._failed = failed
-        #: Chunk totals of planned jobs, with the incarnation each belongs to.
-        self._totals: LruMap[str, tuple[str | None, int]] = LruMap(totals_kept)
+        #: Chunk totals of planned jobs, with the incarnation and the job type each
+        #: belongs to: a group's check then reads no job record (the catalogue).
+        self._totals: LruMap[str, tuple[str | None, int, str]] = LruMap(totals_kept)
 
     def check(
         self,
@@ -80,21 +81,22 @@ class Completion:
         """
         job = None
         known = self._totals.get(job_id)
-        total = known[1] if known is not None else None
         if known is None:
             job = self._store.get_job(job_id, budget)
-            total = job.total
+            total, job_type = job.total, job.job_type
             if total is not None:
                 # A job's total never changes once set (a job of this id submitted
                 # again after a deletion is another incarnation: see observe).
-                self._totals.put(job_id, (job.incarnation, total))
+                self._totals.put(job_id, (job.incarnation, total, job_type))
+        else:
+            _, total, job_type = known
         if poisoned:
             job = job or self._store.get_job(job_id, budget)
             if self._fail_past_tolerance(job, total, budget):
                 return
         if total is None:
             return  # still planning: planning checks when it ends
-        tolerated = self._tolerated(job_id, job)
+        tolerated = self._tolerated(job_type)
         _check(self._store, self._queues, job_id, total, budget, shard, shard_counts, tolerated)
 
     def observe(self, job: JobRecord) -> None:
@@ -104,15 +106,14 @@ class Completion:
         if known is not None and known[0] != job.incarnation:
             self._totals.forget(job.job_id)
 
-    def _tolerated(self, job_id: str, job: JobRecord | None) -> int | float | None:
-        job = job or self._store.get_job(job_id)
-        job_class = self._job_classes.get(job.job_type)
+    def _tolerated(self, job_type: str) -> int | float | None:
+        job_class = self._job_classes.get(job_type)
         return job_class.tolerated_failures if job_class is not None else None
 
     def _fail_past_tolerance(self, job: JobRecord, total: int | None, budget: Budget) -> bool:
         """Fail the job, cancelling what is left of it, if more of its chunks are
         poisoned than it tolerates; True if it has failed (now or before)."""
-        tolerated = self._tolerated(job.job_id, job)
+        tolerated = self._tolerated(job.job_type)
         if tolerated is None or job.ended:
             return job.ended
         if isinstance(tolerated, float) and total is None:

@@ -171,7 +171,11 @@ class WorkerLoop:
         # The queues served; _serve_also adds those of unfinished jobs submitted with
         # another queue count than their class has now.
         self._order = ReceiveOrder(
-            self.context.by_queue, job_classes, self.clock, settings.poll_max_seconds
+            self.context.by_queue,
+            job_classes,
+            self.clock,
+            settings.poll_max_seconds,
+            chunk_times=self.context.chunk_times,
         )
         identity = Identity(
             worker_id=self.worker_id,

@@ -23,8 +23,12 @@ import math
 #: The most messages taken ahead of the slots (a receive returns at most 32).
 MAX_PREFETCH = 32
 #: Work kept waiting ahead of the slots, in seconds of slot time: long enough to hide a
-#: receive round trip, short enough that waiting messages start almost at once.
-BUFFER_SECONDS = 0.2
+#: receive round trip and that chunks of tens of milliseconds (a trivial chunk on Azure:
+#: its claim's round trip) are received 16 to 32 at a time, not a receive per few chunks
+#: (at 0.2 s, 0.2 receives per chunk on Azurite); short enough that a waiting message
+#: starts within a second. Job control is unaffected: a message is checked against its
+#: job's state when it starts, not when it is received.
+BUFFER_SECONDS = 1.0
 #: Weight of the newest timing in the smoothed time per message.
 SMOOTHING = 0.2
 

@@ -18,8 +18,9 @@ from checkpoint.clock import Clock
 from checkpoint.errors import StorageError
 from checkpoint.storage import QueueMessage, QueueStore
 from jobs.job import ChunkedJob
+from runner.worker.chunk_times import ChunkTimes
 from runner.worker.polling import Rotation
-from runner.worker.resume import queues_to_poll
+from runner.worker.resume import moves_here, queues_to_poll
 
 log = logging.getLogger(__name__)
 
@@ -39,8 +40,11 @@ class ReceiveOrder:
         classes: Sequence[type[ChunkedJob]],
         clock: Clock,
         longest_rest_seconds: float,
+        chunk_times: ChunkTimes | None = None,
     ):
         self._by_queue = by_queue
+        #: How long each type's chunks take here: whether they move (resume.moves_here).
+        self._chunk_times = chunk_times or ChunkTimes()
         self._classes = list(classes)
         self._clock = clock
         self._rotation = Rotation(self.job_queues(), clock, longest_rest_seconds)
@@ -71,6 +75,7 @@ class ReceiveOrder:
                     now,
                     self._resume_polled_at.get(cls.queue),
                     [name for name in order if self._by_queue[name] is cls],
+                    moves_here(cls, self._chunk_times),
                 ),
             )
             for cls in classes

@@ -44,6 +44,7 @@ from checkpoint import retries
 from checkpoint.errors import StorageError
 from checkpoint.storage import NEVER_EXPIRES, QueueMessage
 from jobs.job import ChunkedJob
+from runner.worker.chunk_times import ChunkTimes
 from runner.worker.delivery import Delivery
 
 log = logging.getLogger(__name__)
@@ -57,6 +58,21 @@ MOVE_MIN_CHUNK_SECONDS = 1.0
 #: messages there (``resume_first = False``): only messages left from when it did, or
 #: from workers running an older version of the class, can be there.
 IDLE_RESUME_POLL_SECONDS = 60.0
+#: How often a worker whose chunks of a type are quick (they do not move) looks into the
+#: type's resume queue: only other workers' moves can be there (their first chunks, or
+#: chunks slow there), so a second (the longest idle poll by default) is soon enough,
+#: and asking it at every receive cost a receive per receive of the job queue.
+QUICK_RESUME_POLL_SECONDS = 1.0
+
+
+def moves_here(cls: type[ChunkedJob], chunk_times: ChunkTimes) -> bool:
+    """Whether this worker moves claimed chunks of ``cls`` to its resume queue now:
+    unless the class opts out or its chunks take under :data:`MOVE_MIN_CHUNK_SECONDS`
+    on average here (until one has ended, they move)."""
+    if not cls.resume_first:
+        return False
+    took = chunk_times.seconds(cls.job_type())
+    return took is None or took >= MOVE_MIN_CHUNK_SECONDS
 
 
 def queues_to_poll(
@@ -64,16 +80,19 @@ def queues_to_poll(
     now: float,
     resume_polled_at: float | None,
     job_queues: Sequence[str] | None = None,
+    moves: bool = True,
 ) -> list[str]:
     """The queues of ``cls`` to receive from, in order, at ``now`` (monotonic): its
     resume queue first, then its job queues: ``job_queues`` in the order given (a
     worker's fair rotation, :mod:`runner.worker.polling`), else its ``chunk_queues()``.
-    A class that does not use its resume queue has it looked at once per
-    :data:`IDLE_RESUME_POLL_SECONDS` only."""
+    The resume queue is asked every time while this worker ``moves`` chunks there
+    (:func:`moves_here`); else once per :data:`QUICK_RESUME_POLL_SECONDS`, or per
+    :data:`IDLE_RESUME_POLL_SECONDS` for a class that does not use it."""
     queues = list(cls.chunk_queues() if job_queues is None else job_queues)
-    if cls.resume_first or resume_polled_at is None:
+    if resume_polled_at is None or (cls.resume_first and moves):
         return [cls.resume_queue(), *queues]
-    if now - resume_polled_at >= IDLE_RESUME_POLL_SECONDS:
+    every = QUICK_RESUME_POLL_SECONDS if cls.resume_first else IDLE_RESUME_POLL_SECONDS
+    if now - resume_polled_at >= every:
         return [cls.resume_queue(), *queues]
     return queues
 
@@ -92,10 +111,9 @@ def copy_to_resume(delivery: Delivery) -> Moved | None:
     queue; None if it needs none (not a chunk, in the resume queue already, a class that
     opts out) or the send failed (the chunk then runs from the message it came in)."""
     cls, lease = delivery.job_class, delivery.lease
-    if delivery.kind != "chunk" or not cls.resume_first or lease.queue == cls.resume_queue():
+    if delivery.kind != "chunk" or lease.queue == cls.resume_queue():
         return None
-    took = delivery.worker.chunk_times.seconds(cls.job_type())
-    if took is not None and took < MOVE_MIN_CHUNK_SECONDS:
+    if not moves_here(cls, delivery.worker.chunk_times):
         return None  # quick chunks: a dead worker's costs the job's tail only as long
     sent_at = delivery.worker.clock.monotonic()
     try:

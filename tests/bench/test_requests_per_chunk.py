@@ -15,8 +15,11 @@ from tests import azurite as azurite_process
 from tests.bench.chunk_jobs import Trivial
 from tests.bench.request_tally import OperationTally, Window, Wire, classify, is_start_up
 from tests.bench.requests_per_chunk import (
+    BUDGET_SIZES,
+    REQUESTS_PER_CHUNK_BUDGET,
     Counted,
     Results,
+    budget_line,
     entity_bytes,
     fixed_per_job,
     operations,
@@ -25,6 +28,7 @@ from tests.bench.requests_per_chunk import (
     per_second,
     report,
     run_job,
+    wire_per_chunk,
 )
 
 Q = "http://127.0.0.1:41001/devstoreaccount1"
@@ -227,3 +231,34 @@ def test_per_chunk_is_the_slope_between_two_sizes_and_the_rest_is_fixed():
     text = "\n".join(report(results, args, "Load: -"))
     assert "| record_merge | 1.000 | 6.000 | 2.000 |" in text
     assert "queue_create_queue" not in text
+
+
+class Budgeted(Trivial):
+    """The trivial job on a queue of its own, for the budget."""
+
+    queue = "bench-requests-budget"
+
+
+def test_a_trivial_chunk_stays_within_its_request_budget(azurite: azurite_process.Azurite):
+    # Given the trivial job at two sizes past a feed window, one worker of the defaults
+    small, big = (
+        run_job(
+            azurite.connection_string,
+            Budgeted,
+            {"chunks": chunks},
+            chunks,
+            WorkerSettings(burst=True),
+            on_wire=True,
+        )
+        for chunks in BUDGET_SIZES
+    )
+
+    # Then each further chunk costs no more HTTP requests than the budget allows (a
+    # change that adds one raises REQUESTS_PER_CHUNK_BUDGET, saying why)
+    per_chunk = wire_per_chunk(small, big)
+    assert 3.0 <= per_chunk <= REQUESTS_PER_CHUNK_BUDGET, budget_line(per_chunk)
+
+
+def test_the_budget_line_says_pass_or_over():
+    assert budget_line(REQUESTS_PER_CHUNK_BUDGET).endswith("**PASS**")
+    assert budget_line(REQUESTS_PER_CHUNK_BUDGET + 0.01).endswith("**OVER**")

@@ -8,12 +8,14 @@ feeder dying at any step loses no chunk and runs none twice.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
 
+from checkpoint import layout
 from checkpoint.errors import NotFound
+from checkpoint.storage import BatchOp, PropertyValue
 from jobs import manage
 from jobs.submit import submit
 from runner.cli.status import job_status
@@ -208,6 +210,105 @@ def test_a_job_of_higher_priority_gets_most_of_the_workers(world: World, run: Ru
     assert 0 < low_meanwhile <= run.n(500) // 4  # sharing alike: about as many as high's
     assert run.ran[last + 1 :] == [low] * (len(run.ran) - last - 1)
     _each_chunk_ran_once(world, run, low, run.n(1_500))
+
+
+class Retained:
+    """1,200 ended jobs of another type in the catalogue (more than a page of it),
+    written straight into the jobs partition once it exists, removed after the test."""
+
+    COUNT = 1_200
+
+    def __init__(self, world: World):
+        self._records = world.backend.storage.records
+        self._rows = [f"retained-{i:05d}" for i in range(self.COUNT)]
+        self._written = False
+
+    def write(self) -> None:
+        fields: dict[str, PropertyValue] = {
+            "job_type": "tests:Old",
+            "queue": "old",
+            "state": "done",
+            "priority": 9,
+        }
+        self._apply([BatchOp("insert", row, fields) for row in self._rows])
+        self._written = True
+
+    def remove(self) -> None:
+        if self._written:
+            self._apply([BatchOp("delete", row) for row in self._rows])
+
+    def _apply(self, operations: list[BatchOp]) -> None:
+        for first in range(0, len(operations), 100):
+            part = operations[first : first + 100]
+            self._records.batch(layout.JOBS_TABLE, layout.JOBS_PARTITION, part)
+
+
+@pytest.fixture
+def retained(world: World) -> Iterator[Retained]:
+    jobs = Retained(world)
+    try:
+        yield jobs
+    finally:
+        jobs.remove()
+
+
+def test_a_feed_step_reads_no_retained_job_of_the_catalogue(
+    world: World, run: Run, retained: Retained, monkeypatch: pytest.MonkeyPatch
+):
+    # Given many ended jobs retained, and a job with a feeder
+    records = world.backend.storage.records
+    query, read_while_feeding = records.query, Counter[str]()
+
+    def watched(table: str, partition_key: str, *args: Any, **kwargs: Any) -> Any:
+        for record in query(table, partition_key, *args, **kwargs):
+            if current_ids().get("task") == "feed":
+                if (table, partition_key) == (layout.JOBS_TABLE, layout.JOBS_PARTITION):
+                    read_while_feeding[record.row_key.split("-")[0]] += 1
+            yield record
+
+    monkeypatch.setattr(records, "query", watched)
+    job_id = run.submit(run.window * 3)
+    retained.write()
+
+    # When it runs to its end
+    run.until_ended(job_id)
+
+    # Then its feed steps read none of the retained jobs: what a step reads does not
+    # grow with the catalogue (the priority check asks for the jobs above its own only)
+    assert world.task(job_id, "feed").state == "done"
+    assert read_while_feeding["retained"] == 0
+    _each_chunk_ran_once(world, run, job_id, run.window * 3)
+
+
+def test_a_feed_step_reads_no_counter_where_its_worker_saw_them_leave_room(
+    world: World, run: Run, monkeypatch: pytest.MonkeyPatch
+):
+    # Given a job of three windows, run by one worker that ends its chunks itself
+    records = world.backend.storage.records
+    get, query, during_feed = records.get, records.query, Counter[str]()
+
+    def watched_get(table: str, partition_key: str, row_key: str) -> Any:
+        if current_ids().get("task") == "feed" and row_key == layout.COUNTS_ROW:
+            during_feed["counter reads"] += 1
+        return get(table, partition_key, row_key)
+
+    def watched_query(table: str, partition_key: str, *args: Any, **kwargs: Any) -> Any:
+        if current_ids().get("task") == "feed" and partition_key == layout.JOBS_PARTITION:
+            during_feed["steps"] += 1  # each step asks for the jobs above it once
+        return query(table, partition_key, *args, **kwargs)
+
+    monkeypatch.setattr(records, "get", watched_get)
+    monkeypatch.setattr(records, "query", watched_query)
+    job_id = run.submit(run.window * 3)
+
+    # When it runs to its end
+    run.until_ended(job_id)
+
+    # Then steps took the counters as the worker last saw them (a low bound: counters
+    # only grow) where those left a quarter window to feed, reading none of them
+    assert during_feed["steps"] >= 3
+    assert during_feed["counter reads"] < layout.SHARDS * during_feed["steps"]
+    _each_chunk_ran_once(world, run, job_id, run.window * 3)
 
 
 def test_status_shows_the_priority(world: World, run: Run):

@@ -9,7 +9,9 @@ import uuid
 from dataclasses import replace
 from typing import Any
 
-from checkpoint import messages
+import pytest
+
+from checkpoint import layout, messages
 from checkpoint.clock import Clock, FakeClock, SystemClock
 from checkpoint.errors import Unavailable
 from checkpoint.records import TaskRecord
@@ -31,6 +33,12 @@ class FailingBatches:
         self.block = False
         #: Batches still to refuse before answering again (besides ``failing``).
         self.refusals = 0
+        #: Reads of a job record (the catalogue) since the test last set this to 0.
+        self.job_reads = 0
+
+    def get(self, table: str, *args: Any, **kwargs: Any) -> Any:
+        self.job_reads += table == layout.JOBS_TABLE
+        return self._records.get(table, *args, **kwargs)
 
     def batch(self, *args: Any, **kwargs: Any) -> list[str]:
         if self.block:
@@ -118,6 +126,21 @@ def test_the_group_that_ends_the_job_enqueues_finalize(backend):
     assert messages.decode(final.body).kind == "final"
 
 
+def test_groups_after_the_first_read_no_job_record(backend):
+    # Given a job whose first group taught this worker its total and type
+    job = Job(backend, chunks=8)
+    job.finisher.finish([job.ended(0)])
+    job.records.job_reads = 0
+
+    # When more of its groups finish, none of them ending a shard
+    for index in range(1, 4):
+        job.finisher.finish([job.ended(index)])
+
+    # Then none reads the job's record: the catalogue is off a chunk's path
+    assert job.records.job_reads == 0
+    assert job.store.counts(job.job_id) == {"done": 4, "poisoned": 0}
+
+
 def test_a_store_failure_keeps_the_messages_for_a_later_delivery(backend):
     # Given a store that fails the batch marking the chunks done, every try until one
     # lease past the leases (on a fake clock: those 120 s pass at once)
@@ -190,3 +213,18 @@ def test_a_slot_waits_while_too_many_chunks_are_pending(backend, monkeypatch):
     slot.join(30)
     assert finisher.stop(timeout=60)
     assert job.store.counts(job.job_id) == {"done": 4, "poisoned": 0}
+
+
+def test_a_group_waits_while_chunks_go_on_finishing_and_no_longer():
+    wait = chunk_finisher.group_wait
+    linger, most = chunk_finisher.LINGER_SECONDS, chunk_finisher.GROUP_WAIT_SECONDS
+    # A full group is written at once
+    assert wait(chunk_finisher.GROUP_CHUNKS, 10.0, 10.0, 10.0) is None
+    # A chunk just handed over: wait for the next one up to the linger
+    assert wait(1, 10.0, 10.0, 10.0) == pytest.approx(linger)
+    # Chunks still coming keep it open, up to the most a group waits in all
+    assert wait(3, 10.0 + most - 0.01, 10.0, 10.0 + most - 0.02) == pytest.approx(0.01)
+    assert wait(3, 10.0 + most, 10.0, 10.0 + most - 0.001) is None
+    # No chunk within the linger (a chunk of a second or more): written then
+    assert wait(1, 10.0 + linger, 10.0, 10.0) is None
+    assert 0.2 <= most <= 0.25 and linger < most  # quick chunks share, none waits long

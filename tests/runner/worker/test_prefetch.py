@@ -74,7 +74,7 @@ def test_chunks_getting_slower_shrink_the_depth_at_once():
     for _ in range(10):
         prefetch.observe(0.001)
     assert prefetch.depth == MAX_PREFETCH
-    prefetch.observe(1.0)  # mean 0.2008 s: the buffer holds less than one
+    prefetch.observe(5.0)  # mean 1.0008 s: the buffer holds less than one
     assert prefetch.depth == 0
 
 
@@ -148,6 +148,15 @@ def test_a_worker_takes_many_quick_chunks_at_once(tmp_path: Path):
     # Then the receives grew to take many at a time, so there were few of them
     assert loop.prefetch.depth == MAX_PREFETCH
     assert max(asked) > 16
+    assert len(asked) < 40
+
+
+def test_chunks_of_tens_of_milliseconds_are_received_many_at_once(tmp_path: Path):
+    # Given 200 chunks of 25 ms each, as a trivial chunk takes on Azure (its claim)
+    loop, asked = _run(tmp_path, chunks=200, seconds=0.025)
+
+    # Then a receive takes many: a receive a chunk would cost a request a chunk
+    assert loop.prefetch.depth == MAX_PREFETCH
     assert len(asked) < 40
 
 

@@ -8,9 +8,18 @@ from __future__ import annotations
 import pytest
 
 from checkpoint import messages
+from checkpoint.clock import FakeClock
 from checkpoint.storage import QueueMessage
+from jobs.job import ChunkedJob
 from jobs.job_run import SimulatedCrash
-from runner.worker.resume import IDLE_RESUME_POLL_SECONDS, MOVE_MIN_CHUNK_SECONDS, queues_to_poll
+from runner.worker.chunk_times import ChunkTimes
+from runner.worker.receive_order import ReceiveOrder
+from runner.worker.resume import (
+    IDLE_RESUME_POLL_SECONDS,
+    MOVE_MIN_CHUNK_SECONDS,
+    QUICK_RESUME_POLL_SECONDS,
+    queues_to_poll,
+)
 from runner.worker.tasks import handle
 from tests.runner.world import FIRST_BACKOFF_SECONDS, LEASE_SECONDS, Verdicts, World
 
@@ -268,6 +277,47 @@ def test_a_class_without_resume_first_looks_into_its_resume_queue_once_a_minute(
     assert queues_to_poll(Verdicts, 100.0 + IDLE_RESUME_POLL_SECONDS, 100.0) == both
     monkeypatch.setattr(Verdicts, "resume_first", True)
     assert queues_to_poll(Verdicts, 100.5, 100.0) == both
+
+
+def test_a_type_whose_chunks_stay_here_has_its_resume_queue_asked_once_a_second(
+    monkeypatch: pytest.MonkeyPatch,
+):
+    # Given a job type that moves claimed chunks, and a worker whose chunks of it are quick
+    monkeypatch.setattr(Verdicts, "resume_first", True)
+    both = [Verdicts.resume_queue(), Verdicts.queue]
+    quick = QUICK_RESUME_POLL_SECONDS
+
+    # Then its resume queue is asked at the first receive and once a second after it
+    # (only other workers' moves can be there), every receive while its chunks move
+    assert queues_to_poll(Verdicts, 100.0, None, moves=False) == both
+    assert queues_to_poll(Verdicts, 100.0 + quick / 2, 100.0, moves=False) == [Verdicts.queue]
+    assert queues_to_poll(Verdicts, 100.0 + quick, 100.0, moves=False) == both
+    assert queues_to_poll(Verdicts, 100.0 + quick / 2, 100.0, moves=True) == both
+    assert quick == 1.0  # the longest wait between two idle polls by default
+
+
+def test_the_receive_order_asks_a_resume_queue_by_how_long_chunks_take_here(
+    monkeypatch: pytest.MonkeyPatch,
+):
+    # Given a worker's receive order, the chunks of its type not timed yet
+    monkeypatch.setattr(Verdicts, "resume_first", True)
+    clock, times = FakeClock(), ChunkTimes()
+    by_queue: dict[str, type[ChunkedJob]] = {
+        Verdicts.resume_queue(): Verdicts,
+        Verdicts.queue: Verdicts,
+    }
+    order = ReceiveOrder(by_queue, [Verdicts], clock, 1.0, chunk_times=times)
+    both = [(Verdicts, [Verdicts.resume_queue(), Verdicts.queue])]
+    order.asked(Verdicts, Verdicts.resume_queue(), 0, 32)
+    assert order.next_round() == both  # they move until one was timed
+
+    # When its chunks take a few milliseconds here
+    times.observe(Verdicts.job_type(), 0.005)
+
+    # Then the resume queue is left out until a second has passed since it was asked
+    assert order.next_round() == [(Verdicts, [Verdicts.queue])]
+    clock.advance(QUICK_RESUME_POLL_SECONDS)
+    assert order.next_round() == both
 
 
 def test_chunks_quicker_than_a_second_stay_in_the_job_queue(resumes: World):
