@@ -1,0 +1,181 @@
+"""Fair between job types (runner/worker/type_turns.py): a worker serving several types
+shares its slots between them, a quiet type's new work (a planning or finalize task)
+first, then the busy types in turn; the decision itself, and the worker loop's receive
+rounds on both backends."""
+
+from __future__ import annotations
+
+import queue
+import uuid
+from typing import Any
+
+import pytest
+
+from checkpoint import layout, messages
+from checkpoint.clock import FakeClock
+from checkpoint.records import TaskKind
+from checkpoint.storage import NEVER_EXPIRES, Storage
+from jobs.chunk import Chunk
+from jobs.job import ChunkedJob
+from runner.worker.loop import WorkerLoop, WorkerSettings
+from runner.worker.polling import served_queues
+from runner.worker.receive_order import ReceiveOrder
+from runner.worker.type_turns import TypeTurns, type_order
+from tests.backends import Backend
+
+#: How long each chunk of the tests' worker takes (the FakeClock moves this much a
+#: round): long enough that every empty queue's rest is over at each round.
+CHUNK_SECONDS = 10.0
+
+
+def test_quiet_types_come_first_then_the_others_from_the_one_whose_turn_it_is():
+    types = ["a", "b", "c", "d"]
+    assert type_order(types, 0, set()) == ["a", "b", "c", "d"]
+    assert type_order(types, 2, set()) == ["c", "d", "a", "b"]
+    assert type_order(types, 5, set()) == ["b", "c", "d", "a"]  # wraps around
+    assert type_order(types, 2, {"a", "d"}) == ["d", "a", "c", "b"]
+    assert type_order([], 3, set()) == []
+
+
+def test_a_type_that_received_passes_the_turn_on_and_one_that_did_not_is_quiet():
+    # Given three types, none asked yet: all quiet, in their order
+    turns = TypeTurns(["a", "b", "c"])
+    assert turns.order() == ["a", "b", "c"]
+
+    # When a gave messages and b none
+    turns.asked("a", 16)
+    turns.asked("b", 0)
+
+    # Then b and c (never asked) are quiet and go first, then a, from the type after it
+    assert turns.order() == ["b", "c", "a"]
+    # and once every type is busy they take turns, each after the last that received
+    turns.asked("b", 1)
+    turns.asked("c", 3)
+    assert turns.order() == ["a", "b", "c"]
+    turns.asked("a", 16)
+    assert turns.order() == ["b", "c", "a"]
+
+
+class Served(ChunkedJob):
+    """A job type served by the worker under test; each test makes its own, on queues
+    of their own."""
+
+    queue = "type-turns"
+
+    def split(self, params: Any) -> Any:
+        return []
+
+    def process(self, chunk: Chunk) -> Any:
+        return None
+
+
+def _served(name: str) -> type[ChunkedJob]:
+    """A type of its own, on a fresh queue."""
+    queue_name = f"{name}-{uuid.uuid4().hex[:10]}"
+    return type(name.title(), (Served,), {"queue": queue_name, "__module__": __name__})
+
+
+def _job_type(backend: Backend, name: str) -> type[ChunkedJob]:
+    """:func:`_served`, its queues deleted after the test (Azurite's outlive it)."""
+    cls = _served(name)
+    backend.made += [
+        ("queue", cls.queue),
+        ("queue", layout.poison_queue_of(cls.queue)),
+        ("queue", layout.resume_queue_of(cls.queue)),
+    ]
+    return cls
+
+
+def _worker(storage: Storage, classes: list[type[ChunkedJob]]) -> tuple[WorkerLoop, FakeClock]:
+    """A worker of one slot taking nothing ahead (chunks of seconds), on its own clock."""
+    clock = FakeClock()
+    loop = WorkerLoop(storage, classes, WorkerSettings(concurrency=1, prefetch=0), clock=clock)
+    loop._prepare()
+    return loop, clock
+
+
+def _send(storage: Storage, cls: type[ChunkedJob], kind: TaskKind, count: int) -> None:
+    body = messages.encode(messages.TaskMessage(kind, cls.job_type(), "job", 0))
+    storage.queues.send_many(cls.queue, [body] * count, ttl_seconds=NEVER_EXPIRES)
+
+
+def _round(loop: WorkerLoop, clock: FakeClock, free: int = 1) -> list[str]:
+    """One receive round with ``free`` slots, then a chunk's time: the queues of the
+    messages it took, in order."""
+    loop._receive(free)
+    taken = []
+    while True:
+        try:
+            item = loop._work.get_nowait()
+        except queue.Empty:
+            break
+        assert item is not None
+        taken.append(item[0])
+    clock.advance(CHUNK_SECONDS)
+    return taken
+
+
+@pytest.mark.parametrize("rounds_before", [1, 2, 3])
+def test_a_second_types_planning_takes_the_next_free_slot_then_they_take_turns(
+    backend: Backend, rounds_before: int
+):
+    # Given a worker of one slot serving two types, the first with 26 chunks waiting,
+    # having taken some of them
+    slow, boom = _job_type(backend, "slow"), _job_type(backend, "boom")
+    loop, clock = _worker(backend.storage, [slow, boom])
+    _send(backend.storage, slow, "chunk", 26)
+    for _ in range(rounds_before):
+        assert _round(loop, clock) == [slow.queue]
+
+    # When a job of the second type is submitted: its planning message
+    _send(backend.storage, boom, "plan", 1)
+
+    # Then the next free slot takes it, whatever the first type's turn was
+    assert _round(loop, clock) == [boom.queue]
+
+    # and once it has planned its chunks, the slots alternate between the two types
+    _send(backend.storage, boom, "chunk", 10)
+    taken = [queue_name for _ in range(6) for queue_name in _round(loop, clock)]
+    assert taken == [slow.queue, boom.queue] * 3
+
+
+def test_quick_chunks_of_two_busy_types_share_the_receives_in_turn(backend: Backend):
+    # Given two types with 64 messages each and a worker refilling 16 at a time
+    first, second = _job_type(backend, "first"), _job_type(backend, "second")
+    loop, clock = _worker(backend.storage, [first, second])
+    _send(backend.storage, first, "chunk", 64)
+    _send(backend.storage, second, "chunk", 64)
+
+    # When it receives six times
+    rounds = [_round(loop, clock, free=16) for _ in range(6)]
+
+    # Then each round's 16 came from one type, the types in turn
+    assert rounds == [[first.queue] * 16, [second.queue] * 16] * 3
+
+
+def test_an_idle_types_queue_rests_while_another_type_keeps_the_worker_busy():
+    # Given a worker of a busy type and an idle one, a round every 0.1 s for 10 s
+    busy, idle = _served("busy"), _served("idle")
+    clock = FakeClock()
+    order = ReceiveOrder(served_queues([busy, idle], ()), [busy, idle], clock, 1.0)
+    asked: list[str] = []
+
+    # When each round asks each type's queues until the busy one fills it
+    for _ in range(100):
+        for cls, queues in order.next_round():
+            got = 16 if cls is busy else 0
+            for name in queues:
+                order.asked(cls, name, got if name == cls.queue else 0, 16)
+                asked.append(name)
+            if got:
+                break
+        clock.advance(0.1)
+
+    # Then the busy queue was asked every round, the idle one only when its rest was
+    # over (as for one type's queues, tests/runner/worker/test_polling.py): 15 times in
+    # 10 s, not 100; its resume queue each round but the first (all quiet then, the
+    # busy type came first and filled it), before the busy type's fresh chunks
+    assert asked.count(busy.queue) == 100
+    assert asked.count(idle.queue) == 15
+    assert asked.count(idle.resume_queue()) == 99
+    assert asked[2:4] == [idle.resume_queue(), idle.queue]
