@@ -7,12 +7,15 @@ order of :func:`type_order`:
 - **quiet types first**: those whose queues gave nothing when last asked. Whatever comes
   into a quiet type's queue is most likely a job's first message, its planning, or the
   finalize of a job whose chunks have all ended: short tasks that start or end a job,
-  which a free slot takes before another chunk of a busy type. A quiet type costs an
-  empty receive when asked, and its queues rest between asks while other types keep the
-  worker busy (:mod:`runner.worker.polling`), so at most about one a second each;
-- **then the busy types in turn**, from the type after the last one that received: a
-  turn is one receive, so with every type busy each free slot (or refill) goes to the
-  next type, and a job of one type waits at most one receive of each other type.
+  which a free slot takes before another chunk of a busy type. Taken out of turn: the
+  type's turn comes next, so a job's first chunks follow its planning at once. A quiet
+  type costs an empty receive when asked, and its queues rest between asks while other
+  types keep the worker busy (:mod:`runner.worker.polling`), so at most about one a
+  second each;
+- **then the busy types in turn**, from the type after the last one that received in
+  its turn: a turn is one receive, so with every type busy each free slot (or refill)
+  goes to the next type, and a job of one type waits at most one receive of each other
+  type (and of each quiet one).
 
 A type's own queues keep their turns of up to two receives among themselves
 (:class:`runner.worker.polling.Rotation`), and its resume queue is still asked before
@@ -42,7 +45,8 @@ class TypeTurns(Generic[T]):
     def __init__(self, types: Sequence[T]):
         self._types = list(types)
         self._turn = 0
-        #: Types whose queues gave nothing when last asked (at first, every type).
+        #: Types whose queues gave nothing when last asked; at first every type, as
+        #: nothing is known of them (their first message may as well be a planning).
         self._quiet = set(self._types)
 
     def order(self) -> list[T]:
@@ -55,5 +59,11 @@ class TypeTurns(Generic[T]):
         if not received:
             self._quiet.add(asked)
             return
-        self._quiet.discard(asked)
-        self._turn = self._types.index(asked) + 1  # the next round starts after it
+        at = self._types.index(asked)
+        if asked in self._quiet:
+            # Most likely a planning or finalize task, taken out of turn: its turn is
+            # next (a job's first chunks follow its planning).
+            self._quiet.discard(asked)
+            self._turn = at
+        else:
+            self._turn = at + 1  # the next round starts after it

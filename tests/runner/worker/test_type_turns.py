@@ -37,22 +37,28 @@ def test_quiet_types_come_first_then_the_others_from_the_one_whose_turn_it_is():
     assert type_order([], 3, set()) == []
 
 
-def test_a_type_that_received_passes_the_turn_on_and_one_that_did_not_is_quiet():
+def test_types_take_turns_and_a_quiet_types_new_work_comes_first_out_of_turn():
     # Given three types, none asked yet: all quiet, in their order
     turns = TypeTurns(["a", "b", "c"])
     assert turns.order() == ["a", "b", "c"]
 
-    # When a gave messages and b none
-    turns.asked("a", 16)
-    turns.asked("b", 0)
+    # When each gave messages, in that order, and each again in its turn
+    for busy in ("a", "b", "c", "b", "c"):
+        turns.asked(busy, 16)
 
-    # Then b and c (never asked) are quiet and go first, then a, from the type after it
-    assert turns.order() == ["b", "c", "a"]
-    # and once every type is busy they take turns, each after the last that received
-    turns.asked("b", 1)
-    turns.asked("c", 3)
+    # Then a quiet type's receive was out of turn, its turn next (b, b; c, c), and a
+    # receive in its turn passes the turn to the type after it
     assert turns.order() == ["a", "b", "c"]
     turns.asked("a", 16)
+    assert turns.order() == ["b", "c", "a"]
+
+    # When b then gives nothing, Then it is quiet: first, before the turn's own order
+    turns.asked("b", 0)
+    assert turns.order() == ["b", "c", "a"]
+    turns.asked("c", 16)
+    assert turns.order() == ["b", "a", "c"]
+    # and when it gives messages again (a planning, most likely), its turn is next
+    turns.asked("b", 1)
     assert turns.order() == ["b", "c", "a"]
 
 
@@ -133,24 +139,27 @@ def test_a_second_types_planning_takes_the_next_free_slot_then_they_take_turns(
     # Then the next free slot takes it, whatever the first type's turn was
     assert _round(loop, clock) == [boom.queue]
 
-    # and once it has planned its chunks, the slots alternate between the two types
+    # and once it has planned its chunks, the next takes its first chunk, and then the
+    # slots alternate between the two types
     _send(backend.storage, boom, "chunk", 10)
     taken = [queue_name for _ in range(6) for queue_name in _round(loop, clock)]
-    assert taken == [slow.queue, boom.queue] * 3
+    assert taken == [boom.queue, slow.queue] * 3
 
 
 def test_quick_chunks_of_two_busy_types_share_the_receives_in_turn(backend: Backend):
-    # Given two types with 64 messages each and a worker refilling 16 at a time
+    # Given two types with 96 messages each and a worker refilling 16 at a time
     first, second = _job_type(backend, "first"), _job_type(backend, "second")
     loop, clock = _worker(backend.storage, [first, second])
-    _send(backend.storage, first, "chunk", 64)
-    _send(backend.storage, second, "chunk", 64)
+    _send(backend.storage, first, "chunk", 96)
+    _send(backend.storage, second, "chunk", 96)
 
-    # When it receives six times
-    rounds = [_round(loop, clock, free=16) for _ in range(6)]
+    # When it receives eight times
+    rounds = [_round(loop, clock, free=16) for _ in range(8)]
 
-    # Then each round's 16 came from one type, the types in turn
-    assert rounds == [[first.queue] * 16, [second.queue] * 16] * 3
+    # Then each round's 16 came from one type: at first each type's, as each was quiet
+    # (nothing known of it yet) and its turn next, then the types in turn
+    assert rounds[:3] == [[first.queue] * 16, [second.queue] * 16, [second.queue] * 16]
+    assert rounds[3:] == [[first.queue] * 16, [second.queue] * 16] * 2 + [[first.queue] * 16]
 
 
 def test_an_idle_types_queue_rests_while_another_type_keeps_the_worker_busy():
