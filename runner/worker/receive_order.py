@@ -3,10 +3,10 @@
 per job type its resume queue first, then its queues in their fair rotation
 (:mod:`runner.worker.polling`).
 
-A type whose queues all rest now is asked its resume queue all the same, each round, as
-resumed work goes first (:mod:`runner.worker.resume`). The loop takes tokens and slots
-of the shared limits once per job type and round (:mod:`runner.worker.admission`), for
-its resume queue and its queues together.
+A type whose queues all rest now comes last, and is asked its resume queue all the same
+if the round has room left, as resumed work goes first (:mod:`runner.worker.resume`).
+The loop takes tokens and slots of the shared limits once per job type and round
+(:mod:`runner.worker.admission`), for its resume queue and its queues together.
 """
 
 from __future__ import annotations
@@ -78,17 +78,11 @@ class ReceiveOrder:
         self._round = {}
         worker_received, self._received_this_round = self._received_this_round, False
         now = self._clock.monotonic()
+        polled = {cls: rotation.poll(worker_received) for cls, rotation in self._rotations.items()}
+        resting = [cls for cls, queues in polled.items() if not queues]
         return [
-            (
-                cls,
-                queues_to_poll(
-                    cls,
-                    now,
-                    self._resume_polled_at.get(cls.queue),
-                    self._rotations[cls].poll(worker_received),
-                ),
-            )
-            for cls in self._turns.order()
+            (cls, queues_to_poll(cls, now, self._resume_polled_at.get(cls.queue), polled[cls]))
+            for cls in self._turns.order(resting)
         ]
 
     def asked(self, cls: type[ChunkedJob], queue: str, received: int, wanted: int) -> None:

@@ -11,7 +11,8 @@ order of :func:`type_order`:
   type's turn comes next, so a job's first chunks follow its planning at once. A quiet
   type costs an empty receive when asked, and its queues rest between asks while other
   types keep the worker busy (:mod:`runner.worker.polling`), so at most about one a
-  second each;
+  second each; while they all rest it comes last (its resume queue asked only if the
+  others leave room, as before);
 - **then the busy types in turn**, from the type after the last one that received in
   its turn: a turn is one receive, so with every type busy each free slot (or refill)
   goes to the next type, and a job of one type waits at most one receive of each other
@@ -31,12 +32,17 @@ from typing import Generic, TypeVar
 T = TypeVar("T")
 
 
-def type_order(types: Sequence[T], turn: int, quiet: Collection[T]) -> list[T]:
+def type_order(
+    types: Sequence[T], turn: int, quiet: Collection[T], resting: Collection[T] = ()
+) -> list[T]:
     """``types`` in the order to ask them this round: the ``quiet`` ones first, then the
-    others, each group from the one at index ``turn`` on, wrapping around."""
+    others, each group from the one at index ``turn`` on, wrapping around; those
+    ``resting`` (every queue of theirs rests: only their resume queue would be asked)
+    last, as a resting queue is not worth a receive while the worker is busy."""
     start = turn % len(types) if types else 0
-    rotated = [*types[start:], *types[:start]]
-    return [t for t in rotated if t in quiet] + [t for t in rotated if t not in quiet]
+    rotated = [t for t in [*types[start:], *types[:start]] if t not in resting]
+    last = [t for t in types if t in resting]
+    return [t for t in rotated if t in quiet] + [t for t in rotated if t not in quiet] + last
 
 
 class TypeTurns(Generic[T]):
@@ -49,9 +55,9 @@ class TypeTurns(Generic[T]):
         #: nothing is known of them (their first message may as well be a planning).
         self._quiet = set(self._types)
 
-    def order(self) -> list[T]:
+    def order(self, resting: Collection[T] = ()) -> list[T]:
         """The types to ask this round, in order (:func:`type_order`)."""
-        return type_order(self._types, self._turn, self._quiet)
+        return type_order(self._types, self._turn, self._quiet, resting)
 
     def asked(self, asked: T, received: int) -> None:
         """Type ``asked`` was asked this round (its resume queue and queues) and gave

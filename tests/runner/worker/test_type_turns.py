@@ -35,6 +35,8 @@ def test_quiet_types_come_first_then_the_others_from_the_one_whose_turn_it_is():
     assert type_order(types, 5, set()) == ["b", "c", "d", "a"]  # wraps around
     assert type_order(types, 2, {"a", "d"}) == ["d", "a", "c", "b"]
     assert type_order([], 3, set()) == []
+    # and those whose queues all rest last, quiet or not, in their own order
+    assert type_order(types, 2, {"a", "d"}, resting={"d", "b"}) == ["a", "c", "b", "d"]
 
 
 def test_types_take_turns_and_a_quiet_types_new_work_comes_first_out_of_turn():
@@ -182,9 +184,11 @@ def test_an_idle_types_queue_rests_while_another_type_keeps_the_worker_busy():
 
     # Then the busy queue was asked every round, the idle one only when its rest was
     # over (as for one type's queues, tests/runner/worker/test_polling.py): 15 times in
-    # 10 s, not 100; its resume queue each round but the first (all quiet then, the
-    # busy type came first and filled it), before the busy type's fresh chunks
+    # 10 s, not 100, first in those rounds (from the second: all were quiet at first,
+    # the busy type came first and filled it), its resume queue with it; while it
+    # rests, it comes after the busy type, which leaves no room
     assert asked.count(busy.queue) == 100
-    assert asked.count(idle.queue) == 15
-    assert asked.count(idle.resume_queue()) == 99
-    assert asked[2:4] == [idle.resume_queue(), idle.queue]
+    assert asked.count(idle.queue) == asked.count(idle.resume_queue()) == 15
+    assert asked[2:6] == [idle.resume_queue(), idle.queue, busy.resume_queue(), busy.queue]
+    # (rounds at 0 s: 2 asks, at 0.1-0.4 s: 4 each; at 0.5 s it rests, at 0.6 s not)
+    assert asked[18:22] == [busy.resume_queue(), busy.queue, idle.resume_queue(), idle.queue]
