@@ -101,6 +101,10 @@ bench: venv azurite
 	$(BIN)/python -m tests.bench.limits --output BENCHMARKS.md
 	$(BIN)/python -m tests.bench.fairness --baseline-ref 99a0db2 --output BENCHMARKS.md
 	$(BIN)/python -m tests.bench.fairness --azurite --large 2000 --chunk-ms 5 --baseline-ref 99a0db2 --output BENCHMARKS.md
+	$(BIN)/python -m tests.bench.fairness --second-type --chunk-ms 5 1000 --baseline-ref 3aca597 \
+		--output BENCHMARKS.md
+	$(BIN)/python -m tests.bench.fairness --second-type --azurite --large 2000 --chunk-ms 5 1000 \
+		--baseline-ref 3aca597 --output BENCHMARKS.md
 	$(BIN)/python -m tests.bench.metrics --output BENCHMARKS.md
 	$(BIN)/python -m tests.bench.dashboard --chunks 100000 --azurite-chunks 100000 --runs 3 --output BENCHMARKS.md
 	$(BIN)/python -m tests.bench.status_scale --sizes 10,10000 --runs 5 --output BENCHMARKS.md

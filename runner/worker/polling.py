@@ -6,9 +6,11 @@ when its class had another ``queues`` count keeps the queues it was submitted to
 Each job type's resume queue (one however many queues it has) is asked before them
 (:func:`runner.worker.resume.queues_to_poll`) and takes no part in the turns below.
 
-The poll is fair: queues take turns, a turn being up to :data:`TURN_RECEIVES` receives
-from one queue while it answers in full, and at most :data:`TURN_MESSAGES` messages;
-so with messages in every queue none waits more than one turn of each other queue. Why
+The poll is fair: a job type's queues take turns (one :class:`Rotation` per type; the
+types take turns of their own, :mod:`runner.worker.type_turns`), a turn being up to
+:data:`TURN_RECEIVES` receives from one queue while it answers in full, and at most
+:data:`TURN_MESSAGES` messages; so with messages in every queue none waits more than
+one turn of each other queue of its type. Why
 two receives: a worker of quick chunks refills by half its capacity (16 of the default
 32), so a turn of two is a block of consecutive chunks
 (:data:`checkpoint.layout.QUEUE_BLOCK`), whose done marks fall into one shard and take
@@ -17,8 +19,9 @@ finisher's batches. A worker of slow chunks takes a message or two a receive (it
 marks are one chunk a batch anyway), so other queues wait two receives at most. An
 empty queue costs little: after an empty answer it rests,
 its rest doubling from :data:`FIRST_REST_SECONDS` up to the worker's longest idle wait,
-but only while other queues keep the worker busy. A poll that received nothing asks
-every queue, rested or not, so an idle worker notices new work as fast as before.
+but only while other queues (of any type) keep the worker busy. A poll that received
+nothing asks every queue, rested or not, so an idle worker notices new work as fast as
+before.
 """
 
 from __future__ import annotations
@@ -73,12 +76,16 @@ class Rotation:
         self._queues.append(queue)
         self._rest_seconds[queue] = self._rests_until[queue] = 0.0
 
-    def poll(self) -> list[str]:
+    def poll(self, worker_received: bool | None = None) -> list[str]:
         """The queues to ask now, in order: from the one whose turn it is, skipping
-        resting queues if the last poll received something."""
+        resting queues if the last poll received something: from these queues, or
+        ``worker_received`` when given (a worker of several job types has a rotation
+        per type, and an idle type's queues rest while the others keep it busy)."""
         self._received_last_poll, self._received_this_poll = self._received_this_poll, False
+        if worker_received is None:
+            worker_received = self._received_last_poll
         order = self._queues[self._next :] + self._queues[: self._next]
-        if not self._received_last_poll:
+        if not worker_received:
             return order
         now = self._clock.monotonic()
         return [queue for queue in order if self._rests_until[queue] <= now]

@@ -1,11 +1,12 @@
-"""The order of one receive round of the worker loop: per job type, its resume queue
-first, then its queues in the fair rotation of :mod:`runner.worker.polling`.
+"""The order of one receive round of the worker loop: the job types in their turns
+(:mod:`runner.worker.type_turns`: quiet types first, then the busy ones in turn), and
+per job type its resume queue first, then its queues in their fair rotation
+(:mod:`runner.worker.polling`).
 
-Job types come in the order the rotation reaches their queues, then those whose queues
-all rest now: their resume queues are asked all the same, each round, as resumed work
-goes first (:mod:`runner.worker.resume`). The loop takes tokens and slots of the shared
-limits once per job type and round (:mod:`runner.worker.admission`), for its resume
-queue and its queues together.
+A type whose queues all rest now comes last, and is asked its resume queue all the same
+if the round has room left, as resumed work goes first (:mod:`runner.worker.resume`).
+The loop takes tokens and slots of the shared limits once per job type and round
+(:mod:`runner.worker.admission`), for its resume queue and its queues together.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from jobs.job import ChunkedJob
 from runner.worker.chunk_times import ChunkTimes
 from runner.worker.polling import Rotation
 from runner.worker.resume import moves_here, queues_to_poll
+from runner.worker.type_turns import TypeTurns
 
 log = logging.getLogger(__name__)
 
@@ -45,9 +47,20 @@ class ReceiveOrder:
         self._by_queue = by_queue
         #: How long each type's chunks take here: whether they move (resume.moves_here).
         self._chunk_times = chunk_times or ChunkTimes()
-        self._classes = list(classes)
         self._clock = clock
-        self._rotation = Rotation(self.job_queues(), clock, longest_rest_seconds)
+        self._rotations = {
+            cls: Rotation(
+                [name for name in self.job_queues() if by_queue[name] is cls],
+                clock,
+                longest_rest_seconds,
+            )
+            for cls in classes
+        }
+        self._turns = TypeTurns(list(classes))
+        #: What each type asked in the current round gave, in the order asked.
+        self._round: dict[type[ChunkedJob], int] = {}
+        #: Whether a job queue (not a resume queue) gave messages this round.
+        self._received_this_round = False
         #: When each job type's resume queue was last asked (monotonic), by its queue.
         self._resume_polled_at: dict[str, float] = {}
 
@@ -57,16 +70,20 @@ class ReceiveOrder:
         return tuple(name for name in self._by_queue if not layout.is_resume_queue(name))
 
     def serve(self, queue: str, cls: type[ChunkedJob]) -> None:
-        """Serve job queue ``queue`` of ``cls`` too, last in the rotation."""
+        """Serve job queue ``queue`` of ``cls`` too, last in its rotation."""
         self._by_queue[queue] = cls
-        self._rotation.add(queue)
+        self._rotations[cls].add(queue)
 
     def next_round(self) -> list[tuple[type[ChunkedJob], list[str]]]:
         """Each job type with its queues to ask this round, in order."""
-        order = self._rotation.poll()
-        classes = list(dict.fromkeys(self._by_queue[name] for name in order))
-        classes += [cls for cls in self._classes if cls not in classes]
+        # The last round's answers settle whose turn it is and which types are quiet.
+        for cls, received in self._round.items():
+            self._turns.asked(cls, received)
+        self._round = {}
+        worker_received, self._received_this_round = self._received_this_round, False
         now = self._clock.monotonic()
+        polled = {cls: rotation.poll(worker_received) for cls, rotation in self._rotations.items()}
+        resting = [cls for cls, queues in polled.items() if not queues]
         return [
             (
                 cls,
@@ -74,19 +91,21 @@ class ReceiveOrder:
                     cls,
                     now,
                     self._resume_polled_at.get(cls.queue),
-                    [name for name in order if self._by_queue[name] is cls],
+                    polled[cls],
                     moves_here(cls, self._chunk_times),
                 ),
             )
-            for cls in classes
+            for cls in self._turns.order(resting)
         ]
 
     def asked(self, cls: type[ChunkedJob], queue: str, received: int, wanted: int) -> None:
         """``queue`` of ``cls`` was asked for ``wanted`` messages and gave ``received``."""
+        self._round[cls] = self._round.get(cls, 0) + received
         if queue == cls.resume_queue():
             self._resume_polled_at[cls.queue] = self._clock.monotonic()
         else:
-            self._rotation.asked(queue, received, wanted)
+            self._rotations[cls].asked(queue, received, wanted)
+            self._received_this_round = self._received_this_round or received > 0
 
 
 def receive_from(

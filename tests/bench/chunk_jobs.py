@@ -113,3 +113,10 @@ class Paced(ChunkedJob):
     def process(self, chunk: Chunk) -> Any:
         time.sleep(chunk.params["ms"] / 1000)
         return None
+
+
+class PacedOther(Paced):
+    """:class:`Paced` as a second job type, on a queue of its own (fairness between
+    types)."""
+
+    queue = "bench-paced-other"
