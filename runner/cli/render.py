@@ -79,7 +79,8 @@ def listing_line(counts: JobCounts, listing: Listing, shown: int) -> str | None:
     ended = {state: number for state, number in ended.items() if number}
     total = sum(ended.values())
     if total and not (listing.states or listing.every):
-        most = max(ended, key=lambda state: ended[state])
+        # A failed job is what a reader most wants to find; else the largest group.
+        most = "failed" if "failed" in ended else max(ended, key=lambda state: ended[state])
         each = ", ".join(f"{number:,} {state}" for state, number in ended.items())
         jobs = "job" if total == 1 else "jobs"
         lines.append(f"and {total:,} ended {jobs}: {each} (runner status --all, or --state {most})")

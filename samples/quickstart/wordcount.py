@@ -36,6 +36,14 @@ class WordCount(ChunkedJob):
     checkpoint_interval_seconds = 2.0
     max_attempts = 3
 
+    def validate(self, params: Any) -> None:
+        # Run by submit, in the submitting process: a mistyped folder fails there in one
+        # line instead of in planning on a worker, three attempts later.
+        if not isinstance(params, dict) or not {"input", "output"} <= params.keys():
+            raise ValueError('params needs "input" (a folder of .txt files) and "output"')
+        if not Path(params["input"]).is_dir():
+            raise ValueError(f"input {params['input']!r} is not a folder")
+
     def split(self, params: dict[str, Any]) -> Any:
         # Sorted: planning resumed after a crash must see the same files in the same order.
         for path in sorted(Path(params["input"]).glob("*.txt")):

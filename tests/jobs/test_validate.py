@@ -14,6 +14,7 @@ from checkpoint.store import CheckpointStore
 from jobs import ChunkedJob, InvalidParams, submit
 from jobs.testing import run_job
 from runner.cli.commands import main
+from samples.quickstart.wordcount import WordCount
 from tests.backends import Backend
 from tests.runner.cli.invoke import run_runner
 
@@ -154,3 +155,12 @@ def test_the_command_exits_2_in_process_too(tmp_path, monkeypatch, capsys):
         "many numbers to sum\n"
     )
     assert not (tmp_path / ".runner").exists()
+
+
+def test_the_quickstart_refuses_params_without_its_folders(tmp_path: Any):
+    job = WordCount()
+    with pytest.raises(ValueError, match='needs "input"'):
+        job.validate({})
+    with pytest.raises(ValueError, match="is not a folder"):
+        job.validate({"input": str(tmp_path / "nowhere"), "output": "x.json"})
+    job.validate({"input": str(tmp_path), "output": str(tmp_path / "summary.json")})

@@ -119,7 +119,7 @@ def test_status_says_when_no_job_is_active_and_counts_the_ended_ones(tmp_path):
     shown = CliRunner().invoke(cli, ["status", "--storage", str(tmp_path)]).output
 
     assert shown == (
-        "no active jobs; 3 ended jobs: 2 done, 1 failed (runner status --all, or --state done)\n"
+        "no active jobs; 3 ended jobs: 2 done, 1 failed (runner status --all, or --state failed)\n"
     )
 
 
