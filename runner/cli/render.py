@@ -157,6 +157,13 @@ def _job(job: AnyJob, color: bool, now: datetime | None = None) -> str:
     return "\n".join(lines)
 
 
+def planning_words(job: JobStatus) -> str | None:
+    """What a job with no chunk yet says of its failing planning (:func:`_planning_failed`),
+    or None: every view shows this instead of a bar of 0/0."""
+    planning = _planning_failure(job)
+    return None if planning is None else _planning_failed(planning, job.dropped)
+
+
 def _planning_failure(job: JobStatus) -> FailedTask | None:
     """The failed (retrying) or poisoned planning of a job that has no chunk yet."""
     if job.planning_done or job.chunks.total:

@@ -16,7 +16,7 @@ from markupsafe import Markup
 
 from runner.cli.json_form import utc
 from runner.cli.pace import duration, rate_words
-from runner.cli.render import chunk_counts
+from runner.cli.render import chunk_counts, planning_words
 from runner.cli.status_types import JobStatus, Rate
 from runner.cli.tracebacks import traceback_parts
 from runner.cli.watch_view import ENDED_STATES
@@ -44,6 +44,7 @@ def environment() -> jinja2.Environment:
         count=count,
         rate=rate_text,
         chunk_counts=chunk_counts,
+        planning_failed=planning_words,
         state_class=state_class,
         fraction=shown_fraction,
         traceback_html=traceback_html,

@@ -4,6 +4,9 @@ the job failed in planning, with the error's one line; never ``0/0+ (planning) d
 
 from __future__ import annotations
 
+from starlette.testclient import TestClient
+
+from runner.cli.dashboard.app import DashboardSettings, build_app
 from runner.cli.render import render_status
 from runner.cli.snapshot import read_report
 from tests.runner.world import World
@@ -45,3 +48,23 @@ def test_planning_poisoned_fails_the_job_in_planning_with_its_error(world: World
         f"{job_id}  {world.job_record(job_id).job_type}  failed",
         "  failed in planning after 2 attempt(s): ValueError: split failed",
     ]
+
+
+def test_the_dashboard_says_a_job_failed_in_planning(world: World):
+    # Given a job whose planning was poisoned
+    job_id = world.job(None, params={"split": "fail"})
+    world.set_task(job_id, "plan", state="retrying", attempt=1)
+    world.send(job_id, "plan")
+    world.deliver()
+
+    # When its page and the failed jobs' list are read
+    settings = DashboardSettings(world.store.storage.description, 2.0, None, ("*",))
+    client = TestClient(build_app(world.store, settings, world.clock.monotonic))
+    job_page = client.get(f"/jobs/{job_id}").text
+    listed = client.get("/?state=failed").text
+
+    # Then both say so, with the error's line, never an empty bar of 0/0
+    assert "failed in planning after 2 attempt(s): ValueError: split failed" in job_page
+    assert "(planning) done" not in job_page and "No chunks yet" in job_page
+    row = listed[listed.index(f'data-job="{job_id}"') :]
+    assert "failed in planning" in row[: row.index("</tr>")]
