@@ -500,7 +500,7 @@ def test_a_retrying_planning_shows_its_error_attempt_and_next_try(world: World):
     assert failed["kind"] == "plan" and failed["attempt"] == 1 and failed["max_attempts"] == 2
     assert failed["error_message"] == "split failed" and failed["retry_at"] is not None
     text = render_status([typed])
-    assert "failed  planning attempt 1 of 2, next try at " in text
+    assert "  planning failed (attempt 1 of 2), next try at " in text
     assert "ValueError: split failed" in text
 
 

@@ -383,8 +383,9 @@ def test_a_dead_workers_chunk_of_four_queues_resumes_first_and_is_poisoned_on_it
     dying = assemble(mortal, [cls], SystemClock(), "dying")
     received_at = dying.clock.monotonic()
     (message,) = storage.queues.receive(f"{cls.queue}-2", visibility_seconds=cls.lease_seconds)
+    # Azure sends a planning page's messages concurrently: either of <queue>-2's comes first
     index = messages.decode(message.body).index
-    assert index == 4
+    assert index in (4, 5)
     with monkeypatch.context() as killing:
         killing.setattr(cls, "process", die)
         with pytest.raises(SimulatedCrash):
@@ -399,15 +400,15 @@ def test_a_dead_workers_chunk_of_four_queues_resumes_first_and_is_poisoned_on_it
     loop._prepare()
     assert loop._receive(1) == 1
     queue, resumed, received_at, lease = loop._work.get_nowait()  # type: ignore[misc]
-    assert (queue, messages.decode(resumed.body).index) == (cls.resume_queue(), 4)
+    assert (queue, messages.decode(resumed.body).index) == (cls.resume_queue(), index)
 
     # When its second and last attempt fails
-    FAILING.add(4)
+    FAILING.add(index)
     handle(loop.context, queue, resumed, received_at, lease)
 
     # Then it is poisoned into the poison queue of its own queue, <queue>-2, as from there
     store = CheckpointStore(storage)
-    task = store.get_task(job_id, "chunk", 4)
+    task = store.get_task(job_id, "chunk", index)
     assert (task.state, task.attempt) == ("poisoned", 2)
     poison = [storage.queues.approximate_length(q) for q in cls.poison_queues()]
     assert poison == [0, 0, 1, 0]
@@ -443,13 +444,13 @@ def _garble_job(storage: Storage, job_id: str, state: Any) -> None:
 def test_a_resume_message_poisoned_before_its_job_could_be_read_is_redriven(
     backend: Backend, storage: Storage, monkeypatch: pytest.MonkeyPatch
 ):
-    # Given a planned job of four queues (blocks of 2: chunk 4 on <queue>-2) whose
-    # chunk 4's message waits in the type's resume queue, and whose record another
+    # Given a planned job of four queues (blocks of 2: chunks 4 and 5 on <queue>-2) whose
+    # one of their messages waits in the type's resume queue, and whose record another
     # version garbled
     monkeypatch.setattr(layout, "QUEUE_BLOCK", 2)
     cls = _job_class(backend)
     job_id = _plan(storage, cls, 8)
-    assert _moved_to_resume_queue(storage, cls, f"{cls.queue}-2") == 4
+    assert _moved_to_resume_queue(storage, cls, f"{cls.queue}-2") in (4, 5)  # either first
     _garble_job(storage, job_id, 42)
 
     # When a worker receives that message: its chunk's queue cannot be known, so it is
