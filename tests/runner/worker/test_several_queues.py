@@ -444,8 +444,8 @@ def _garble_job(storage: Storage, job_id: str, state: Any) -> None:
 def test_a_resume_message_poisoned_before_its_job_could_be_read_is_redriven(
     backend: Backend, storage: Storage, monkeypatch: pytest.MonkeyPatch
 ):
-    # Given a planned job of four queues (blocks of 2: chunks 4 and 5 on <queue>-2) whose
-    # one of their messages waits in the type's resume queue, and whose record another
+    # Given a planned job of four queues (blocks of 2: chunks 4 and 5 on <queue>-2), one
+    # of whose messages waits in the type's resume queue, and whose record another
     # version garbled
     monkeypatch.setattr(layout, "QUEUE_BLOCK", 2)
     cls = _job_class(backend)
