@@ -26,7 +26,8 @@ from checkpoint.clock import Clock, SystemClock
 from checkpoint.counting import CounterName, ShardCounters
 from checkpoint.deletion import Deleted
 from checkpoint.errors import BadRecord, StorageError
-from checkpoint.job_records import CatalogueEntry, JobRecords
+from checkpoint.job_index import CatalogueEntry, JobIndex
+from checkpoint.job_records import JobRecords
 from checkpoint.reading import JobReader
 from checkpoint.records import JobRecord, TaskKind, TaskRecord
 from checkpoint.retries import Budget
@@ -116,6 +117,11 @@ class CheckpointStore:
     ) -> list[tuple[str, CatalogueEntry | BadRecord]]:
         """Every job's id, state and creation time, its record not read in full."""
         return self._jobs.scan_catalogue(budget)
+
+    def read_index(self, budget: Budget | None = None) -> JobIndex | None:
+        """The active jobs and the ended ones counted, in one range query (None: the
+        store keeps no index, made by an earlier version; scan the catalogue)."""
+        return self._jobs.read_index(budget)
 
     def params(self, job: JobRecord) -> Any:
         return self.value(job.properties, "params", of=job.name)
