@@ -14,7 +14,15 @@ from typing import Any
 import pytest
 
 from checkpoint import layout
-from checkpoint.errors import BadRecord, Conflict, NotFound, Unavailable
+from checkpoint.errors import (
+    AlreadyExists,
+    BadRecord,
+    BatchFailed,
+    Conflict,
+    NotFound,
+    Unavailable,
+)
+from checkpoint.faults import FaultyStorage, ScriptedFaults
 from checkpoint.job_index import COUNTS_ROW, INDEXED, JobIndex, active_row, zero_counts
 from checkpoint.records import ENDED_JOB_STATES
 from checkpoint.storage import Record, RecordStore, Storage
@@ -255,6 +263,48 @@ def test_a_counts_row_garbled_by_hand_makes_the_views_scan(index: Index):
         records.upsert(*partition, COUNTS_ROW, kept.properties)
         records.merge(*partition, active_row(garbled), {"state": "running"}, etag="*")
         records.delete(*partition, active_row(job_id), etag="*")  # ended, kept no index
+
+
+def test_a_batch_refused_busy_is_tried_again_and_counted_once(index: Index):
+    job_id = index.job("running")
+    before = index.read()
+    faults = ScriptedFaults(("records.batch", "busy"))
+    store = CheckpointStore(FaultyStorage(index.storage, faults).storage)
+
+    store.change_job(job_id, _done)
+
+    assert faults.pending == []
+    assert _moved(before, index.read()) == {**NONE_MOVED, "done": 1}
+
+
+def test_a_batch_refused_for_an_index_row_is_the_callers_error(index: Index):
+    # Given a job whose counts row is refused by the service (not an ETag race)
+    job_id = index.job("running")
+    real = index.records._records.batch
+
+    def refuse(table: str, partition_key: str, operations: Any) -> list[str]:
+        reason = AlreadyExists("refused", status=409, code="EntityAlreadyExists")
+        raise BatchFailed("refused", index=len(operations) - 1, reason=reason)
+
+    index.records._records = _With(index.records._records, batch=refuse)
+    try:
+        with pytest.raises(BatchFailed):
+            index.store.change_job(job_id, _done)
+        with pytest.raises(BatchFailed):
+            index.store.create_job(f"idx-{uuid.uuid4().hex[:10]}", "tests:Job", "q", {})
+    finally:
+        index.records._records = _With(index.records._records, batch=real)
+    assert index.store.get_job(job_id).state == "running"
+
+
+class _With:
+    """Records with one method replaced."""
+
+    def __init__(self, records: Any, **methods: Any):
+        self._records, self._methods = records, methods
+
+    def __getattr__(self, method: str) -> Any:
+        return self._methods.get(method) or getattr(self._records, method)
 
 
 def test_a_create_applied_with_its_answer_lost_is_the_callers_and_listed_once(index: Index):
