@@ -9,11 +9,9 @@ from __future__ import annotations
 
 import secrets
 from collections.abc import Callable
-from dataclasses import dataclass
-from datetime import datetime
 from typing import Any
 
-from checkpoint import deletion, layout, retries, settle
+from checkpoint import deletion, job_index, layout, retries, settle
 from checkpoint.clock import Clock
 from checkpoint.counting import ShardCounters
 from checkpoint.deletion import Deleted
@@ -25,33 +23,16 @@ from checkpoint.errors import (
     NotFound,
     StorageError,
 )
-from checkpoint.records import JOB_STATES, JobRecord, JobState, Properties, record_name
+from checkpoint.job_index import CatalogueEntry, IndexRows, JobIndex
+from checkpoint.job_moves import StateMoves
+from checkpoint.records import JobRecord
 from checkpoint.retries import Budget
 from checkpoint.settle import WRITER
-from checkpoint.storage import ANY_ETAG, Record, Storage, Where
+from checkpoint.storage import BatchOp, PropertyValue, Record, Storage, Where
 from checkpoint.values import Values, refused
 
 #: What :meth:`JobRecords.scan_catalogue` reads of each job record (Azure's ``$select``).
 CATALOGUE_COLUMNS = ("state", "created_on", "updated_on")
-
-
-@dataclass(frozen=True)
-class CatalogueEntry:
-    """A job as the catalogue lists it, read without its record in full: enough to
-    count jobs by state, order them newest first (or by their last change) and pick a
-    page of them."""
-
-    job_id: str
-    state: JobState
-    created_on: datetime | None
-    updated_on: datetime | None = None
-
-    @classmethod
-    def from_record(cls, record: Record) -> CatalogueEntry:
-        """Raises BadRecord if its state or times cannot be read."""
-        p = Properties(record, record_name(record.row_key, "job"))
-        state = p.one_of("state", JOB_STATES)
-        return cls(record.row_key, state, p.time("created_on"), p.time("updated_on"))
 
 
 #: The states of a job whose chunks are still to run, planning and running, as a range:
@@ -84,6 +65,8 @@ class JobRecords:
         self._values = values
         self._counters = counters
         self._ensure = ensure
+        self._index = IndexRows(storage.records)
+        self._moves = StateMoves(storage.records, self._index)
 
     def create_job(
         self,
@@ -126,8 +109,19 @@ class JobRecords:
         # that died half-way (its re-submit would otherwise find the job and stop there).
         try:
             self._counters.create(job_id, budget)
+            beside = []
+            if self._index.kept(budget):
+                properties[job_index.INDEXED] = True
+                row: dict[str, PropertyValue] = {"state": "planning", "created_on": now}
+                beside.append(BatchOp("upsert_replace", job_index.active_row(job_id), row))
             mine = settle.insert(
-                self._records, layout.JOBS_TABLE, layout.JOBS_PARTITION, job_id, properties, budget
+                self._records,
+                layout.JOBS_TABLE,
+                layout.JOBS_PARTITION,
+                job_id,
+                properties,
+                budget,
+                beside,
             )
         except StorageError as error:
             if refused(error):
@@ -159,7 +153,7 @@ class JobRecords:
             lambda: list(self._records.query(layout.JOBS_TABLE, layout.JOBS_PARTITION))
         )
         found: list[tuple[str, JobRecord | BadRecord]] = []
-        for record in records:
+        for record in self._jobs_only(records):
             try:
                 found.append((record.row_key, JobRecord.from_record(record)))
             except BadRecord as bad:
@@ -182,7 +176,7 @@ class JobRecords:
             )
         )
         found: list[tuple[str, CatalogueEntry | BadRecord]] = []
-        for record in records:
+        for record in self._jobs_only(records):
             try:
                 found.append((record.row_key, CatalogueEntry.from_record(record)))
             except BadRecord as bad:
@@ -213,6 +207,21 @@ class JobRecords:
                 continue  # status shows it; the priority check goes on without it
         return found
 
+    def _jobs_only(self, records: list[Record]) -> list[Record]:
+        """The job records of a scan of the jobs partition, without the index's rows
+        (the counts row is kept, so a job's end need not read it first)."""
+        for record in records:
+            if job_index.is_index_row(record.row_key):
+                self._index.noted(record)
+        return [record for record in records if not job_index.is_index_row(record.row_key)]
+
+    def read_index(self, budget: Budget | None = None) -> JobIndex | None:
+        """The active jobs and the ended ones counted, in one range query; None for a
+        store that keeps no index (:mod:`checkpoint.job_index`)."""
+        budget = retries.given(budget, self._clock)
+        self._ensure(budget)
+        return self._index.read(budget)
+
     def change_job(
         self,
         job_id: str,
@@ -238,12 +247,15 @@ class JobRecords:
 
         Raises Conflict if someone else did (never for this call's own applied write)."""
         changes = {**changes, "updated_on": self._clock.now(), WRITER: settle.one_off()}
+        budget = retries.given(budget, self._clock)
+        if changes.get("state", job.state) != job.state:
+            return JobRecord.from_record(self._moves.move(job, changes, budget))
         written = settle.merge(
             self._records,
             layout.JOBS_TABLE,
             Record(layout.JOBS_PARTITION, job.job_id, job.properties, job.etag),
             changes,
-            retries.given(budget, self._clock),
+            budget,
         )
         return JobRecord.from_record(written)
 
@@ -273,11 +285,7 @@ class JobRecords:
             deletion.sweep(self._storage.queues, swept, job_id, budget)
             for swept in (*job.every_queue, *stray)
         )
-        budget.call(
-            lambda: self._records.delete(
-                layout.JOBS_TABLE, layout.JOBS_PARTITION, job_id, etag=ANY_ETAG
-            )
-        )
+        self._moves.delete(job_id, budget)
         return Deleted(job_id, job.state, job.updated_on, records + 1, blobs, swept)
 
     def _mark_deleting(self, job_id: str, budget: Budget) -> JobRecord:

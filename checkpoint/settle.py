@@ -130,14 +130,28 @@ def insert(
     row_key: str,
     properties: Mapping[str, Any],
     budget: Budget,
+    beside: Sequence[BatchOp] = (),
 ) -> Record | None:
     """Insert a record (``properties`` hold a fresh ``writer`` token); returns it, or None
-    if a record of someone else's was there already."""
+    if a record of someone else's was there already. ``beside``: rows of its partition
+    written in the same atomic batch (applied with it, or not at all)."""
     token = token_of(properties)
+
+    def write() -> str:
+        if not beside:
+            return records.insert(table, partition_key, row_key, properties)
+        try:
+            return records.batch(
+                table, partition_key, [BatchOp("insert", row_key, properties), *beside]
+            )[0]
+        except BatchFailed as failed:
+            if failed.index == 0 and isinstance(failed.reason, AlreadyExists):
+                raise failed.reason from failed
+            raise
 
     def attempt() -> Record | None:
         try:
-            etag = records.insert(table, partition_key, row_key, properties)
+            etag = write()
         except AlreadyExists as refused:
             found = records.get(table, partition_key, row_key)
             if token_of(found.properties) != token:

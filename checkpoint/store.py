@@ -26,7 +26,8 @@ from checkpoint.clock import Clock, SystemClock
 from checkpoint.counting import CounterName, ShardCounters
 from checkpoint.deletion import Deleted
 from checkpoint.errors import BadRecord, StorageError
-from checkpoint.job_records import CatalogueEntry, JobRecords
+from checkpoint.job_index import CatalogueEntry, JobIndex
+from checkpoint.job_records import JobRecords
 from checkpoint.reading import JobReader
 from checkpoint.records import JobRecord, TaskKind, TaskRecord
 from checkpoint.retries import Budget
@@ -122,6 +123,11 @@ class CheckpointStore:
     ) -> list[JobRecord]:
         """Jobs of ``job_type`` planning or running above ``priority``: one query."""
         return self._jobs.under_way_above(job_type, priority, budget)
+
+    def read_index(self, budget: Budget | None = None) -> JobIndex | None:
+        """The active jobs and the ended ones counted, in one range query (None: the
+        store keeps no index, made by an earlier version; scan the catalogue)."""
+        return self._jobs.read_index(budget)
 
     def params(self, job: JobRecord) -> Any:
         return self.value(job.properties, "params", of=job.name)

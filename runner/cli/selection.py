@@ -1,27 +1,31 @@
 """Which jobs ``runner status``, ``--watch`` and the dashboard list, and in what order:
 newest first, filtered by state, cut to a number or a page.
 
-The choice is made on the job catalogue read by projection
-(:meth:`checkpoint.store.CheckpointStore.scan_catalogue`: each job's state, creation
-and update times, not its record), so a store of 10,000 ended jobs costs a view one
-listing of three columns, and only the jobs shown are read in full. The listing still
-returns a row per job: its time grows with the store (BENCHMARKS.md, "Status views").
-
 By default a view lists the *active* jobs (those not ended) and counts the ended ones
-(:class:`JobCounts`); ``--all`` lists every job. A catalogue entry that cannot be read
-has no state or age to go by: it is listed, after the readable jobs, unless particular
-states are asked for.
+(:class:`JobCounts`); ``--all`` lists every job. Such a view, or one of active states
+only, is chosen from the catalogue's index (:mod:`checkpoint.job_index`: a row per
+active job and the ended jobs' counts, read in one range query), so a store of 10,000
+ended jobs costs it what a store of ten does, and only the jobs shown are read in full.
+
+``--all``, an ended state, or a store without the index (made by an earlier version)
+choose on the job catalogue read by projection
+(:meth:`checkpoint.store.CheckpointStore.scan_catalogue`: each job's state, creation
+and update times, not its record): a row per job, so its time grows with the store
+(BENCHMARKS.md, "Status views"). A catalogue entry that cannot be read has no state or
+age to go by: it is listed, after the readable jobs, unless particular states are
+asked for (the index lists an active job whose record cannot be read; ``--all`` lists
+every one).
 """
 
 from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 
 from checkpoint.errors import BadRecord
-from checkpoint.job_records import CatalogueEntry
+from checkpoint.job_index import CatalogueEntry, JobIndex
 from checkpoint.records import ENDED_JOB_STATES, JOB_STATES
 from runner.cli.status_types import JobCounts
 
@@ -97,6 +101,20 @@ def select_jobs(found: Sequence[Found], listing: Listing) -> tuple[list[str], Jo
         matched=matched,
     )
     return chosen, counts
+
+
+def reads_index(listing: Listing) -> bool:
+    """Whether ``listing`` lists only active jobs (and the last few ended), so the
+    catalogue's index can choose them: not ``--all``, no ended state asked for."""
+    return not listing.every and set(listing.states) <= set(ACTIVE_STATES)
+
+
+def select_indexed(index: JobIndex, listing: Listing) -> tuple[list[str], JobCounts]:
+    """As :func:`select_jobs`, choosing among the index's active jobs (and the last
+    ended, for ``recent_ended``), with the ended jobs counted by the index's counts."""
+    recent = [(entry.job_id, entry) for entry in index.recent] if listing.recent_ended else []
+    chosen, counts = select_jobs([*index.active, *recent], listing)
+    return chosen, replace(counts, by_state={**counts.by_state, **index.ended})
 
 
 def _recent_ended(readable: list[tuple[str, CatalogueEntry]], count: int) -> list[str]:

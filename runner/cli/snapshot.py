@@ -15,7 +15,13 @@ from checkpoint.records import JobRecord
 from checkpoint.store import CheckpointStore
 from checkpoint.workers import WorkerBook, WorkerRecord
 from runner.cli.limit_view import read_limits, with_limits
-from runner.cli.selection import DEFAULT_LISTING, Listing, select_jobs
+from runner.cli.selection import (
+    DEFAULT_LISTING,
+    Listing,
+    reads_index,
+    select_indexed,
+    select_jobs,
+)
 from runner.cli.status import job_status, unreadable_job
 from runner.cli.status_types import AnyJob, JobCounts, JobStatus, Snapshot, WorkerStatus
 
@@ -46,16 +52,26 @@ def read_listed(
 ) -> tuple[list[AnyJob], JobCounts]:
     """The status of the jobs ``listing`` chooses, and every job counted by state.
 
-    The choice is made on the catalogue's three columns; only the jobs chosen are read in
-    full, so the cost follows the page shown, not the store's size. A job deleted since
-    the catalogue was read is left out."""
-    chosen, counts = select_jobs(store.scan_catalogue(), listing)
+    The choice is made on the catalogue's index (one range query) for the active jobs,
+    else on the catalogue's three columns; only the jobs chosen are read in full, so the
+    cost follows the page shown. A job deleted since the choice was made is left out, and
+    so is one the index lists in a state its record has left (an earlier version's
+    process ended it, leaving its active row)."""
+    index = store.read_index() if reads_index(listing) else None
+    if index is not None:
+        chosen, counts = select_indexed(index, listing)
+        recent = {entry.job_id for entry in index.recent}
+    else:
+        chosen, counts = select_jobs(store.scan_catalogue(), listing)
+        recent = set(chosen)  # chosen on the records' own states
     found: list[tuple[str, JobRecord | BadRecord]] = []
     for found_id in chosen:
         try:
-            found.append((found_id, _job_or_bad(store, found_id)))
+            job = _job_or_bad(store, found_id)
         except JobNotFound:
             continue
+        if isinstance(job, BadRecord) or job.state in listing.wanted or found_id in recent:
+            found.append((found_id, job))
     return _reports(store, found, workers), counts
 
 

@@ -18,6 +18,7 @@ from typing import Any, TypeVar
 from checkpoint import layout
 from checkpoint.backends import open_storage
 from checkpoint.errors import JobNotFound, RunnerError
+from checkpoint.job_index import is_index_row
 from checkpoint.storage import Storage, Where
 
 #: Ids read per prefix at most: one page of an Azure table query.
@@ -105,4 +106,5 @@ def _ids_starting(storage: Storage, prefix: str, limit: int) -> list[str]:
     found = storage.records.query(
         layout.JOBS_TABLE, layout.JOBS_PARTITION, where, select=["RowKey"], limit=limit
     )
-    return [record.row_key for record in found]
+    # The catalogue's own index rows (``~...``) share the partition: never a job's id.
+    return [record.row_key for record in found if not is_index_row(record.row_key)]

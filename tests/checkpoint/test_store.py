@@ -19,7 +19,8 @@ from checkpoint.errors import (
     JobNotFound,
     NotFound,
 )
-from checkpoint.job_records import CATALOGUE_COLUMNS, CatalogueEntry
+from checkpoint.job_index import CatalogueEntry
+from checkpoint.job_records import CATALOGUE_COLUMNS
 from checkpoint.records import SPILL_BYTES
 from checkpoint.storage import ANY_ETAG, Storage
 from checkpoint.store import CheckpointStore

@@ -616,8 +616,13 @@ def test_a_job_read_busy_then_answered_is_read(world: World):
     assert world.store.get_job(world.job_id).state == "planning"
 
 
+# A change of state is written in a batch with the catalogue's index rows; any other
+# change of a job is a merge.
+@pytest.mark.parametrize(
+    ("write", "changes"), [("batch", {"state": "failed"}), ("merge", {"priority": 5})]
+)
 def test_a_job_update_applied_and_lost_by_another_writer_meanwhile_is_a_conflict(
-    world: World,
+    world: World, write: str, changes: dict[str, Any]
 ):
     job = world.plain.get_job(world.job_id)
 
@@ -625,10 +630,10 @@ def test_a_job_update_applied_and_lost_by_another_writer_meanwhile_is_a_conflict
         world.plain.update_job(world.plain.get_job(world.job_id), state="running")
         raise Unavailable("connection lost")
 
-    world.twisted.twist("merge", other_updates_then_lost)
+    world.twisted.twist(write, other_updates_then_lost)
 
     with pytest.raises(Conflict):
-        world.store.update_job(job, state="failed")
+        world.store.update_job(job, **changes)
     assert world.plain.get_job(world.job_id).state == "running"
 
 

@@ -14,6 +14,7 @@ import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from types import SimpleNamespace
+from typing import Any
 
 import pytest
 
@@ -219,14 +220,22 @@ def test_a_task_record_insert_applied_and_lost_is_created_once(faulty: Faulty):
     assert faulty.plain.get_task(faulty.job_id, "final", 0).etag == task.etag
 
 
-def test_a_job_update_applied_and_lost_is_made_once(faulty: Faulty):
-    faulty.faults.add("records.merge", "ambiguous")
+# A change of state is written in a batch with the catalogue's index rows; any other
+# change of a job is a merge.
+@pytest.mark.parametrize(
+    ("write", "changes"),
+    [("records.batch", {"state": "running"}), ("records.merge", {"state": "planning"})],
+)
+def test_a_job_update_applied_and_lost_is_made_once(
+    faulty: Faulty, write: str, changes: dict[str, Any]
+):
+    faulty.faults.add(write, "ambiguous")
     job = faulty.store.get_job(faulty.job_id)
 
-    updated = faulty.store.update_job(job, state="running", total=3)
+    updated = faulty.store.update_job(job, total=3, **changes)
 
     stored = faulty.plain.get_job(faulty.job_id)
-    assert (updated.state, updated.etag) == ("running", stored.etag)
+    assert (updated.state, updated.etag) == (changes["state"], stored.etag)
     assert stored.properties[WRITER] == updated.properties[WRITER]
 
 

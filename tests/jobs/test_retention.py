@@ -298,8 +298,16 @@ def _crash(patched: pytest.MonkeyPatch, world: World, where: str) -> None:
         patched.setattr(deletion, "delete_blobs", crash)
     elif where == "sweep":
         patched.setattr(deletion, "sweep", crash)
-    else:
-        patched.setattr(world.backend.storage.records, "delete", crash)
+    else:  # the job record is deleted in a batch with its index rows
+        records = world.backend.storage.records
+        real_batch = records.batch
+
+        def crash_on_jobs(table: str, *args: Any, **kwargs: Any) -> Any:
+            if table == layout.JOBS_TABLE:
+                raise _Crash(where)
+            return real_batch(table, *args, **kwargs)
+
+        patched.setattr(records, "batch", crash_on_jobs)
 
 
 def test_a_redrive_leaves_an_earlier_jobs_poison_messages_of_that_id_alone(world: World):

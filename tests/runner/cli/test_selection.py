@@ -1,6 +1,7 @@
 """Which jobs a view lists (runner/cli/selection.py) and what listing them reads
-(:func:`runner.cli.snapshot.read_listed`): the active jobs by default, the ended ones
-counted from the catalogue's three columns, only the jobs shown read in full.
+(:func:`runner.cli.snapshot.read_listed`): the active jobs by default, chosen and the
+ended ones counted from the catalogue's index (its three columns for ``--all`` or an
+ended state), only the jobs shown read in full.
 
 On Azurite the session's store holds other tests' jobs too, so what a listing should
 say is taken from a full scan of the same store (the oracle), not written down.
@@ -16,8 +17,8 @@ from typing import Any
 import pytest
 
 from checkpoint import layout
-from checkpoint.errors import BadRecord
-from checkpoint.job_records import CatalogueEntry
+from checkpoint.errors import BadRecord, NotFound
+from checkpoint.job_index import COUNTS_ROW, CatalogueEntry, active_row, zero_counts
 from checkpoint.records import ENDED_JOB_STATES, JOB_STATES, JobRecord
 from checkpoint.storage import Storage
 from checkpoint.store import CheckpointStore
@@ -126,33 +127,58 @@ def _oracle(store: CheckpointStore) -> list[tuple[str, JobRecord | BadRecord]]:
     return store.scan_jobs()
 
 
-@pytest.mark.parametrize("given", ["default", "done"])
-def test_a_listing_reads_in_full_only_the_jobs_it_shows(backend: Backend, given: str):
-    # Given ended jobs of each kind, active ones and a garbled one
+def _counted_store(backend: Backend) -> tuple[CheckpointStore, CountedRecords]:
     counted = CountedRecords(backend.storage.records)
     storage = Storage(
         backend.storage.queues, counted, backend.storage.blobs, backend.storage.description
     )
-    store = CheckpointStore(storage)
+    return CheckpointStore(storage), counted
+
+
+def _with_index(store: CheckpointStore) -> None:
+    """The session's Azurite may hold job records written by hand before any job was
+    created (a store without the index): give it its counts row, as a new store has."""
+    store.ensure()
+    try:
+        store.storage.records.get(layout.JOBS_TABLE, layout.JOBS_PARTITION, COUNTS_ROW)
+    except NotFound:
+        store.storage.records.insert(
+            layout.JOBS_TABLE, layout.JOBS_PARTITION, COUNTS_ROW, zero_counts()
+        )
+
+
+@pytest.mark.parametrize("given", ["done", "all", "no index"])
+def test_a_scanned_listing_reads_in_full_only_the_jobs_it_shows(backend: Backend, given: str):
+    # Given ended jobs of each kind, active ones and a garbled one
+    store, counted = _counted_store(backend)
+    _with_index(store)
     mine = [_job(store, state) for state in (*ENDED_JOB_STATES, "done", "running", "planning")]
     garbled = f"sel-bad-{uuid.uuid4().hex[:8]}"
-    storage.records.upsert(layout.JOBS_TABLE, layout.JOBS_PARTITION, garbled, {"state": "x"})
+    records = store.storage.records
+    records.upsert(layout.JOBS_TABLE, layout.JOBS_PARTITION, garbled, {"state": "x"})
     every = _oracle(store)
-    listing = Listing() if given == "default" else Listing(states=("done",))
+    listing = {"done": Listing(states=("done",)), "all": Listing(every=True)}.get(given, Listing())
+    kept = records.get(layout.JOBS_TABLE, layout.JOBS_PARTITION, COUNTS_ROW)
+    if given == "no index":  # a store made by an earlier version
+        records.delete(layout.JOBS_TABLE, layout.JOBS_PARTITION, COUNTS_ROW, etag="*")
     counted.calls.clear()
 
     # When the listing is read
-    listed, counts = read_listed(store, listing)
+    try:
+        listed, counts = read_listed(store, listing)
+    finally:
+        records.upsert(layout.JOBS_TABLE, layout.JOBS_PARTITION, COUNTS_ROW, kept.properties)
 
-    # Then it holds the jobs in its states, newest first (unreadable ones by default) ...
+    # Then it holds the jobs in its states, newest first (unreadable ones unless a
+    # state is asked for) ...
     wanted = set(listing.wanted)
     readable = [(job_id, job) for job_id, job in every if isinstance(job, JobRecord)]
     expected = {job_id for job_id, job in readable if job.state in wanted}
-    if given == "default":
+    if given != "done":
         expected |= {job_id for job_id, job in every if isinstance(job, BadRecord)}
     shown = [job.job_id for job in listed]
     assert set(shown) == expected
-    assert (garbled in shown) == (given == "default")
+    assert (garbled in shown) == (given != "done")
     assert set(mine) & set(shown) == {j for j in mine if j.split("-")[1] in wanted}
     created = [job.created_on or T0 for job in listed if isinstance(job, JobStatus)]
     assert created == sorted(created, reverse=True)
@@ -161,10 +187,74 @@ def test_a_listing_reads_in_full_only_the_jobs_it_shows(backend: Backend, given:
     assert dict(counts.by_state) == {state: states[state] for state in JOB_STATES}
     assert counts.unreadable == sum(isinstance(job, BadRecord) for _, job in every)
     # ... and reads one job record per job shown, the others only in the catalogue
+    # (a store without the index: after one query finding no index)
     catalogue = ("query", layout.JOBS_PARTITION)
-    assert counted.calls[catalogue] == 1
+    assert counted.calls[catalogue] == (2 if given == "no index" else 1)
     assert counted.calls[("get", layout.JOBS_PARTITION)] == len(shown)
-    storage.records.delete(layout.JOBS_TABLE, layout.JOBS_PARTITION, garbled, etag="*")
+    records.delete(layout.JOBS_TABLE, layout.JOBS_PARTITION, garbled, etag="*")
+
+
+@pytest.mark.parametrize("states", [(), ("running",)])
+def test_a_listing_of_active_jobs_reads_the_index_and_only_the_jobs_it_shows(
+    backend: Backend, states: tuple[str, ...]
+):
+    # Given ended jobs of each kind, active ones and a job record written by hand
+    store, counted = _counted_store(backend)
+    _with_index(store)
+    mine = {state: _job(store, state) for state in (*ENDED_JOB_STATES, "running", "planning")}
+    by_hand = f"sel-hand-{uuid.uuid4().hex[:8]}"
+    records = store.storage.records
+    records.upsert(layout.JOBS_TABLE, layout.JOBS_PARTITION, by_hand, {"state": "running"})
+    index = store.read_index()
+    assert index is not None
+    counted.calls.clear()
+
+    # When the listing is read
+    listed, counts = read_listed(store, Listing(states=states))
+
+    # Then it holds the active jobs the index lists (not one written by hand), in the
+    # states asked for, newest first ...
+    shown = [job.job_id for job in listed]
+    wanted = set(states or ("planning", "running", "finalizing"))
+    assert {mine[state] for state in wanted if state in mine} <= set(shown)
+    assert not {mine[state] for state in ENDED_JOB_STATES} & set(shown)
+    assert by_hand not in shown
+    assert all(job.state in wanted for job in listed if isinstance(job, JobStatus))
+    created = [job.created_on or T0 for job in listed if isinstance(job, JobStatus)]
+    assert created == sorted(created, reverse=True)
+    # ... counts the ended jobs as the index does ...
+    assert {state: counts.by_state[state] for state in ENDED_JOB_STATES} == index.ended
+    # ... reading one range query, and one job record per job shown
+    assert counted.calls[("query", layout.JOBS_PARTITION)] == 1
+    assert counted.calls[("get", layout.JOBS_PARTITION)] == len(shown)
+    records.delete(layout.JOBS_TABLE, layout.JOBS_PARTITION, by_hand, etag="*")
+
+
+def test_an_active_row_left_by_a_writer_that_kept_no_index_is_not_listed(backend: Backend):
+    # Given a job ended as an earlier version ends it: its record merged, its active
+    # row left behind
+    store = CheckpointStore(backend.storage)
+    _with_index(store)
+    job_id = _job(store, "running")
+    partition = (layout.JOBS_TABLE, layout.JOBS_PARTITION)
+    store.storage.records.merge(*partition, job_id, {"state": "done"}, etag="*")
+
+    listed, _ = read_listed(store, Listing())
+
+    assert job_id not in [job.job_id for job in listed]
+    store.storage.records.delete(*partition, active_row(job_id), etag="*")
+
+
+def test_a_watched_listing_shows_the_last_jobs_ended_from_the_index(backend: Backend):
+    store = CheckpointStore(backend.storage)
+    _with_index(store)
+    ended = [_job(store, "done"), _job(store, "failed")]
+
+    listed, _ = read_listed(store, Listing(recent_ended=5))
+
+    shown = [job.job_id for job in listed]
+    assert set(ended) <= set(shown)
+    assert shown.index(ended[1]) < shown.index(ended[0])  # the last ended first
 
 
 def test_a_snapshot_of_a_list_carries_the_counts_and_of_one_job_none(backend: Backend):
@@ -183,13 +273,13 @@ def test_a_job_deleted_since_the_catalogue_was_read_is_left_out(
     backend: Backend, monkeypatch: pytest.MonkeyPatch
 ):
     store = CheckpointStore(backend.storage)
-    running = _job(store, "running")
+    running = _job(store, "done")
     scan = store.scan_catalogue
     ghost = f"sel-gone-{uuid.uuid4().hex[:8]}"
-    entry = CatalogueEntry(ghost, "running", datetime.now(UTC) + timedelta(days=1))
+    entry = CatalogueEntry(ghost, "done", datetime.now(UTC) + timedelta(days=1))
     monkeypatch.setattr(store, "scan_catalogue", lambda: [*scan(), (ghost, entry)])
 
-    listed, counts = read_listed(store, Listing(states=("running",)))
+    listed, counts = read_listed(store, Listing(states=("done",)))
 
     shown = [job.job_id for job in listed]
     assert running in shown and ghost not in shown

@@ -183,3 +183,15 @@ def test_a_command_without_a_job_id_keeps_its_error_as_it_is():
         command(job_id=None, storage=None)
 
     assert raised.value is missing
+
+
+def test_the_catalogues_index_rows_are_never_offered(backend: Backend):
+    # Given a store whose catalogue keeps its index rows (~active~..., ~counts)
+    stem = f"sg{uuid.uuid4().hex[:8]}"
+    _jobs(CheckpointStore(backend.storage), f"{stem}-run-1")
+
+    # When the mistyped id reads like one of them
+    found = suggest.similar_job_ids(backend.storage, f"~active~{stem}-run-1")
+
+    # Then no index row is offered as a job
+    assert not [job_id for job_id in found if job_id.startswith("~")]

@@ -885,7 +885,7 @@ def test_a_job_update_racing_another_writer_is_decided_again_on_the_fresh_record
     # Given a job that another worker fails just as this one would move it on
     job_id = world.job([{"act": "ok"}])
     world.meanwhile.before(
-        "records.merge",
+        "records.batch",  # a change of state: the job and its index rows in one batch
         lambda: world.store.update_job(world.job_record(job_id), state="failed", error="x"),
     )
 
