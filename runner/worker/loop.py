@@ -38,7 +38,7 @@ from runner.worker.lease import Lease, LeaseKeeper
 from runner.worker.logs import in_context, worker_ids
 from runner.worker.poison import PoisonRouter
 from runner.worker.polling import served_queues
-from runner.worker.prefetch import Prefetch
+from runner.worker.prefetch import OutOfTurn, Prefetch
 from runner.worker.receive_order import Received, ReceiveOrder, receive_from
 from runner.worker.recorder import SILENT, Recorder
 from runner.worker.slot_keeper import SlotKeeper
@@ -167,6 +167,7 @@ class WorkerLoop:
         # Messages received and not yet finished (running or waiting for a slot).
         self._outstanding = 0
         self.prefetch = Prefetch(settings.concurrency, settings.prefetch)
+        self._out_of_turn = OutOfTurn(settings.poll_max_seconds)
         self._outstanding_changed = threading.Condition()
         # The queues served; _serve_also adds those of unfinished jobs submitted with
         # another queue count than their class has now.
@@ -279,9 +280,12 @@ class WorkerLoop:
     def _serve(self) -> None:
         idle_seconds = POLL_MIN_SECONDS
         while not self._stop.is_set():
+            hand_back_in = self._hand_back()
             with self._outstanding_changed:
                 if not self._should_receive():
-                    self._outstanding_changed.wait(0.5)
+                    self._outstanding_changed.wait(
+                        min(0.5, 0.5 if hand_back_in is None else hand_back_in)
+                    )
                     continue
                 free = self._capacity() - self._outstanding
             if self._receive(free):
@@ -324,6 +328,9 @@ class WorkerLoop:
         for cls, queues in self._order.next_round():
             if free <= 0 or self._stop.is_set():
                 break
+            slots_busy = self._outstanding >= self.settings.concurrency
+            if slots_busy and self._out_of_turn.resting(cls, self.clock.monotonic()):
+                continue  # it handed a message back: another worker's to take
             # Tokens and slots first: a message received is leased and its dequeue
             # counted, so none is received that could not start (admission.py).
             admitted = self.admission.admit(cls, min(free, 32))
@@ -341,13 +348,29 @@ class WorkerLoop:
             self.admission.received(cls, admitted, [message for _, message, _ in batch])
             with self._outstanding_changed:
                 self._outstanding += len(batch)
+            out_of_turn = self._order.out_of_turn(cls)
             for queue_name, message, received_at in batch:
                 # Held at once, so a message waiting for a free slot is renewed too.
                 lease = hold(self.context, queue_name, message, received_at)
+                if out_of_turn:
+                    self._out_of_turn.wait(cls, message, lease, self.clock.monotonic())
                 self._work.put((queue_name, message, received_at, lease))
             received += len(batch)
             free -= len(batch)
         return received
+
+    def _hand_back(self) -> float | None:
+        """Hand back the quiet types' messages that waited in the buffer too long
+        (:class:`runner.worker.prefetch.OutOfTurn`); returns the seconds until the next
+        one is due (None: none waits)."""
+        now = self.clock.monotonic()
+        for lease, message in self._out_of_turn.overdue(now):
+            log.debug("handing back message %s: it waited behind busy slots", message.id)
+            self.context.keeper.release(lease, 0)
+            self.admission.ended(message)
+            with self._outstanding_changed:
+                self._outstanding -= 1
+        return self._out_of_turn.seconds_to_next(now)
 
     def _note_token_wait(self, wait_seconds: float) -> None:
         if wait_seconds > 0:
@@ -360,6 +383,8 @@ class WorkerLoop:
             if item is None:
                 return
             queue, message, received_at, lease = item
+            if not self._out_of_turn.take(lease):
+                continue  # handed back while it waited (_hand_back)
             started, ran_chunk = self.clock.monotonic(), False
             try:
                 if self._stop.is_set():

@@ -14,11 +14,19 @@ chunk, so one quick chunk (one that failed at once, say) cannot make a worker ta
 long ones; it drops as soon as chunks take longer. Planning, finalize and messages
 deleted unrun are not timed: they say nothing about the chunks to come. A fixed depth
 (``runner start --prefetch N``) turns the adaptation off.
+
+A worker of several job types hands back a quiet type's message that waits in the
+buffer too long (:class:`OutOfTurn`): most likely a job's planning, which another
+worker can start at once while this one's slots run long.
 """
 
 from __future__ import annotations
 
 import math
+import threading
+
+from checkpoint.storage import QueueMessage
+from runner.worker.lease import Lease
 
 #: The most messages taken ahead of the slots (a receive returns at most 32).
 MAX_PREFETCH = 32
@@ -77,3 +85,73 @@ class Prefetch:
         self._seconds_per_message = mean
         # Grow slowly (0, 1, 3, 7 ...), shrink at once.
         self.depth = min(adaptive_depth(self._concurrency, mean), 2 * self.depth + 1)
+
+
+#: How long a quiet job type's message (taken out of turn: most likely a planning or a
+#: finalize) may wait in the buffer behind busy slots before it is handed back for
+#: another worker to take: the buffer holds about :data:`BUFFER_SECONDS` of chunks, so a
+#: message still waiting after that waits behind a task that runs long (a feed step, a
+#: planning).
+HAND_BACK_SECONDS = BUFFER_SECONDS
+
+
+class OutOfTurn:
+    """Messages of quiet job types waiting in one worker's prefetch buffer, handed back
+    (visible at once) when they wait longer than :data:`HAND_BACK_SECONDS`.
+
+    Only a message on its first delivery is handed back, so none goes back more than
+    once however its workers are placed (a delivery more stays far within the deliveries
+    an attempt allows, and no attempt is charged: the task never started). The worker
+    then takes none of that type while its slots are busy for ``rest_seconds`` (the
+    longest a quiet type's queue rests at another worker), then it does and keeps it.
+    Thread-safe: the receive thread hands back, the slots :meth:`take`.
+    """
+
+    def __init__(self, rest_seconds: float):
+        self._rest_seconds = rest_seconds
+        self._lock = threading.Lock()
+        #: Waiting messages by lease: their type, message and when they came.
+        self._waiting: dict[Lease, tuple[object, QueueMessage, float]] = {}
+        self._handed_back: set[Lease] = set()
+        self._resting_until: dict[object, float] = {}
+
+    def wait(self, job_type: object, message: QueueMessage, lease: Lease, now: float) -> None:
+        """A message of quiet ``job_type`` came into the buffer at ``now`` (monotonic)."""
+        if message.dequeue_count <= 1:
+            with self._lock:
+                self._waiting[lease] = (job_type, message, now)
+
+    def take(self, lease: Lease) -> bool:
+        """A slot takes the message of ``lease``: False if it was handed back."""
+        with self._lock:
+            if lease in self._handed_back:
+                self._handed_back.discard(lease)
+                return False
+            self._waiting.pop(lease, None)
+            return True
+
+    def overdue(self, now: float) -> list[tuple[Lease, QueueMessage]]:
+        """Messages that waited too long, now the caller's to hand back."""
+        with self._lock:
+            due = [
+                (lease, job_type, message)
+                for lease, (job_type, message, since) in self._waiting.items()
+                if now - since >= HAND_BACK_SECONDS
+            ]
+            for lease, job_type, _ in due:
+                del self._waiting[lease]
+                self._handed_back.add(lease)
+                self._resting_until[job_type] = now + self._rest_seconds
+        return [(lease, message) for lease, _, message in due]
+
+    def resting(self, job_type: object, now: float) -> bool:
+        """Whether ``job_type`` had a message handed back within its rest."""
+        return self._resting_until.get(job_type, 0.0) > now
+
+    def seconds_to_next(self, now: float) -> float | None:
+        """Until the next waiting message is overdue (None: none waits)."""
+        with self._lock:
+            if not self._waiting:
+                return None
+            first = min(since for _, _, since in self._waiting.values())
+        return max(0.0, first + HAND_BACK_SECONDS - now)

@@ -17,6 +17,7 @@ from checkpoint.records import TaskKind
 from checkpoint.storage import NEVER_EXPIRES, Storage
 from jobs.chunk import Chunk
 from jobs.job import ChunkedJob
+from runner.worker import prefetch
 from runner.worker.loop import WorkerLoop, WorkerSettings
 from runner.worker.polling import served_queues
 from runner.worker.receive_order import ReceiveOrder
@@ -192,3 +193,77 @@ def test_an_idle_types_queue_rests_while_another_type_keeps_the_worker_busy():
     assert asked[2:6] == [idle.resume_queue(), idle.queue, busy.resume_queue(), busy.queue]
     # (rounds at 0 s: 2 asks, at 0.1-0.4 s: 4 each; at 0.5 s it rests, at 0.6 s not)
     assert asked[18:22] == [busy.resume_queue(), busy.queue, idle.resume_queue(), idle.queue]
+
+
+def _take(loop: WorkerLoop) -> tuple[str, bool]:
+    """A slot takes the next message from the worker's buffer (by hand: no slot threads):
+    its queue, and whether it runs it (False: it was handed back)."""
+    item = loop._work.get_nowait()
+    assert item is not None
+    return item[0], loop._out_of_turn.take(item[3])
+
+
+def test_a_quiet_types_planning_taken_ahead_is_handed_back_while_the_slot_runs_long(
+    backend: Backend,
+):
+    # Given a worker of one slot taking one message ahead, serving two types: its slot
+    # runs a long task of the first (a feed step, say), its buffer holds nothing yet
+    slow, boom = _job_type(backend, "slow"), _job_type(backend, "boom")
+    clock = FakeClock()
+    loop = WorkerLoop(
+        backend.storage, [slow, boom], WorkerSettings(concurrency=1, prefetch=1), clock=clock
+    )
+    loop._prepare()
+    _send(backend.storage, slow, "chunk", 1)
+    assert loop._receive(2) == 1
+    _take(loop)  # the slot runs it
+
+    # When the second type's planning comes and the buffer takes it (quiet: asked first)
+    _send(backend.storage, boom, "plan", 1)
+    clock.advance(0.1)  # its queue's rest after the empty answer is over
+    assert loop._receive(1) == 1
+
+    # Then it waits there no longer than the bound: handed back, visible at once to any
+    # other worker, no attempt charged
+    clock.advance(prefetch.HAND_BACK_SECONDS / 2)
+    loop._hand_back()
+    assert backend.storage.queues.peek(boom.queue) == []  # still held
+    clock.advance(prefetch.HAND_BACK_SECONDS / 2)
+    loop._hand_back()
+    back = backend.storage.queues.peek(boom.queue)
+    assert len(back) == 1 and messages.decode(back[0].body).kind == "plan"
+    assert loop._outstanding == 1  # the slot's task alone
+    # and the slot, free again, skips what was handed back
+    loop._work.put(None)  # (then it stops)
+    loop._slot()  # would have run it, and counted it out again
+    assert loop._outstanding == 1
+
+    # and this worker does not take it again while its slot is busy, for the longest
+    # rest of a quiet type's queue elsewhere; after that it does, and keeps it
+    _send(backend.storage, slow, "chunk", 1)
+    assert loop._receive(1) == 1
+    assert _take(loop) == (slow.queue, True)
+    clock.advance(loop.settings.poll_max_seconds)
+    assert loop._receive(1) == 1
+    clock.advance(2 * prefetch.HAND_BACK_SECONDS)
+    loop._hand_back()
+    assert _take(loop) == (boom.queue, True)
+
+
+def test_a_worker_of_one_type_hands_back_nothing(backend: Backend):
+    # Given a worker of one type whose buffer holds a message behind a long task
+    only = _job_type(backend, "only")
+    clock = FakeClock()
+    loop = WorkerLoop(
+        backend.storage, [only], WorkerSettings(concurrency=1, prefetch=1), clock=clock
+    )
+    loop._prepare()
+    _send(backend.storage, only, "plan", 2)
+    assert loop._receive(2) == 2
+    _take(loop)
+
+    # When it waits long, Then it stays (no request added to the one-type path)
+    clock.advance(10 * prefetch.HAND_BACK_SECONDS)
+    loop._hand_back()
+    assert loop._outstanding == 2
+    assert _take(loop) == (only.queue, True)
