@@ -167,7 +167,7 @@ class WorkerLoop:
         # Messages received and not yet finished (running or waiting for a slot).
         self._outstanding = 0
         self.prefetch = Prefetch(settings.concurrency, settings.prefetch)
-        self._out_of_turn = OutOfTurn(settings.poll_max_seconds)
+        self._out_of_turn = OutOfTurn()
         self._outstanding_changed = threading.Condition()
         # The queues served; _serve_also adds those of unfinished jobs submitted with
         # another queue count than their class has now.
@@ -328,14 +328,13 @@ class WorkerLoop:
         for cls, queues in self._order.next_round():
             if free <= 0 or self._stop.is_set():
                 break
-            slots_busy = self._outstanding >= self.settings.concurrency
-            if slots_busy and self._out_of_turn.resting(cls, self.clock.monotonic()):
+            if self._outstanding >= self.settings.concurrency and self._out_of_turn.resting(cls):
                 continue  # it handed a message back: another worker's to take
             # Tokens and slots first: a message received is leased and its dequeue
             # counted, so none is received that could not start (admission.py).
             admitted = self.admission.admit(cls, min(free, 32))
             if admitted.count == 0:
-                self._note_token_wait(admitted.wait_seconds)
+                self._token_wait = _token_wait(self._token_wait, admitted.wait_seconds)
                 continue
             batch: list[Received] = []
             for name in queues:  # resumed work first: the resume queue, then the rest
@@ -360,22 +359,14 @@ class WorkerLoop:
         return received
 
     def _hand_back(self) -> float | None:
-        """Hand back the quiet types' messages that waited in the buffer too long
-        (:class:`runner.worker.prefetch.OutOfTurn`); returns the seconds until the next
-        one is due (None: none waits)."""
-        now = self.clock.monotonic()
-        for lease, message in self._out_of_turn.overdue(now):
-            log.debug("handing back message %s: it waited behind busy slots", message.id)
-            self.context.keeper.release(lease, 0)
-            self.admission.ended(message)
-            with self._outstanding_changed:
-                self._outstanding -= 1
-        return self._out_of_turn.seconds_to_next(now)
+        """:meth:`runner.worker.prefetch.OutOfTurn.hand_back`: seconds until the next."""
+        return self._out_of_turn.hand_back(self.clock.monotonic(), self._release_unrun)
 
-    def _note_token_wait(self, wait_seconds: float) -> None:
-        if wait_seconds > 0:
-            wait = max(wait_seconds, POLL_MIN_SECONDS)
-            self._token_wait = min(wait, self._token_wait or wait)
+    def _release_unrun(self, lease: Lease, message: QueueMessage) -> None:
+        self.context.keeper.release(lease, 0)
+        self.admission.ended(message)
+        with self._outstanding_changed:
+            self._outstanding -= 1
 
     def _slot(self) -> None:
         while True:
@@ -397,6 +388,7 @@ class WorkerLoop:
                 )
             finally:
                 self.admission.ended(message)  # every ending passes here, once
+                self._out_of_turn.task_ended()
                 with self._outstanding_changed:
                     self._outstanding -= 1
                     if ran_chunk:
@@ -406,7 +398,7 @@ class WorkerLoop:
 
     def _no_work_left(self) -> bool:
         """Every job of these types has ended and their queues hold nothing at all (then
-        a job type that had no job at all is named: see :meth:`_say_what_was_found`)."""
+        a job type that had no job at all is named: see :func:`_say_what_was_found`)."""
         types = {cls.job_type() for cls in self._classes}
         try:
             every = self.context.store.list_jobs()
@@ -422,24 +414,8 @@ class WorkerLoop:
         except StorageError as error:
             log.warning("checking for remaining work failed: %s", error)
             return False
-        self._say_what_was_found(every)
+        _say_what_was_found(self._classes, every, self.storage.description)
         return True
-
-    def _say_what_was_found(self, jobs: list[JobRecord]) -> None:
-        """Warn of a job type with no job at all in the store: a burst that ends at once
-        says nothing otherwise, and the cause is usually a job submitted as another
-        ``module:Class``, or to another store."""
-        for cls in self._classes:
-            if any(job.job_type == cls.job_type() for job in jobs):
-                continue
-            others = sorted({job.job_type for job in jobs if job.queue == cls.queue})
-            hint = f"; its queue's jobs were submitted as {', '.join(others)}" if others else ""
-            log.warning(
-                "burst: nothing to serve for %s: no job of this type in %s%s",
-                cls.job_type(),
-                self.storage.description,
-                hint,
-            )
 
     def _drain(self, slots: list[threading.Thread]) -> bool:
         for _ in slots:
@@ -457,6 +433,33 @@ class WorkerLoop:
         if still:
             log.warning("%d chunk(s) did not stop in time; their leases will lapse", still)
         return not still
+
+
+def _token_wait(current: float | None, wait_seconds: float) -> float | None:
+    """The wait for tokens after a receive round: the shortest of those noted."""
+    if wait_seconds <= 0:
+        return current
+    wait = max(wait_seconds, POLL_MIN_SECONDS)
+    return min(wait, current or wait)
+
+
+def _say_what_was_found(
+    classes: list[type[ChunkedJob]], jobs: list[JobRecord], description: str
+) -> None:
+    """Warn of a job type with no job at all in the store: a burst that ends at once
+    says nothing otherwise, and the cause is usually a job submitted as another
+    ``module:Class``, or to another store."""
+    for cls in classes:
+        if any(job.job_type == cls.job_type() for job in jobs):
+            continue
+        others = sorted({job.job_type for job in jobs if job.queue == cls.queue})
+        hint = f"; its queue's jobs were submitted as {', '.join(others)}" if others else ""
+        log.warning(
+            "burst: nothing to serve for %s: no job of this type in %s%s",
+            cls.job_type(),
+            description,
+            hint,
+        )
 
 
 def _check_queues(job_classes: list[type[ChunkedJob]]) -> None:

@@ -22,11 +22,15 @@ worker can start at once while this one's slots run long.
 
 from __future__ import annotations
 
+import logging
 import math
 import threading
+from collections.abc import Callable
 
 from checkpoint.storage import QueueMessage
 from runner.worker.lease import Lease
+
+log = logging.getLogger(__name__)
 
 #: The most messages taken ahead of the slots (a receive returns at most 32).
 MAX_PREFETCH = 32
@@ -100,20 +104,20 @@ class OutOfTurn:
     (visible at once) when they wait longer than :data:`HAND_BACK_SECONDS`.
 
     Only a message on its first delivery is handed back, so none goes back more than
-    once however its workers are placed (a delivery more stays far within the deliveries
-    an attempt allows, and no attempt is charged: the task never started). The worker
-    then takes none of that type while its slots are busy for ``rest_seconds`` (the
-    longest a quiet type's queue rests at another worker), then it does and keeps it.
-    Thread-safe: the receive thread hands back, the slots :meth:`take`.
+    once however its workers are placed (one delivery more stays far within those an
+    attempt allows, and no attempt is charged: the task never started). Once it handed
+    one back, the worker takes none of that type while its slots are busy until one of
+    them ends its task: what it took would wait behind the same long task.
+    Thread-safe: the receive thread hands back, the slots :meth:`take` and
+    :meth:`task_ended`.
     """
 
-    def __init__(self, rest_seconds: float):
-        self._rest_seconds = rest_seconds
+    def __init__(self) -> None:
         self._lock = threading.Lock()
         #: Waiting messages by lease: their type, message and when they came.
         self._waiting: dict[Lease, tuple[object, QueueMessage, float]] = {}
         self._handed_back: set[Lease] = set()
-        self._resting_until: dict[object, float] = {}
+        self._resting: set[object] = set()
 
     def wait(self, job_type: object, message: QueueMessage, lease: Lease, now: float) -> None:
         """A message of quiet ``job_type`` came into the buffer at ``now`` (monotonic)."""
@@ -130,8 +134,18 @@ class OutOfTurn:
             self._waiting.pop(lease, None)
             return True
 
-    def overdue(self, now: float) -> list[tuple[Lease, QueueMessage]]:
-        """Messages that waited too long, now the caller's to hand back."""
+    def task_ended(self) -> None:
+        """A slot ended its task: the types that handed back may be taken again."""
+        if self._resting:
+            self._resting.clear()
+
+    def resting(self, job_type: object) -> bool:
+        """Whether ``job_type`` handed a message back since a slot last ended a task."""
+        return job_type in self._resting
+
+    def hand_back(self, now: float, release: Callable[[Lease, QueueMessage], None]) -> float | None:
+        """``release`` each message that waited too long; returns the seconds until the
+        next waiting one is due (None: none waits)."""
         with self._lock:
             due = [
                 (lease, job_type, message)
@@ -141,17 +155,9 @@ class OutOfTurn:
             for lease, job_type, _ in due:
                 del self._waiting[lease]
                 self._handed_back.add(lease)
-                self._resting_until[job_type] = now + self._rest_seconds
-        return [(lease, message) for lease, _, message in due]
-
-    def resting(self, job_type: object, now: float) -> bool:
-        """Whether ``job_type`` had a message handed back within its rest."""
-        return self._resting_until.get(job_type, 0.0) > now
-
-    def seconds_to_next(self, now: float) -> float | None:
-        """Until the next waiting message is overdue (None: none waits)."""
-        with self._lock:
-            if not self._waiting:
-                return None
-            first = min(since for _, _, since in self._waiting.values())
-        return max(0.0, first + HAND_BACK_SECONDS - now)
+                self._resting.add(job_type)
+            first = min((since for _, _, since in self._waiting.values()), default=None)
+        for lease, _, message in due:
+            log.debug("handing back message %s: it waited behind busy slots", message.id)
+            release(lease, message)
+        return None if first is None else max(0.0, first + HAND_BACK_SECONDS - now)
