@@ -167,7 +167,7 @@ class WorkerLoop:
         # Messages received and not yet finished (running or waiting for a slot).
         self._outstanding = 0
         self.prefetch = Prefetch(settings.concurrency, settings.prefetch)
-        self._out_of_turn = OutOfTurn()
+        self._out_of_turn = OutOfTurn(settings.concurrency)
         self._outstanding_changed = threading.Condition()
         # The queues served; _serve_also adds those of unfinished jobs submitted with
         # another queue count than their class has now.
@@ -377,6 +377,7 @@ class WorkerLoop:
             if not self._out_of_turn.take(lease):
                 continue  # handed back while it waited (_hand_back)
             started, ran_chunk = self.clock.monotonic(), False
+            self._out_of_turn.task_started(started)
             try:
                 if self._stop.is_set():
                     self.context.keeper.release(lease, 0)  # never started: hand it back

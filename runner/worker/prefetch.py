@@ -101,7 +101,9 @@ HAND_BACK_SECONDS = BUFFER_SECONDS
 
 class OutOfTurn:
     """Messages of quiet job types waiting in one worker's prefetch buffer, handed back
-    (visible at once) when they wait longer than :data:`HAND_BACK_SECONDS`.
+    (visible at once) when they wait longer than :data:`HAND_BACK_SECONDS` while every
+    slot runs a task begun longer ago than that (a feed step, a planning: not a buffer of
+    quick chunks, which moves, and which another worker's buffer would hold as well).
 
     Only a message on its first delivery is handed back, so none goes back more than
     once however its workers are placed (one delivery more stays far within those an
@@ -112,7 +114,10 @@ class OutOfTurn:
     :meth:`task_ended`.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, concurrency: int) -> None:
+        self._concurrency = concurrency
+        #: When each slot (by thread) began its task (monotonic), while it runs one.
+        self._started: dict[int, float] = {}
         self._lock = threading.Lock()
         #: Waiting messages by lease: their type, message and when they came.
         self._waiting: dict[Lease, tuple[object, QueueMessage, float]] = {}
@@ -134,10 +139,23 @@ class OutOfTurn:
             self._waiting.pop(lease, None)
             return True
 
+    def task_started(self, now: float) -> None:
+        """The calling slot began a task at ``now`` (monotonic)."""
+        self._started[threading.get_ident()] = now
+
     def task_ended(self) -> None:
-        """A slot ended its task: the types that handed back may be taken again."""
+        """The calling slot ended its task: types that handed back may be taken again."""
+        self._started.pop(threading.get_ident(), None)
         if self._resting:
             self._resting.clear()
+
+    def _slots_run_long(self, now: float) -> bool:
+        """Whether every slot runs a task begun over :data:`HAND_BACK_SECONDS` ago: a
+        message behind them waits for a long task, not for a buffer of quick ones."""
+        started = list(self._started.values())
+        return len(started) >= self._concurrency and all(
+            now - since >= HAND_BACK_SECONDS for since in started
+        )
 
     def resting(self, job_type: object) -> bool:
         """Whether ``job_type`` handed a message back since a slot last ended a task."""
@@ -150,7 +168,7 @@ class OutOfTurn:
             due = [
                 (lease, job_type, message)
                 for lease, (job_type, message, since) in self._waiting.items()
-                if now - since >= HAND_BACK_SECONDS
+                if now - since >= HAND_BACK_SECONDS and self._slots_run_long(now)
             ]
             for lease, job_type, _ in due:
                 del self._waiting[lease]

@@ -196,18 +196,22 @@ def test_an_idle_types_queue_rests_while_another_type_keeps_the_worker_busy():
 
 
 def _take(loop: WorkerLoop) -> tuple[str, bool]:
-    """A slot takes the next message from the worker's buffer (by hand: no slot threads):
-    its queue, and whether it runs it (False: it was handed back)."""
+    """A slot (this thread) takes the next message from the worker's buffer and starts
+    it, by hand: its queue, and whether it runs it (False: it was handed back)."""
     item = loop._work.get_nowait()
     assert item is not None
-    return item[0], loop._out_of_turn.take(item[3])
+    runs = loop._out_of_turn.take(item[3])
+    if runs:
+        loop._out_of_turn.task_started(loop.clock.monotonic())
+    return item[0], runs
 
 
-def test_a_quiet_types_planning_taken_ahead_is_handed_back_while_the_slot_runs_long(
+def _two_types(
     backend: Backend,
-):
-    # Given a worker of one slot taking one message ahead, serving two types: its slot
-    # runs a long task of the first (a feed step, say), its buffer holds nothing yet
+) -> tuple[WorkerLoop, FakeClock, type[ChunkedJob], type[ChunkedJob]]:
+    """A worker of one slot taking one message ahead, serving two types; its slot runs
+    a task of the first, and the second's planning came into its buffer (its type quiet:
+    asked first)."""
     slow, boom = _job_type(backend, "slow"), _job_type(backend, "boom")
     clock = FakeClock()
     loop = WorkerLoop(
@@ -216,12 +220,19 @@ def test_a_quiet_types_planning_taken_ahead_is_handed_back_while_the_slot_runs_l
     loop._prepare()
     _send(backend.storage, slow, "chunk", 1)
     assert loop._receive(2) == 1
-    _take(loop)  # the slot runs it
-
-    # When the second type's planning comes and the buffer takes it (quiet: asked first)
+    assert _take(loop) == (slow.queue, True)
     _send(backend.storage, boom, "plan", 1)
     clock.advance(0.1)  # its queue's rest after the empty answer is over
     assert loop._receive(1) == 1
+    return loop, clock, slow, boom
+
+
+def test_a_quiet_types_planning_taken_ahead_is_handed_back_while_the_slot_runs_long(
+    backend: Backend,
+):
+    # Given a worker whose one slot runs a long task of the first type (a feed step,
+    # say) and whose buffer took the second type's planning
+    loop, clock, slow, boom = _two_types(backend)
 
     # Then it waits there no longer than the bound: handed back, visible at once to any
     # other worker, no attempt charged
@@ -249,6 +260,22 @@ def test_a_quiet_types_planning_taken_ahead_is_handed_back_while_the_slot_runs_l
     clock.advance(2 * prefetch.HAND_BACK_SECONDS)
     loop._hand_back()
     assert _take(loop) == (boom.queue, True)
+
+
+def test_a_planning_behind_quick_tasks_stays(backend: Backend):
+    # Given the second type's planning in the buffer of a worker whose slot runs tasks
+    loop, clock, _, boom = _two_types(backend)
+
+    # When it waits long, but behind tasks that each took less than the bound
+    for _ in range(4):
+        clock.advance(prefetch.HAND_BACK_SECONDS / 2)
+        loop._out_of_turn.task_ended()
+        loop._out_of_turn.task_started(clock.monotonic())
+        loop._hand_back()
+
+    # Then it stays: a buffer that moves is no reason (another worker's would be alike)
+    assert backend.storage.queues.peek(boom.queue) == []
+    assert loop._outstanding == 2
 
 
 def test_a_worker_of_one_type_hands_back_nothing(backend: Backend):
