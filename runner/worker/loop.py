@@ -38,7 +38,7 @@ from runner.worker.lease import Lease, LeaseKeeper
 from runner.worker.logs import in_context, worker_ids
 from runner.worker.poison import PoisonRouter
 from runner.worker.polling import served_queues
-from runner.worker.prefetch import Prefetch
+from runner.worker.prefetch import OutOfTurn, Prefetch
 from runner.worker.receive_order import Received, ReceiveOrder, receive_from
 from runner.worker.recorder import SILENT, Recorder
 from runner.worker.slot_keeper import SlotKeeper
@@ -167,6 +167,7 @@ class WorkerLoop:
         # Messages received and not yet finished (running or waiting for a slot).
         self._outstanding = 0
         self.prefetch = Prefetch(settings.concurrency, settings.prefetch)
+        self._out_of_turn = OutOfTurn(settings.concurrency)
         self._outstanding_changed = threading.Condition()
         # The queues served; _serve_also adds those of unfinished jobs submitted with
         # another queue count than their class has now.
@@ -279,9 +280,12 @@ class WorkerLoop:
     def _serve(self) -> None:
         idle_seconds = POLL_MIN_SECONDS
         while not self._stop.is_set():
+            hand_back_in = self._hand_back()
             with self._outstanding_changed:
                 if not self._should_receive():
-                    self._outstanding_changed.wait(0.5)
+                    self._outstanding_changed.wait(
+                        min(0.5, 0.5 if hand_back_in is None else hand_back_in)
+                    )
                     continue
                 free = self._capacity() - self._outstanding
             if self._receive(free):
@@ -324,11 +328,13 @@ class WorkerLoop:
         for cls, queues in self._order.next_round():
             if free <= 0 or self._stop.is_set():
                 break
+            if self._outstanding >= self.settings.concurrency and self._out_of_turn.resting(cls):
+                continue  # it handed a message back: another worker's to take
             # Tokens and slots first: a message received is leased and its dequeue
             # counted, so none is received that could not start (admission.py).
             admitted = self.admission.admit(cls, min(free, 32))
             if admitted.count == 0:
-                self._note_token_wait(admitted.wait_seconds)
+                self._token_wait = _token_wait(self._token_wait, admitted.wait_seconds)
                 continue
             batch: list[Received] = []
             for name in queues:  # resumed work first: the resume queue, then the rest
@@ -341,18 +347,26 @@ class WorkerLoop:
             self.admission.received(cls, admitted, [message for _, message, _ in batch])
             with self._outstanding_changed:
                 self._outstanding += len(batch)
+            out_of_turn = self._order.out_of_turn(cls)
             for queue_name, message, received_at in batch:
                 # Held at once, so a message waiting for a free slot is renewed too.
                 lease = hold(self.context, queue_name, message, received_at)
+                if out_of_turn:
+                    self._out_of_turn.wait(cls, message, lease, self.clock.monotonic())
                 self._work.put((queue_name, message, received_at, lease))
             received += len(batch)
             free -= len(batch)
         return received
 
-    def _note_token_wait(self, wait_seconds: float) -> None:
-        if wait_seconds > 0:
-            wait = max(wait_seconds, POLL_MIN_SECONDS)
-            self._token_wait = min(wait, self._token_wait or wait)
+    def _hand_back(self) -> float | None:
+        """:meth:`runner.worker.prefetch.OutOfTurn.hand_back`: seconds until the next."""
+        return self._out_of_turn.hand_back(self.clock.monotonic(), self._release_unrun)
+
+    def _release_unrun(self, lease: Lease, message: QueueMessage) -> None:
+        self.context.keeper.release(lease, 0)
+        self.admission.ended(message)
+        with self._outstanding_changed:
+            self._outstanding -= 1
 
     def _slot(self) -> None:
         while True:
@@ -360,7 +374,10 @@ class WorkerLoop:
             if item is None:
                 return
             queue, message, received_at, lease = item
+            if not self._out_of_turn.take(lease):
+                continue  # handed back while it waited (_hand_back)
             started, ran_chunk = self.clock.monotonic(), False
+            self._out_of_turn.task_started(started)
             try:
                 if self._stop.is_set():
                     self.context.keeper.release(lease, 0)  # never started: hand it back
@@ -372,6 +389,7 @@ class WorkerLoop:
                 )
             finally:
                 self.admission.ended(message)  # every ending passes here, once
+                self._out_of_turn.task_ended()
                 with self._outstanding_changed:
                     self._outstanding -= 1
                     if ran_chunk:
@@ -381,7 +399,7 @@ class WorkerLoop:
 
     def _no_work_left(self) -> bool:
         """Every job of these types has ended and their queues hold nothing at all (then
-        a job type that had no job at all is named: see :meth:`_say_what_was_found`)."""
+        a job type that had no job at all is named: see :func:`_say_what_was_found`)."""
         types = {cls.job_type() for cls in self._classes}
         try:
             every = self.context.store.list_jobs()
@@ -397,24 +415,8 @@ class WorkerLoop:
         except StorageError as error:
             log.warning("checking for remaining work failed: %s", error)
             return False
-        self._say_what_was_found(every)
+        _say_what_was_found(self._classes, every, self.storage.description)
         return True
-
-    def _say_what_was_found(self, jobs: list[JobRecord]) -> None:
-        """Warn of a job type with no job at all in the store: a burst that ends at once
-        says nothing otherwise, and the cause is usually a job submitted as another
-        ``module:Class``, or to another store."""
-        for cls in self._classes:
-            if any(job.job_type == cls.job_type() for job in jobs):
-                continue
-            others = sorted({job.job_type for job in jobs if job.queue == cls.queue})
-            hint = f"; its queue's jobs were submitted as {', '.join(others)}" if others else ""
-            log.warning(
-                "burst: nothing to serve for %s: no job of this type in %s%s",
-                cls.job_type(),
-                self.storage.description,
-                hint,
-            )
 
     def _drain(self, slots: list[threading.Thread]) -> bool:
         for _ in slots:
@@ -432,6 +434,33 @@ class WorkerLoop:
         if still:
             log.warning("%d chunk(s) did not stop in time; their leases will lapse", still)
         return not still
+
+
+def _token_wait(current: float | None, wait_seconds: float) -> float | None:
+    """The wait for tokens after a receive round: the shortest of those noted."""
+    if wait_seconds <= 0:
+        return current
+    wait = max(wait_seconds, POLL_MIN_SECONDS)
+    return min(wait, current or wait)
+
+
+def _say_what_was_found(
+    classes: list[type[ChunkedJob]], jobs: list[JobRecord], description: str
+) -> None:
+    """Warn of a job type with no job at all in the store: a burst that ends at once
+    says nothing otherwise, and the cause is usually a job submitted as another
+    ``module:Class``, or to another store."""
+    for cls in classes:
+        if any(job.job_type == cls.job_type() for job in jobs):
+            continue
+        others = sorted({job.job_type for job in jobs if job.queue == cls.queue})
+        hint = f"; its queue's jobs were submitted as {', '.join(others)}" if others else ""
+        log.warning(
+            "burst: nothing to serve for %s: no job of this type in %s%s",
+            cls.job_type(),
+            description,
+            hint,
+        )
 
 
 def _check_queues(job_classes: list[type[ChunkedJob]]) -> None:

@@ -98,6 +98,11 @@ class ReceiveOrder:
             for cls in self._turns.order(resting)
         ]
 
+    def out_of_turn(self, cls: type[ChunkedJob]) -> bool:
+        """Whether what ``cls`` gives this round is taken out of turn: it was quiet, and a
+        worker of several types asked it first (most likely a planning or a finalize)."""
+        return len(self._rotations) > 1 and self._turns.quiet(cls)
+
     def asked(self, cls: type[ChunkedJob], queue: str, received: int, wanted: int) -> None:
         """``queue`` of ``cls`` was asked for ``wanted`` messages and gave ``received``."""
         self._round[cls] = self._round.get(cls, 0) + received

@@ -59,6 +59,10 @@ class TypeTurns(Generic[T]):
         """The types to ask this round, in order (:func:`type_order`)."""
         return type_order(self._types, self._turn, self._quiet, resting)
 
+    def quiet(self, job_type: T) -> bool:
+        """Whether ``job_type``'s queues gave nothing when last asked."""
+        return job_type in self._quiet
+
     def asked(self, asked: T, received: int) -> None:
         """Type ``asked`` was asked this round (its resume queue and queues) and gave
         ``received`` messages; called in the order the types were asked."""

@@ -17,6 +17,7 @@ from checkpoint.records import TaskKind
 from checkpoint.storage import NEVER_EXPIRES, Storage
 from jobs.chunk import Chunk
 from jobs.job import ChunkedJob
+from runner.worker import prefetch
 from runner.worker.loop import WorkerLoop, WorkerSettings
 from runner.worker.polling import served_queues
 from runner.worker.receive_order import ReceiveOrder
@@ -192,3 +193,105 @@ def test_an_idle_types_queue_rests_while_another_type_keeps_the_worker_busy():
     assert asked[2:6] == [idle.resume_queue(), idle.queue, busy.resume_queue(), busy.queue]
     # (rounds at 0 s: 2 asks, at 0.1-0.4 s: 4 each; at 0.5 s it rests, at 0.6 s not)
     assert asked[18:22] == [busy.resume_queue(), busy.queue, idle.resume_queue(), idle.queue]
+
+
+def _take(loop: WorkerLoop) -> tuple[str, bool]:
+    """A slot (this thread) takes the next message from the worker's buffer and starts
+    it, by hand: its queue, and whether it runs it (False: it was handed back)."""
+    item = loop._work.get_nowait()
+    assert item is not None
+    runs = loop._out_of_turn.take(item[3])
+    if runs:
+        loop._out_of_turn.task_started(loop.clock.monotonic())
+    return item[0], runs
+
+
+def _two_types(
+    backend: Backend,
+) -> tuple[WorkerLoop, FakeClock, type[ChunkedJob], type[ChunkedJob]]:
+    """A worker of one slot taking one message ahead, serving two types; its slot runs
+    a task of the first, and the second's planning came into its buffer (its type quiet:
+    asked first)."""
+    slow, boom = _job_type(backend, "slow"), _job_type(backend, "boom")
+    clock = FakeClock()
+    loop = WorkerLoop(
+        backend.storage, [slow, boom], WorkerSettings(concurrency=1, prefetch=1), clock=clock
+    )
+    loop._prepare()
+    _send(backend.storage, slow, "chunk", 1)
+    assert loop._receive(2) == 1
+    assert _take(loop) == (slow.queue, True)
+    _send(backend.storage, boom, "plan", 1)
+    clock.advance(0.1)  # its queue's rest after the empty answer is over
+    assert loop._receive(1) == 1
+    return loop, clock, slow, boom
+
+
+def test_a_quiet_types_planning_taken_ahead_is_handed_back_while_the_slot_runs_long(
+    backend: Backend,
+):
+    # Given a worker whose one slot runs a long task of the first type (a feed step,
+    # say) and whose buffer took the second type's planning
+    loop, clock, slow, boom = _two_types(backend)
+
+    # Then it waits there no longer than the bound: handed back, visible at once to any
+    # other worker, no attempt charged
+    clock.advance(prefetch.HAND_BACK_SECONDS / 2)
+    loop._hand_back()
+    assert backend.storage.queues.peek(boom.queue) == []  # still held
+    clock.advance(prefetch.HAND_BACK_SECONDS / 2)
+    loop._hand_back()
+    back = backend.storage.queues.peek(boom.queue)
+    assert len(back) == 1 and messages.decode(back[0].body).kind == "plan"
+    assert loop._outstanding == 1  # the slot's task alone
+    # and the slot, free again, skips what was handed back
+    loop._work.put(None)  # (then it stops)
+    loop._slot()  # would have run it, and counted it out again
+    assert loop._outstanding == 1
+
+    # and this worker takes none of that type again while its slot runs that long task
+    # (it would wait behind it); once a slot ends its task it does, and keeps it
+    _send(backend.storage, slow, "chunk", 1)
+    clock.advance(10.0)
+    assert loop._receive(1) == 1
+    assert _take(loop) == (slow.queue, True)
+    loop._out_of_turn.task_ended()
+    assert loop._receive(1) == 1
+    clock.advance(2 * prefetch.HAND_BACK_SECONDS)
+    loop._hand_back()
+    assert _take(loop) == (boom.queue, True)
+
+
+def test_a_planning_behind_quick_tasks_stays(backend: Backend):
+    # Given the second type's planning in the buffer of a worker whose slot runs tasks
+    loop, clock, _, boom = _two_types(backend)
+
+    # When it waits long, but behind tasks that each took less than the bound
+    for _ in range(4):
+        clock.advance(prefetch.HAND_BACK_SECONDS / 2)
+        loop._out_of_turn.task_ended()
+        loop._out_of_turn.task_started(clock.monotonic())
+        loop._hand_back()
+
+    # Then it stays: a buffer that moves is no reason (another worker's would be alike)
+    assert backend.storage.queues.peek(boom.queue) == []
+    assert loop._outstanding == 2
+
+
+def test_a_worker_of_one_type_hands_back_nothing(backend: Backend):
+    # Given a worker of one type whose buffer holds a message behind a long task
+    only = _job_type(backend, "only")
+    clock = FakeClock()
+    loop = WorkerLoop(
+        backend.storage, [only], WorkerSettings(concurrency=1, prefetch=1), clock=clock
+    )
+    loop._prepare()
+    _send(backend.storage, only, "plan", 2)
+    assert loop._receive(2) == 2
+    _take(loop)
+
+    # When it waits long, Then it stays (no request added to the one-type path)
+    clock.advance(10 * prefetch.HAND_BACK_SECONDS)
+    loop._hand_back()
+    assert loop._outstanding == 2
+    assert _take(loop) == (only.queue, True)
