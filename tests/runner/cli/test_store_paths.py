@@ -29,8 +29,15 @@ def _invoke(*args: str) -> Result:
 
 # --------------------------------------------------------------------------- paths
 
+#: Params the quickstart's validate accepts (a folder that exists), so that a submit
+#: gets as far as opening the store.
+PARAMS = '{"input": "/tmp", "output": "/tmp/summary.json"}'
 #: Commands that open a store, with what else they need.
-COMMANDS = [["submit", "samples.quickstart.wordcount:WordCount"], ["status"], ["check"]]
+COMMANDS = [
+    ["submit", "samples.quickstart.wordcount:WordCount", "--params", PARAMS],
+    ["status"],
+    ["check"],
+]
 
 
 @pytest.mark.parametrize("command", COMMANDS, ids=" ".join)
@@ -86,6 +93,8 @@ def test_a_store_in_a_folder_that_cannot_be_written_says_so():
             result = _invoke(
                 "submit",
                 "samples.quickstart.wordcount:WordCount",
+                "--params",
+                PARAMS,
                 "--storage",
                 str(parent / "new" / "store"),
             )
@@ -137,7 +146,7 @@ WRITE_COMMANDS = [
     ["cancel", "JOB"],
     ["pause", "JOB"],
     ["delete", "JOB", "--force"],
-    ["submit", "samples.quickstart.wordcount:WordCount", "--params", "{}"],
+    ["submit", "samples.quickstart.wordcount:WordCount", "--params", PARAMS],
     ["limit", "word-count", "5/s"],
     ["check"],
     ["start", "samples.quickstart.wordcount:WordCount", "--burst"],
