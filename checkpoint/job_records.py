@@ -8,8 +8,8 @@ update applied although it failed is recognised by its writer token as this call
 from __future__ import annotations
 
 import secrets
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
 
 from checkpoint import deletion, job_index, layout, retries, settle
 from checkpoint.clock import Clock
@@ -30,6 +30,9 @@ from checkpoint.retries import Budget
 from checkpoint.settle import WRITER
 from checkpoint.storage import BatchOp, PropertyValue, Record, Storage, Where
 from checkpoint.values import Values, refused
+
+#: What a scan of the catalogue makes of each record.
+Read = TypeVar("Read")
 
 #: What :meth:`JobRecords.scan_catalogue` reads of each job record (Azure's ``$select``).
 CATALOGUE_COLUMNS = ("state", "created_on", "updated_on")
@@ -147,18 +150,7 @@ class JobRecords:
     def scan_jobs(self, budget: Budget | None = None) -> list[tuple[str, JobRecord | BadRecord]]:
         """``(job id, job)`` of every job, with a BadRecord saying why for a record that
         cannot be read."""
-        budget = retries.given(budget, self._clock)
-        self._ensure(budget)
-        records = budget.call(
-            lambda: list(self._records.query(layout.JOBS_TABLE, layout.JOBS_PARTITION))
-        )
-        found: list[tuple[str, JobRecord | BadRecord]] = []
-        for record in self._jobs_only(records):
-            try:
-                found.append((record.row_key, JobRecord.from_record(record)))
-            except BadRecord as bad:
-                found.append((record.row_key, bad))
-        return found
+        return self._scan(JobRecord.from_record, None, budget)
 
     def scan_catalogue(
         self, budget: Budget | None = None
@@ -166,19 +158,27 @@ class JobRecords:
         """``(job id, entry)`` of every job, reading only :data:`CATALOGUE_COLUMNS` of
         each record (params, errors and the rest stay on the server): a BadRecord says
         why for an entry that cannot be read."""
+        return self._scan(CatalogueEntry.from_record, CATALOGUE_COLUMNS, budget)
+
+    def _scan(
+        self,
+        read: Callable[[Record], Read],
+        select: Sequence[str] | None,
+        budget: Budget | None,
+    ) -> list[tuple[str, Read | BadRecord]]:
+        """Every job of the catalogue (its ``select`` columns, or all) as ``read`` makes
+        it, with a BadRecord saying why for one it cannot."""
         budget = retries.given(budget, self._clock)
         self._ensure(budget)
         records = budget.call(
             lambda: list(
-                self._records.query(
-                    layout.JOBS_TABLE, layout.JOBS_PARTITION, select=CATALOGUE_COLUMNS
-                )
+                self._records.query(layout.JOBS_TABLE, layout.JOBS_PARTITION, select=select)
             )
         )
-        found: list[tuple[str, CatalogueEntry | BadRecord]] = []
+        found: list[tuple[str, Read | BadRecord]] = []
         for record in self._jobs_only(records):
             try:
-                found.append((record.row_key, CatalogueEntry.from_record(record)))
+                found.append((record.row_key, read(record)))
             except BadRecord as bad:
                 found.append((record.row_key, bad))
         return found
