@@ -122,6 +122,14 @@ def index_of_row(row_key: str) -> int:
     return int(row_key[1:])
 
 
+def shards_holding(total: int | None) -> range:
+    """The shards a job of ``total`` chunks writes to: all of them while its total is not
+    known (planning), else those its chunk blocks fall in (one for up to SHARD_BLOCK)."""
+    if total is None:
+        return range(SHARDS)
+    return range(min(SHARDS, -(-max(total, 0) // SHARD_BLOCK)))
+
+
 def chunks_in_shard(total: int, shard: int) -> int:
     """How many of ``total`` chunks fall into ``shard``."""
     rounds, rest = divmod(total, SHARDS * SHARD_BLOCK)

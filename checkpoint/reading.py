@@ -52,20 +52,21 @@ class JobReader:
         return self.counts_and_counted_on(job_id, budget)[0]
 
     def counts_and_counted_on(
-        self, job_id: str, budget: Budget | None = None
+        self, job_id: str, budget: Budget | None = None, *, total: int | None = None
     ) -> tuple[dict[str, int], datetime | None]:
         """:meth:`counts`, and when a chunk was last counted in any shard (the newest
-        ``counted_on`` of the counter rows; None before any was)."""
-        total = dict.fromkeys(COUNTERS, 0)
+        ``counted_on`` of the counter rows; None before any was). With the job's
+        ``total`` known, only the shards holding its chunks are read."""
+        summed = dict.fromkeys(COUNTERS, 0)
         counted_on: datetime | None = None
-        for shard in range(layout.SHARDS):
+        for shard in layout.shards_holding(total):
             record = self._counter_row(job_id, shard, budget)
             for name, value in counts_of(record, job_id, shard).items():
-                total[name] = total.get(name, 0) + value
+                summed[name] = summed.get(name, 0) + value
             when = record.properties.get(COUNTED_ON)
             if isinstance(when, datetime) and (counted_on is None or when > counted_on):
                 counted_on = when
-        return total, counted_on
+        return summed, counted_on
 
     def _counter_row(self, job_id: str, shard: int, budget: Budget | None) -> Record:
         partition = layout.shard_partition(job_id, shard)
@@ -92,15 +93,17 @@ class JobReader:
         budget: Budget | None = None,
         *,
         where: Sequence[Where] = (),
+        total: int | None = None,
     ) -> Iterator[tuple[int, TaskRecord | BadRecord]]:
         """``(index, chunk)`` as :meth:`chunks`, with a BadRecord for a chunk whose record
         cannot be read (it is included whatever ``states`` asks for, unless one state is
         asked for and its stored state is another). ``where``: more conditions the
-        query sends (an unreadable record is still named whatever they say)."""
+        query sends (an unreadable record is still named whatever they say). With the
+        job's ``total`` known, only the shards holding its chunks are queried."""
         budget = retries.given(budget, self._clock)
         streams = [
             self._shard_chunks(job_id, shard, states, budget, where)
-            for shard in range(layout.SHARDS)
+            for shard in layout.shards_holding(total)
         ]
         return heapq.merge(*streams, key=lambda found: found[0])
 

@@ -259,10 +259,11 @@ class CheckpointStore:
         return self._reading.counts(job_id, budget)
 
     def counts_and_counted_on(
-        self, job_id: str, budget: Budget | None = None
+        self, job_id: str, budget: Budget | None = None, *, total: int | None = None
     ) -> tuple[dict[str, int], datetime | None]:
-        """:meth:`counts`, and when a chunk was last counted (None: none yet)."""
-        return self._reading.counts_and_counted_on(job_id, budget)
+        """:meth:`counts`, and when a chunk was last counted (None: none yet); with the
+        job's ``total`` known, only the shards holding its chunks are read."""
+        return self._reading.counts_and_counted_on(job_id, budget, total=total)
 
     def chunks(
         self, job_id: str, states: Sequence[str] = (), budget: Budget | None = None
@@ -277,10 +278,12 @@ class CheckpointStore:
         budget: Budget | None = None,
         *,
         where: Sequence[Where] = (),
+        total: int | None = None,
     ) -> Iterator[tuple[int, TaskRecord | BadRecord]]:
         """``(index, chunk)`` as :meth:`chunks`, with a BadRecord for one unreadable;
-        ``where``: more conditions for the query."""
-        return self._reading.scan_chunks(job_id, states, budget, where=where)
+        ``where``: more conditions for the query; ``total``: the job's chunks, if known
+        (only the shards holding them are queried)."""
+        return self._reading.scan_chunks(job_id, states, budget, where=where, total=total)
 
     def poisoned_tasks(
         self, job_id: str, budget: Budget | None = None

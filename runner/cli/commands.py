@@ -42,7 +42,7 @@ from runner.cli.limit_command import limit
 from runner.cli.options import storage_option
 from runner.cli.redrive import redrive
 from runner.cli.render import render_poisoned, render_report, render_status, report_csv_row
-from runner.cli.selection import Listing
+from runner.cli.selection import SHOWN_BY_DEFAULT, Listing
 from runner.cli.snapshot import read_snapshot
 from runner.cli.status import REPORT_COLUMNS, failure_report, poisoned_chunks
 from runner.cli.suggest import suggests_job_ids
@@ -379,7 +379,10 @@ def _set_spark_target(master: str | None, remote: str | None) -> None:
     "--all", "every", is_flag=True, help="Every job, ended ones too (by default only counted)."
 )
 @click.option(
-    "--limit", type=click.IntRange(1), default=None, help="At most this many jobs, newest first."
+    "--limit",
+    type=click.IntRange(1),
+    default=None,
+    help=f"At most this many jobs, newest first [default: {SHOWN_BY_DEFAULT}; with --json, all].",
 )
 @storage_option
 @suggests_job_ids
@@ -405,6 +408,8 @@ def status(
         raise click.UsageError("--state, --all and --limit select from the list: not with JOB_ID")
     if states and every:
         raise click.UsageError("--all lists every state: give --all or --state, not both")
+    if limit is None and not as_json:
+        limit = SHOWN_BY_DEFAULT  # a page to read; a script asking for JSON gets them all
     listing = Listing(states=states, every=every, limit=limit)
     with open_storage(storage, create=False) as opened:
         store = CheckpointStore(opened)

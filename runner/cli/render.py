@@ -56,7 +56,7 @@ def render_status(
 ) -> str:
     """The jobs of ``report``, then what the list left out (:func:`listing_line`) if
     ``counts`` are given; with ``now``, when each job last moved (``moved 12s ago``)."""
-    left_out = listing_line(counts, listing, len(report)) if counts else None
+    left_out = listing_line(counts, listing) if counts else None
     if not report:
         if counts is None or not counts.total:
             return "no jobs"
@@ -66,15 +66,14 @@ def render_status(
     return shown + (f"\n\n{left_out}" if left_out else "")
 
 
-def listing_line(counts: JobCounts, listing: Listing, shown: int) -> str | None:
-    """One line for what a list of ``shown`` jobs leaves out: by default the ended jobs
+def listing_line(counts: JobCounts, listing: Listing) -> str | None:
+    """One line for what a list leaves out: by default the ended jobs
     counted by state (``and 9,874 ended jobs: 9,800 done, 60 failed, 14 cancelled
     (runner status --all, or --state done)``); with ``--state``, ``--all`` or
     ``--limit``, how many more matched. None when nothing is left out."""
     lines = []
-    left = counts.matched - shown
-    if left > 0:
-        lines.append(f"and {left:,} more, older (raise --limit)")
+    if counts.left_out > 0:
+        lines.append(f"and {counts.left_out:,} more, older (raise --limit)")
     ended = {state: counts.by_state.get(state, 0) for state in ENDED_JOB_STATES}
     ended = {state: number for state, number in ended.items() if number}
     total = sum(ended.values())

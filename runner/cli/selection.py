@@ -75,6 +75,12 @@ class Listing:
 #: What a view lists when nothing is asked: the active jobs, the ended ones counted.
 DEFAULT_LISTING = Listing()
 
+#: Jobs a text view (``runner status``, ``--watch``) shows when no ``--limit`` is given,
+#: newest first: each job shown costs about ten requests (its counts, running, retrying
+#: and control tasks; more for a job of over 32 chunks), so a store of hundreds of
+#: queued jobs would take a while to show on Azure. The dashboard shows the same number a page; ``--json`` lists every one.
+SHOWN_BY_DEFAULT = 50
+
 
 def select_jobs(found: Sequence[Found], listing: Listing) -> tuple[list[str], JobCounts]:
     """The ids of the jobs ``listing`` shows, newest first (by ``created_on``, then job
@@ -83,8 +89,6 @@ def select_jobs(found: Sequence[Found], listing: Listing) -> tuple[list[str], Jo
     readable.sort(key=_created_then_id, reverse=True)
     wanted = set(listing.wanted)
     chosen = [job_id for job_id, entry in readable if entry.state in wanted]
-    if listing.recent_ended and not listing.states and not listing.every:
-        chosen += _recent_ended(readable, listing.recent_ended)
     unreadable = sorted(job_id for job_id, e in found if isinstance(e, BadRecord))
     if listing.lists_unreadable:
         chosen += unreadable
@@ -94,11 +98,16 @@ def select_jobs(found: Sequence[Found], listing: Listing) -> tuple[list[str], Jo
     if listing.page_size is not None:
         start = listing.page * listing.page_size
         chosen = chosen[start : start + listing.page_size]
+    left_out = matched - len(chosen)
+    # After the cut: a watched list cut to its newest jobs still shows those just ended.
+    if listing.recent_ended and not listing.states and not listing.every:
+        chosen += _recent_ended(readable, listing.recent_ended)
     by_state = Counter(entry.state for _, entry in readable)
     counts = JobCounts(
         by_state={state: by_state[state] for state in JOB_STATES},
         unreadable=len(unreadable),
         matched=matched,
+        left_out=left_out,
     )
     return chosen, counts
 

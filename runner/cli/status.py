@@ -46,12 +46,14 @@ def job_status(store: CheckpointStore, job: JobRecord, now: datetime) -> JobStat
     """One job's state, chunk counts and running / failed chunks (no workers: those are
     :func:`runner.cli.snapshot.with_workers`'s)."""
     bad: list[Unreadable] = []
-    counts, counted_on = _counts(store, job.job_id, bad)
-    running = _chunks(store, job.job_id, "running", bad)
-    retrying = _chunks(store, job.job_id, "retrying", bad)
+    # With its total known, only the shards holding the job's chunks are read (one for a
+    # job of up to 32 chunks, instead of 16).
+    counts, counted_on = _counts(store, job, bad)
+    running = _chunks(store, job.job_id, "running", bad, job.total)
+    retrying = _chunks(store, job.job_id, "retrying", bad, job.total)
     handed_back = _handed_back(store, job, bad)
     control_tasks = [_control_task(store, job.job_id, kind, bad) for kind in CONTROL_KINDS]
-    planned = _planned(store, job, bad)
+    planned = _planned(store, control_tasks[0], bad)
     total = job.total if job.total is not None else planned
     unfinished = running + retrying + handed_back
     fraction = job_fraction(total, counts["done"], unfinished)
@@ -107,7 +109,7 @@ def job_status(store: CheckpointStore, job: JobRecord, now: datetime) -> JobStat
                 *retrying,
             ]
         ),
-        poisoned=tuple(poisoned_chunks(store, job.job_id, bad, now))
+        poisoned=tuple(poisoned_chunks(store, job.job_id, bad, now, job.total))
         if counts["poisoned"] or job.state == "failed"
         else (),
         finalize=control_tasks[-1].state if control_tasks[-1] is not None else None,
@@ -126,14 +128,15 @@ def poisoned_chunks(
     job_id: str,
     bad: list[Unreadable] | None = None,
     now: datetime | None = None,
+    total: int | None = None,
 ) -> list[FailedTask]:
     """Poisoned chunks of a job with their last error (planning, feeding and finalize
-    included).
+    included); ``total``: the job's chunks, if known.
 
     Records that cannot be read are left out, and added to ``bad`` if given."""
     bad = [] if bad is None else bad
     now = store.clock.now() if now is None else now
-    found = [_failed(task, now) for task in _chunks(store, job_id, "poisoned", bad)]
+    found = [_failed(task, now) for task in _chunks(store, job_id, "poisoned", bad, total)]
     for kind in CONTROL_KINDS:
         task = _control_task(store, job_id, kind, bad)
         if task is not None and task.state == "poisoned":
@@ -142,10 +145,10 @@ def poisoned_chunks(
 
 
 def _counts(
-    store: CheckpointStore, job_id: str, bad: list[Unreadable]
+    store: CheckpointStore, job: JobRecord, bad: list[Unreadable]
 ) -> tuple[dict[str, int], datetime | None]:
     try:
-        return store.counts_and_counted_on(job_id)
+        return store.counts_and_counted_on(job.job_id, total=job.total)
     except BadRecord as unreadable:
         bad.append(_unreadable("counter", 0, unreadable))
         return {"done": 0, "poisoned": 0}, None
@@ -159,7 +162,7 @@ def _handed_back(store: CheckpointStore, job: JobRecord, bad: list[Unreadable]) 
         return []
     saved = [Where(PROGRESS_FRACTION, "gt", 0.0)]
     found = []
-    for index, task in store.scan_chunks(job.job_id, ("waiting",), where=saved):
+    for index, task in store.scan_chunks(job.job_id, ("waiting",), where=saved, total=job.total):
         if isinstance(task, BadRecord):
             bad.append(_unreadable("chunk", index, task))
         else:
@@ -168,11 +171,12 @@ def _handed_back(store: CheckpointStore, job: JobRecord, bad: list[Unreadable]) 
 
 
 def _chunks(
-    store: CheckpointStore, job_id: str, state: str, bad: list[Unreadable]
+    store: CheckpointStore, job_id: str, state: str, bad: list[Unreadable], total: int | None
 ) -> list[TaskRecord]:
-    """The job's chunks in ``state``; those that cannot be read go to ``bad``."""
+    """The job's chunks in ``state`` (of ``total``, if known); those that cannot be read
+    go to ``bad``."""
     found = []
-    for index, task in store.scan_chunks(job_id, (state,)):
+    for index, task in store.scan_chunks(job_id, (state,), total=total):
         if isinstance(task, BadRecord):
             bad.append(_unreadable("chunk", index, task))
         else:
@@ -198,8 +202,8 @@ def _unreadable(kind: str, index: int, bad: BadRecord) -> Unreadable:
     return Unreadable(kind=kind, index=index, problem=str(bad))
 
 
-def _planned(store: CheckpointStore, job: JobRecord, bad: list[Unreadable]) -> int:
-    plan = _control_task(store, job.job_id, "plan", bad)
+def _planned(store: CheckpointStore, plan: TaskRecord | None, bad: list[Unreadable]) -> int:
+    """How many chunks planning has recorded, as its progress says."""
     if plan is None:
         return 0
     try:

@@ -193,11 +193,13 @@ class JobCounts:
         by_state: jobs in each state (every state named, 0 included).
         unreadable: catalogue entries that cannot be read.
         matched: jobs the view's filter matched, before its limit or page.
+        left_out: of those, the jobs its limit or page left out.
     """
 
     by_state: Mapping[str, int]
     unreadable: int
     matched: int
+    left_out: int = 0
 
     @property
     def total(self) -> int:

@@ -21,7 +21,8 @@ from runner.cli.watch_view import ENDED_STATES, MAX_ENDED_JOBS, ended_count
 def plain_lines(frame: WatchFrame, active_before: set[str], first: bool) -> list[str]:
     """The lines of one refresh: each job not ended; a job that ended since the last
     refresh (in ``active_before``), once; on the ``first`` refresh the last few ended
-    jobs too, as the live view shows them. A failed refresh is one line saying so."""
+    jobs too, as the live view shows them, and how many the limit left out. A failed
+    refresh is one line saying so."""
     when = _stamp(frame.snapshot.taken_on)
     if frame.error:
         return [f"refresh failed: {frame.error} (last read {when})"]
@@ -36,7 +37,11 @@ def plain_lines(frame: WatchFrame, active_before: set[str], first: bool) -> list
     if not shown:
         count = ended_count(frame.snapshot.counts, len(ended))
         return [f"{when}  no job running" + (f" ({count:,} ended)" if count else "")]
-    return [f"{when}  {job_line(job, frame.rates.get(job.job_id, Rate()))}" for job in shown]
+    lines = [f"{when}  {job_line(job, frame.rates.get(job.job_id, Rate()))}" for job in shown]
+    counts = frame.snapshot.counts
+    if first and counts is not None and counts.left_out > 0:
+        lines.append(f"{when}  ... {counts.left_out:,} more active, older (raise --limit)")
+    return lines
 
 
 def job_line(job: AnyJob, rate: Rate) -> str:

@@ -64,6 +64,9 @@ def render_watch(frame: WatchFrame) -> RenderableType:
         parts.append(Text("no jobs", style="dim"))
     for job in active:
         parts.extend([_job(job, frame.rates.get(job.job_id, Rate()), now), Text("")])
+    if snapshot.counts is not None and snapshot.counts.left_out > 0:
+        left_out = f"... {snapshot.counts.left_out:,} more active, older (raise --limit)"
+        parts.extend([Text(left_out, style="dim"), Text("")])
     if ended:
         parts.extend([_ended(ended, ended_count(snapshot.counts, len(ended))), Text("")])
     parts.append(_workers(snapshot.workers, now))

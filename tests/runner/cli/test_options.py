@@ -22,6 +22,7 @@ from checkpoint.backends import open_storage
 from checkpoint.clock import FakeClock
 from checkpoint.store import CheckpointStore
 from runner.cli.commands import cli
+from runner.cli.selection import SHOWN_BY_DEFAULT
 from runner.worker import supervisor
 from runner.worker.loop import EXIT_OK, WorkerSettings
 from tests.e2e.processes import ROOT, runner_command, wait_until
@@ -84,6 +85,33 @@ def test_status_lists_the_active_jobs_newest_first_and_selects_by_state_and_limi
     assert one.exit_code == 2 and "not with JOB_ID" in one.output
     both = CliRunner().invoke(cli, [*where, "--all", "--state", "done"])
     assert both.exit_code == 2 and "give --all or --state, not both" in both.output
+
+
+def test_status_shows_the_newest_active_jobs_up_to_a_default_and_json_lists_them_all(
+    tmp_path: Path,
+):
+    # Given more active jobs than a view shows by default
+    count = SHOWN_BY_DEFAULT + 3
+    clock = FakeClock()
+    with open_storage(str(tmp_path), clock=clock) as opened:
+        store = CheckpointStore(opened, clock)
+        for number in range(count):
+            store.create_job(f"j{number:03d}", "m:Job", "m-job", None)
+            clock.advance(1)
+    where = ["status", "--storage", str(tmp_path)]
+
+    # When the list is shown as text, as JSON, and as text with a higher limit
+    shown = CliRunner().invoke(cli, where).output
+    titles = [line.split()[0] for line in shown.splitlines() if line.startswith("j")]
+
+    # Then the text shows the newest ones and says how many it left out (each job shown
+    # costs reads of its chunks: a store of hundreds of queued jobs answers in seconds)
+    assert titles == [f"j{number:03d}" for number in reversed(range(3, count))]
+    assert shown.endswith("\n\nand 3 more, older (raise --limit)\n")
+    assert len(_listed(*where)) == count
+    raised = CliRunner().invoke(cli, [*where, "--limit", str(count)]).output
+    assert "more, older" not in raised
+    assert sum(line.startswith("j") for line in raised.splitlines()) == count
 
 
 def test_status_counts_the_ended_jobs_in_one_line_and_says_what_a_limit_left_out(tmp_path):

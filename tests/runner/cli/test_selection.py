@@ -115,6 +115,21 @@ def test_recent_ended_adds_the_ended_jobs_changed_last_to_a_default_listing():
     assert select_jobs(found, Listing(states=("running",), recent_ended=2))[0] == ["run"]
 
 
+def test_a_limit_cuts_the_listed_jobs_not_the_recent_ended_a_watch_adds():
+    # A watched list cut to its newest active job still shows the jobs just ended, and
+    # counts what the cut left out (matched: the active jobs, not the ended added)
+    found = [
+        _entry("old-run", "running", 0),
+        _entry("new-run", "running", 5),
+        _entry("ended", "done", 1, updated=50),
+    ]
+
+    chosen, counts = select_jobs(found, Listing(limit=1, recent_ended=2))
+
+    assert chosen == ["new-run", "ended"]
+    assert counts.matched == 2
+
+
 def _job(store: CheckpointStore, state: str) -> str:
     job_id = f"sel-{state}-{uuid.uuid4().hex[:8]}"
     store.create_job(job_id, "tests:Job", "sel-q", {"rows": 1})

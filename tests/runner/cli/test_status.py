@@ -257,6 +257,45 @@ def test_a_done_jobs_status_reads_no_waiting_chunks(
     assert ("waiting",) not in asked and ("running",) in asked
 
 
+def test_a_jobs_status_reads_only_the_shards_holding_its_chunks(
+    store: CheckpointStore, monkeypatch: pytest.MonkeyPatch
+):
+    # Given a job of 40 chunks (two shards' first blocks), one chunk of each shard
+    # running, and a job still planning (its total not known)
+    job_id = _running_job(store, ["a"], waiting=39)
+    last = store.get_task(job_id, "chunk", 39)
+    store.write_task(last, {"state": "running", "owner": "w:1:ab", "attempt": 1}, {})
+    planning, _ = store.create_job(f"st-{uuid.uuid4().hex[:10]}", "tests:Job", "status-q", {})
+    read: list[str] = []
+    records = store.storage.records
+
+    def noted(name: str) -> Any:
+        method = getattr(records, name)
+
+        def call(table: str, partition: str, *args: Any, **kwargs: Any) -> Any:
+            read.append(partition)
+            return method(table, partition, *args, **kwargs)
+
+        return call
+
+    for name in ("get", "query"):
+        monkeypatch.setattr(records, name, noted(name))
+
+    # When each one's status is read
+    status = job_status(store, store.get_job(job_id), datetime.now(UTC))
+    shards_read = {p for p in read if p.startswith(f"{job_id}~") and p[-2:].isdigit()}
+    read.clear()
+    job_status(store, store.get_job(planning.job_id), datetime.now(UTC))
+    planning_shards = {p for p in read if p[-2:].isdigit()}
+
+    # Then the first reads its two shards only, and finds both running chunks; the one
+    # planning reads every shard (its chunks may be anywhere yet)
+    assert shards_read == {layout.shard_partition(job_id, 0), layout.shard_partition(job_id, 1)}
+    assert [chunk.index for chunk in status.running] == [0, 39]
+    assert status.chunks.waiting == 38
+    assert len(planning_shards) == layout.SHARDS
+
+
 # --------------------------------------------------------------------------- last moved
 
 

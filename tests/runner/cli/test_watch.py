@@ -32,12 +32,13 @@ from checkpoint.workers import WorkerBook
 from runner.cli import commands
 from runner.cli.json_form import utc
 from runner.cli.pace import duration
-from runner.cli.selection import Listing
+from runner.cli.selection import SHOWN_BY_DEFAULT, Listing
 from runner.cli.snapshot import read_snapshot
 from runner.cli.status_types import (
     AnyJob,
     ChunkCounts,
     FailedTask,
+    JobCounts,
     JobStatus,
     Rate,
     RunningChunk,
@@ -459,14 +460,16 @@ def test_without_a_terminal_each_refresh_is_a_plain_line_per_job(backend: Backen
 
 
 def test_a_watched_list_shows_a_job_that_ends_and_counts_the_ended_ones(backend: Backend):
-    # Given a running job of one chunk, watched as `runner status --watch` lists jobs
-    clock = backend.clock or FakeClock()
+    # Given a running job of one chunk, watched as `runner status --watch` lists jobs:
+    # the newest (on Azurite the session's store holds other tests' jobs, some active;
+    # a list cut to the newest few reads only those in full)
+    clock = backend.clock or FakeClock(datetime(2090, 1, 1, tzinfo=UTC))
     store = CheckpointStore(backend.storage, clock)
     job_id = f"ends-{uuid.uuid4().hex[:8]}"
     job, _ = store.create_job(job_id, "tests:Job", f"wq-{uuid.uuid4().hex[:8]}", {})
     store.add_chunks(job_id, 0, [0])
     store.update_job(job, state="running", total=1)
-    listing = replace(Listing(), recent_ended=MAX_ENDED_JOBS)
+    listing = replace(Listing(limit=3), recent_ended=MAX_ENDED_JOBS)
 
     def ends(refresh: int) -> None:
         task = store.get_task(job_id, "chunk", 0)
@@ -493,6 +496,30 @@ def test_a_watched_list_shows_a_job_that_ends_and_counts_the_ended_ones(backend:
     assert ended == len(shown) or f"... {ended - len(shown):,} more ended" in text
 
 
+def test_a_watched_list_cut_to_its_limit_says_how_many_active_jobs_it_left_out():
+    # Given a list of 2 active jobs shown of 5 matched, and one ended job of 4
+    counts = JobCounts(
+        by_state={"running": 5, "done": 4, "failed": 0, "cancelled": 0},
+        unreadable=0,
+        matched=5,
+        left_out=3,
+    )
+    jobs: list[AnyJob] = [_job("a"), _job("b"), _job("c", state="done")]
+    frame = _snapshot(jobs=jobs)
+    frame = replace(frame, snapshot=replace(frame.snapshot, counts=counts))
+
+    # When it is rendered
+    text = _text(render_watch(frame))
+
+    # Then it says what the limit left out, beside the ended jobs left out; piped, on
+    # the first refresh only
+    assert "... 3 more active, older (raise --limit)" in text
+    assert "... 3 more ended" in text
+    first = plain_lines(frame, set(), first=True)
+    assert first[-1].endswith("  ... 3 more active, older (raise --limit)")
+    assert not any("more active" in line for line in plain_lines(frame, {"a"}, first=False))
+
+
 def test_watch_takes_the_lists_filters(monkeypatch: pytest.MonkeyPatch, tmp_path: Path):
     watched: list[Any] = []
     monkeypatch.setattr(commands, "watch_status", lambda *args: watched.append(args))
@@ -504,8 +531,8 @@ def test_watch_takes_the_lists_filters(monkeypatch: pytest.MonkeyPatch, tmp_path
 
     assert [args[3] for args in watched] == [
         Listing(states=("done",), limit=3),
-        Listing(every=True),
-        Listing(),
+        Listing(every=True, limit=SHOWN_BY_DEFAULT),
+        Listing(limit=SHOWN_BY_DEFAULT),
     ]
 
 
