@@ -78,7 +78,8 @@ DEFAULT_LISTING = Listing()
 #: Jobs a text view (``runner status``, ``--watch``) shows when no ``--limit`` is given,
 #: newest first: each job shown costs about ten requests (its counts, running, retrying
 #: and control tasks; more for a job of over 32 chunks), so a store of hundreds of
-#: queued jobs would take a while to show on Azure. The dashboard shows the same number a page; ``--json`` lists every one.
+#: queued jobs would take a while to show on Azure. The dashboard shows the same number
+#: a page; ``--json`` lists every one.
 SHOWN_BY_DEFAULT = 50
 
 
