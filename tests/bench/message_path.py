@@ -115,7 +115,7 @@ def traced(chunks: int) -> Trace:
             loop.run()
         finally:
             sys.setprofile(None)
-            threading.setprofile(None)  # type: ignore[arg-type]
+            threading.setprofile(None)
     return trace
 
 
