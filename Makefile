@@ -21,8 +21,9 @@ export SPARK_LOCAL_IP := 127.0.0.1
 .PHONY: help venv azurite chromium test test-fast lint typecheck bench chaos demo demo-azure demo-cluster clean
 
 help:
-	@echo "make venv       .venv with this checkout installed editable, with the dev, identity"
-	@echo "                and spark extras (then: source .venv/bin/activate, or .venv/bin/runner)"
+	@echo "make venv       .venv with this checkout installed editable, with the dev, identity,"
+	@echo "                spark and dashboard extras (then: source .venv/bin/activate, or"
+	@echo "                .venv/bin/runner)"
 	@echo "make azurite    Azurite $(AZURITE_VERSION) from npm into $(AZURITE_DIR) (the tests start it)"
 	@echo "make chromium   Debian's chromium (apt-get) for the dashboard's browser tests"
 	@echo "make demo       run the main job on the embedded default (DEMO_ARGS='--rows 200000')"
@@ -53,7 +54,7 @@ venv: $(VENV)/.installed
 $(VENV)/.installed: pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[dev,identity,spark]'
+	$(BIN)/python -m pip install --quiet -e '.[dev,identity,spark,dashboard]'
 	touch $@
 
 azurite: $(AZURITE_BIN)

@@ -19,6 +19,18 @@ class ConfigurationError(RunnerError, ValueError):
     """A setting (storage location, connection string, option) is unusable."""
 
 
+class MissingExtra(ConfigurationError):
+    """What a command needs is an optional extra of chunkrunner that is not installed.
+
+    Attributes:
+        extra: the extra's name (``dashboard``), what ``pip install -e '.[EXTRA]'`` adds.
+    """
+
+    def __init__(self, message: str, *, extra: str):
+        super().__init__(message)
+        self.extra = extra
+
+
 class StorageError(RunnerError):
     """A storage operation failed.
 

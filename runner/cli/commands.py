@@ -3,8 +3,8 @@
 Every command takes ``--storage``: an Azure Storage connection string, an account URL,
 or a directory for the embedded store (default ``$RUNNER_STORAGE``, then ``./.runner``).
 See ``docs/storage.md`` and ``docs/cli.md``. Exit codes: 0 success, 1 the command
-failed, 2 bad usage, 3 ``start`` stopped but chunks outlived the stop timeout,
-130 ``start`` forced to exit by a second signal.
+failed, 2 bad usage (or a command whose extra is not installed), 3 ``start`` stopped
+but chunks outlived the stop timeout, 130 ``start`` forced to exit by a second signal.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ import click
 
 from checkpoint.backends import open_storage
 from checkpoint.deletion import Deleted
-from checkpoint.errors import BadRecord, ConfigurationError, RunnerError
+from checkpoint.errors import BadRecord, ConfigurationError, MissingExtra, RunnerError
 from checkpoint.limits import MAX_VISIBILITY_SECONDS
 from checkpoint.location import parse_location
 from checkpoint.records import ENDED_JOB_STATES, JOB_STATES, JobRecord
@@ -656,6 +656,8 @@ def main() -> None:
         usage.show()
         sys.exit(usage.exit_code)
     except InvalidParams as error:  # the job's own validate said no: bad usage
+        _fail(str(error), exit_code=2)
+    except MissingExtra as error:  # the command is not installed here: as if unknown
         _fail(str(error), exit_code=2)
     except RunnerError as error:
         _fail(str(error))

@@ -14,7 +14,9 @@ so none is left running as an orphan.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
+import importlib
 import logging
 import multiprocessing
 import multiprocessing.connection
@@ -24,6 +26,7 @@ import signal
 import sys
 import time
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from multiprocessing.process import BaseProcess
 from types import FrameType
@@ -35,11 +38,11 @@ from checkpoint import layout
 from checkpoint.backends import open_storage
 from checkpoint.errors import RunnerError
 from checkpoint.metering import metered
+from checkpoint.storage import Storage
 from jobs.backoff import Backoff, compute_backoff
 from jobs.job import ChunkedJob
 from jobs.registry import load_job_class
 from runner.worker import logs
-from runner.worker.faults import injected_faults
 from runner.worker.logs import LogFormat
 from runner.worker.loop import EXIT_ERROR, EXIT_FORCED, EXIT_OK, WorkerLoop, WorkerSettings
 from runner.worker.metrics import PrometheusRecorder
@@ -53,6 +56,9 @@ log = logging.getLogger(__name__)
 #: ``busy=0.05,ambiguous=0.03,delayed=0.05,seed=7``, and where to keep their counts.
 FAULTS_ENV = "RUNNER_FAULTS"
 FAULTS_REPORT_ENV = "RUNNER_FAULTS_REPORT"
+#: The module that injects them, test machinery (:mod:`checkpoint.testing`): loaded by
+#: name when ``RUNNER_FAULTS`` is set, never otherwise (:func:`storage_faults`).
+FAULT_INJECTOR = "checkpoint.testing.injected"
 
 #: Waits before a dead worker's place is filled again: 1, 2, 4 ... s, up to a minute.
 RESTART_BACKOFF = Backoff(first_seconds=1.0, multiplier=2.0, max_seconds=60.0, jitter=0.5)
@@ -123,7 +129,7 @@ def run_in_this_process(
     if name is not None:
         setproctitle.setproctitle(" ".join(["runner", name, *(cls.queue for cls in classes)]))
     faults = os.environ.get(FAULTS_ENV, ""), os.environ.get(FAULTS_REPORT_ENV, "")
-    with open_storage(options.storage) as opened, injected_faults(opened, *faults) as storage:
+    with open_storage(options.storage) as opened, storage_faults(opened, *faults) as storage:
         if metrics is not None:
             storage = metered(storage, metrics)
         loop = WorkerLoop(storage, classes, options.settings, recorder=metrics or SILENT)
@@ -140,6 +146,24 @@ def run_in_this_process(
             code = loop.run()
             log.info("worker %s stopped (exit %d)", loop.worker_id, code)
         return code
+
+
+def storage_faults(
+    storage: Storage, spec: str, report_prefix: str
+) -> AbstractContextManager[Storage]:
+    """``storage`` as is without a ``RUNNER_FAULTS`` spec, else wrapped to fail as it says.
+
+    The optional loading seam of the test machinery: :data:`FAULT_INJECTOR` is resolved
+    by name here, and only here, when a spec is given, so a worker that injects no
+    faults never loads it (nor anything of :mod:`checkpoint.testing`). Not a cycle
+    dodged: the injector imports nothing of ``runner``.
+    """
+    if not spec.strip():
+        return contextlib.nullcontext(storage)
+    injector = importlib.import_module(FAULT_INJECTOR)
+    inject: Callable[[Storage, str, str], AbstractContextManager[Storage]]
+    inject = injector.injected_faults
+    return inject(storage, spec, report_prefix)
 
 
 def _child(options: StartOptions, parent_pid: int) -> None:

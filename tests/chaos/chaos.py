@@ -6,7 +6,7 @@ and from :class:`~tests.chaos.proxy.FaultProxy` (one per service) in front of Az
 An outage (every storage request of the workers refused, or hanging, for a stretch of
 time mid-run) is started by the driver: on Azurite every proxy goes down; on the
 embedded store the driver announces it in a file each worker's wrapper looks at
-(:class:`~checkpoint.faults.OutageFile`). Either ends by itself.
+(:class:`~checkpoint.testing.faults.OutageFile`). Either ends by itself.
 The harness itself (submit, watching the job) talks to storage directly, unfaulted.
 Kills and the stop come at seeded times after the first chunk starts, the same for a
 run with and without faults. Every wait is bounded: a run that does not end is reported
@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from checkpoint.errors import StorageError
-from checkpoint.faults import Outage
+from checkpoint.testing.faults import Outage
 from runner.worker.supervisor import FAULTS_ENV, FAULTS_REPORT_ENV
 from tests import azurite as azurite_process
 from tests.chaos import analysis

@@ -22,11 +22,11 @@ from checkpoint.errors import (
     NotFound,
     Unavailable,
 )
-from checkpoint.faults import FaultyStorage, ScriptedFaults
 from checkpoint.job_index import COUNTS_ROW, INDEXED, JobIndex, active_row, zero_counts
 from checkpoint.records import ENDED_JOB_STATES
 from checkpoint.storage import Record, RecordStore, Storage
 from checkpoint.store import CheckpointStore
+from checkpoint.testing.faults import FaultyStorage, ScriptedFaults
 from tests.backends import Backend
 
 

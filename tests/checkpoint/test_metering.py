@@ -5,7 +5,7 @@ shard counters.
 
 On the embedded store (metering sits above the protocols, the same on every backend),
 with faults injected beneath the meter as a real store fails: busy, or applied with the
-answer lost (:class:`~checkpoint.faults.ScriptedFaults`), or applied and then refused on
+answer lost (:class:`~checkpoint.testing.faults.ScriptedFaults`), or applied and then refused on
 the SDK's own retry (:class:`AppliedThenRefused`). Retries wait on a FakeClock.
 """
 
@@ -32,11 +32,11 @@ from checkpoint.errors import (
     Throttled,
     Unavailable,
 )
-from checkpoint.faults import FaultyStorage, ScriptedFaults
 from checkpoint.retries import Budget
 from checkpoint.settle import WRITER, Writer
 from checkpoint.storage import BatchOp, PropertyValue, Record, RecordStore, Storage
 from checkpoint.store import CheckpointStore
+from checkpoint.testing.faults import FaultyStorage, ScriptedFaults
 
 
 class Meter:

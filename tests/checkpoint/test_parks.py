@@ -11,12 +11,12 @@ import pytest
 
 from checkpoint import layout, messages, parks
 from checkpoint.clock import FakeClock
-from checkpoint.faults import FaultyStorage, ScriptedFaults
 from checkpoint.parks import Released
 from checkpoint.records import TaskKind
 from checkpoint.retries import Budget
 from checkpoint.storage import QueueMessage, Record, Storage
 from checkpoint.store import CheckpointStore
+from checkpoint.testing.faults import FaultyStorage, ScriptedFaults
 from tests.backends import Backend
 from tests.runner.world import Meanwhile
 

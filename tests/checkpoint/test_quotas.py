@@ -12,12 +12,12 @@ import pytest
 from checkpoint import layout
 from checkpoint.clock import FakeClock
 from checkpoint.errors import BadRecord
-from checkpoint.faults import Fault, FaultPlan, FaultyStorage, ScriptedFaults
 from checkpoint.quota_records import BY_HAND, Bucket
 from checkpoint.quotas import RATE_ROW, RECENT, RECENT_WRITES, RUNNING_ROW, QuotaBook, Taken
 from checkpoint.rates import parse_rate
 from checkpoint.retries import Budget
 from checkpoint.store import CheckpointStore
+from checkpoint.testing.faults import Fault, FaultPlan, FaultyStorage, ScriptedFaults
 from tests.backends import Backend
 from tests.runner.world import Meanwhile
 

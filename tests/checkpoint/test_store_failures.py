@@ -1,7 +1,7 @@
 """The checkpoint store and its settled writes when storage fails, on both backends.
 
-Faults are injected at the storage protocol: :class:`~checkpoint.faults.FaultyStorage`
-with :class:`~checkpoint.faults.ScriptedFaults` for busy (not applied) and ambiguous
+Faults are injected at the storage protocol: :class:`~checkpoint.testing.faults.FaultyStorage`
+with :class:`~checkpoint.testing.faults.ScriptedFaults` for busy (not applied) and ambiguous
 (applied, the answer lost) calls, and :class:`Twisted` for what that wrapper cannot
 show: a write applied whose retry by the SDK is then refused (412, 409), or another
 writer slipping in between a lost answer and the read that settles it. The store's
@@ -32,12 +32,12 @@ from checkpoint.errors import (
     TooLarge,
     Unavailable,
 )
-from checkpoint.faults import FaultyStorage, ScriptedFaults
 from checkpoint.records import TaskRecord
 from checkpoint.retries import Budget, RetryPolicy
 from checkpoint.settle import WRITER, Writer
 from checkpoint.storage import BatchOp, Record, RecordStore, Storage
 from checkpoint.store import CheckpointStore
+from checkpoint.testing.faults import FaultyStorage, ScriptedFaults
 from tests.backends import Backend
 
 #: msgpack of this is well over SPILL_BYTES.

@@ -1,6 +1,6 @@
 """Every write settles the ambiguous case by reading what is there, on both backends.
 
-The storage double (:class:`~checkpoint.faults.FaultyStorage`) applies a write and then
+The storage double (:class:`~checkpoint.testing.faults.FaultyStorage`) applies a write and then
 raises as a lost connection does (or, for the calls the Azure SDK retries by itself,
 applies it and then answers the SDK's second try). Each test names the write, makes it
 fail that way once, and checks that the outcome is the one an unfailing write has: no
@@ -21,10 +21,10 @@ import pytest
 from checkpoint import retries
 from checkpoint.clock import SystemClock
 from checkpoint.errors import Conflict, Throttled
-from checkpoint.faults import FaultyStorage, ScriptedFaults
 from checkpoint.records import TaskRecord
 from checkpoint.settle import WRITER, Writer
 from checkpoint.store import CheckpointStore
+from checkpoint.testing.faults import FaultyStorage, ScriptedFaults
 from jobs.errors import ChunkStopped
 from runner.worker.control import TaskControl
 from runner.worker.lease import Lease, LeaseKeeper

@@ -7,8 +7,9 @@ because a whole job run in a test's own process must run the worker's own code, 
 copy of it. Inside ``runner`` the command line (``runner.cli``) drives the engine
 (``runner.worker``), and the engine never imports the command line, not even by way of
 another module. No module imports inside a function or under ``TYPE_CHECKING`` to dodge
-a cycle: the graph of our modules has none. Third-party imports may be deferred
-(PySpark, azure-identity are optional extras). No class spans
+a cycle: the graph of our modules has none. Test machinery (``checkpoint.testing``,
+``jobs.testing``) is imported by no module of the production path. Third-party imports
+may be deferred (PySpark, azure-identity are optional extras). No class spans
 more than :data:`MAX_CLASS_LINES`.
 """
 
@@ -41,6 +42,10 @@ DEFERRED = {
         "Starlette, Jinja2 and uvicorn load for `runner dashboard` only"
     ),
 }
+#: Test machinery beside the packages it tests: only tests (and these modules) import it;
+#: ``runner start`` loads the fault injector by name, for ``RUNNER_FAULTS`` alone
+#: (runner.worker.supervisor.storage_faults).
+TESTING_TOOLS = ("checkpoint.testing", "jobs.testing")
 #: The most lines one class of ours may span, its docstring and comments included: a
 #: class past it holds more than one concern, to be split into parts of one each.
 MAX_CLASS_LINES = 300
@@ -133,6 +138,18 @@ def test_the_engine_never_imports_the_command_line(module):
     assert not reached, f"{module} imports the command line: {reached}"
 
 
+@pytest.mark.parametrize("module", sorted(MODULES))
+def test_no_module_of_the_production_path_imports_the_testing_tools(module):
+    if any(_within(module, tools) for tools in TESTING_TOOLS):
+        return
+    testing = sorted(
+        imported
+        for imported in _graph()[module]
+        if any(_within(imported, tools) for tools in TESTING_TOOLS)
+    )
+    assert not testing, f"{module} imports test machinery: {testing}"
+
+
 def test_runner_is_the_engine_and_the_command_line():
     # A third part of runner would be a way round the rule above.
     stray = [
@@ -199,6 +216,7 @@ def test_the_rules_see_what_they_check():
     imports = {imported for imported, _, _ in _imports(MODULES["runner.worker.delivery"])}
     assert {"checkpoint.store", "jobs.job", "runner.worker.lease"} <= imports
     assert len(MODULES) > 40
+    assert "checkpoint.testing.faults" in _graph()["checkpoint.testing.injected"]
     # ... and that the engine and the command line are both there, one importing the other.
     assert {"runner.worker.loop", "runner.cli.commands"} <= set(MODULES)
     assert "runner.worker.loop" in _graph()["runner.cli.commands"]

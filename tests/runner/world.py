@@ -18,10 +18,10 @@ import pytest
 
 from checkpoint import layout, messages
 from checkpoint.clock import FakeClock
-from checkpoint.faults import Fault, FaultyStorage
 from checkpoint.records import JobRecord, TaskKind, TaskRecord
 from checkpoint.storage import ANY_ETAG, NEVER_EXPIRES, QueueMessage, QueueStore, Receipt
 from checkpoint.store import CheckpointStore
+from checkpoint.testing.faults import Fault, FaultyStorage
 from jobs.backoff import Backoff
 from jobs.chunk import Chunk
 from jobs.job import ChunkedJob
@@ -162,7 +162,7 @@ class QueueLog:
 
 
 class Meanwhile:
-    """A fault plan (:class:`checkpoint.faults.FaultPlan`): what else happens just before
+    """A fault plan (:class:`checkpoint.testing.faults.FaultPlan`): what else happens just before
     the worker's next call of a kind (another worker's write, an outage beginning), and
     which calls fail busy, unapplied, while an outage lasts."""
 

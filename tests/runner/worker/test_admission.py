@@ -15,12 +15,12 @@ import pytest
 
 from checkpoint import layout
 from checkpoint.clock import FakeClock
-from checkpoint.faults import FaultyStorage
 from checkpoint.quotas import RUNNING_ROW, QuotaBook
 from checkpoint.rates import parse_rate
 from checkpoint.retries import STANDALONE, Budget
 from checkpoint.storage import QueueMessage
 from checkpoint.store import CheckpointStore
+from checkpoint.testing.faults import FaultyStorage
 from jobs.chunk import Chunk
 from jobs.job import ChunkedJob
 from runner.worker.admission import KEEP_TOKENS_SECONDS, LOOK_AGAIN_SECONDS

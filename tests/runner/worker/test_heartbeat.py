@@ -21,9 +21,9 @@ from checkpoint import layout
 from checkpoint.backends import open_storage
 from checkpoint.clock import FakeClock
 from checkpoint.errors import BadRecord
-from checkpoint.faults import FaultyStorage, ScriptedFaults
 from checkpoint.storage import Record
 from checkpoint.store import CheckpointStore
+from checkpoint.testing.faults import FaultyStorage, ScriptedFaults
 from checkpoint.workers import (
     GONE_AFTER_BEATS,
     REMOVE_AFTER_SECONDS,

@@ -1,6 +1,6 @@
 """The lease keeper when storage fails: renewals, deletes and releases, on both backends.
 
-The keeper runs over :class:`~checkpoint.faults.FaultyStorage` with scripted faults, on a
+The keeper runs over :class:`~checkpoint.testing.faults.FaultyStorage` with scripted faults, on a
 :class:`FakeClock` that the tests advance: renewals are driven by calling ``renew_due``
 as the keeper's thread would. On the embedded store the same clock moves the queue's
 time; on Azurite the queue keeps real time, and every lease is far longer than a test,
@@ -22,8 +22,8 @@ import pytest
 from checkpoint.backends import open_storage
 from checkpoint.clock import FakeClock
 from checkpoint.errors import LeaseLost, StorageError, Throttled
-from checkpoint.faults import FaultyStorage, ScriptedFaults
 from checkpoint.storage import QueueStore, Storage
+from checkpoint.testing.faults import FaultyStorage, ScriptedFaults
 from runner.worker.lease import RENEW_FRACTION, RETRY_FRACTION, Lease, LeaseKeeper
 from tests.backends import BACKENDS
 

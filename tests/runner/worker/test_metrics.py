@@ -16,7 +16,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from checkpoint import metering
-from checkpoint.faults import FaultyStorage, ScriptedFaults
+from checkpoint.testing.faults import FaultyStorage, ScriptedFaults
 from runner.worker.loop import assemble
 from runner.worker.metrics import PrometheusRecorder
 from tests.azurite import ACCOUNT_KEY

@@ -20,9 +20,9 @@ import pytest
 
 from checkpoint.backends import open_storage
 from checkpoint.clock import FakeClock
-from checkpoint.faults import FaultyStorage, RandomFaults, ScriptedFaults
 from checkpoint.storage import Storage
 from checkpoint.store import CheckpointStore
+from checkpoint.testing.faults import FaultyStorage, RandomFaults, ScriptedFaults
 from jobs.chunk import Chunk
 from jobs.job import ChunkedJob
 from jobs.submit import submit

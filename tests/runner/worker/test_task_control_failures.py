@@ -2,7 +2,7 @@
 written, a stop whose flush fails or is fenced, the state a failure path keeps, and the
 runner's own storage steps inside a task (``runner_side``).
 
-The store's writes go through :class:`~checkpoint.faults.FaultyStorage` with scripted
+The store's writes go through :class:`~checkpoint.testing.faults.FaultyStorage` with scripted
 faults; the lease and the retries run on a FakeClock, so nothing really sleeps.
 """
 
@@ -17,9 +17,9 @@ import pytest
 
 from checkpoint.clock import FakeClock
 from checkpoint.errors import LeaseLost, NotFound, StorageTrouble, Throttled
-from checkpoint.faults import FaultyStorage, ScriptedFaults
 from checkpoint.settle import Writer
 from checkpoint.store import CheckpointStore
+from checkpoint.testing.faults import FaultyStorage, ScriptedFaults
 from jobs.errors import ChunkStopped
 from runner.worker.control import TaskControl, runner_side
 from runner.worker.lease import Lease

@@ -13,12 +13,12 @@ import pytest
 from checkpoint import layout
 from checkpoint.clock import FakeClock
 from checkpoint.errors import StorageTrouble
-from checkpoint.faults import FaultyStorage
 from checkpoint.quotas import RATE_ROW, QuotaBook
 from checkpoint.rates import parse_rate
 from checkpoint.retries import STANDALONE, Budget
 from checkpoint.storage import Storage
 from checkpoint.store import CheckpointStore
+from checkpoint.testing.faults import FaultyStorage
 from jobs.chunk import Chunk
 from jobs.errors import ChunkStopped, JobCancelled, JobDefinitionError
 from jobs.job import ChunkedJob

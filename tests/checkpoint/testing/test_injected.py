@@ -11,8 +11,8 @@ import pytest
 
 from checkpoint.backends import open_storage
 from checkpoint.errors import ConfigurationError
-from runner.worker import faults
-from runner.worker.faults import injected_faults, report_path
+from checkpoint.testing import injected
+from checkpoint.testing.injected import injected_faults, report_path
 
 
 def test_no_spec_leaves_storage_alone(tmp_path):
@@ -39,7 +39,7 @@ def test_spec_wraps_storage_logs_once_and_writes_counts_at_exit(tmp_path, caplog
 
 
 def test_counts_are_rewritten_while_the_worker_runs(tmp_path, monkeypatch):
-    monkeypatch.setattr(faults, "REPORT_INTERVAL_SECONDS", 0.01)
+    monkeypatch.setattr(injected, "REPORT_INTERVAL_SECONDS", 0.01)
     prefix = str(tmp_path / "faults")
     with open_storage(str(tmp_path / "store")) as storage:
         with injected_faults(storage, "busy=1", prefix) as used:

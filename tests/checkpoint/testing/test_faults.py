@@ -1,6 +1,6 @@
-"""``checkpoint.faults`` itself: fault plans refuse what cannot be meant, the spec text of
-``RUNNER_FAULTS`` is read or refused in one line, and each kind of fault does to a call
-what a real service does (on the embedded store and a FakeClock)."""
+"""``checkpoint.testing.faults`` itself: fault plans refuse what cannot be meant, the spec
+text of ``RUNNER_FAULTS`` is read or refused in one line, and each kind of fault does to
+a call what a real service does (on the embedded store and a FakeClock)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,8 @@ import pytest
 from checkpoint.backends import open_storage
 from checkpoint.clock import FakeClock
 from checkpoint.errors import AlreadyExists, ConfigurationError, Throttled, Unavailable
-from checkpoint.faults import (
+from checkpoint.storage import Storage
+from checkpoint.testing.faults import (
     OUTAGE_LOOKUP_SECONDS,
     Fault,
     FaultyStorage,
@@ -22,7 +23,6 @@ from checkpoint.faults import (
     ScriptedFaults,
     parse_fault_spec,
 )
-from checkpoint.storage import Storage
 
 
 @pytest.fixture

@@ -1,11 +1,12 @@
 """Injected storage faults in a worker process (``RUNNER_FAULTS``), for chaos runs.
 
 :func:`injected_faults` wraps a worker's storage in
-:class:`~checkpoint.faults.FaultyStorage` when a fault spec is given, seeded per process
-(the spec's seed plus the pid, so workers sharing one spec fail differently), and keeps
-the counts of calls and faults in a JSON file while the worker runs: every few seconds
-and once more at a clean exit, so the counts of a SIGKILLed worker are mostly kept.
-The environment itself is read by :mod:`runner.worker.supervisor`, in one place.
+:class:`~checkpoint.testing.faults.FaultyStorage` when a fault spec is given, seeded per
+process (the spec's seed plus the pid, so workers sharing one spec fail differently),
+and keeps the counts of calls and faults in a JSON file while the worker runs: every few
+seconds and once more at a clean exit, so the counts of a SIGKILLed worker are mostly
+kept. The environment itself is read by :mod:`runner.worker.supervisor`, in one place,
+which loads this module by name only when ``RUNNER_FAULTS`` is set.
 """
 
 from __future__ import annotations
@@ -19,8 +20,8 @@ import threading
 from collections.abc import Iterator
 from pathlib import Path
 
-from checkpoint.faults import FaultyStorage, parse_fault_spec
 from checkpoint.storage import Storage
+from checkpoint.testing.faults import FaultyStorage, parse_fault_spec
 
 log = logging.getLogger(__name__)
 
@@ -39,7 +40,7 @@ def injected_faults(storage: Storage, spec: str, report_prefix: str) -> Iterator
 
     Args:
         storage: the opened storage of this worker.
-        spec: ``RUNNER_FAULTS`` text (see :func:`checkpoint.faults.parse_fault_spec`).
+        spec: ``RUNNER_FAULTS`` text (see :func:`checkpoint.testing.faults.parse_fault_spec`).
         report_prefix: ``RUNNER_FAULTS_REPORT``; empty for no counts file.
     """
     if not spec.strip():
