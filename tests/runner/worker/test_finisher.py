@@ -228,3 +228,35 @@ def test_a_group_waits_while_chunks_go_on_finishing_and_no_longer():
     # No chunk within the linger (a chunk of a second or more): written then
     assert wait(1, 10.0 + linger, 10.0, 10.0) is None
     assert 0.2 <= most <= 0.25 and linger < most  # quick chunks share, none waits long
+
+
+def test_a_chunk_handed_over_as_the_thread_exits_is_written_not_dropped(backend, monkeypatch):
+    # Given a finisher whose thread has decided to exit (stop asked, nothing pending)
+    # and is held just after that decision, still alive
+    decided, leave = threading.Event(), threading.Event()
+
+    def held_after_run(run: Any) -> Any:
+        def thread() -> None:
+            run()
+            decided.set()
+            leave.wait(30)
+
+        return thread
+
+    monkeypatch.setattr(chunk_finisher, "in_context", held_after_run)
+    job = Job(backend, chunks=2)
+    finisher = job.finisher
+    finisher.start()
+    finisher.stop(timeout=0)
+    assert decided.wait(30)
+
+    # When a slot hands over a finished chunk then
+    finisher.add(job.ended(0))
+    leave.set()
+    assert finisher.stop(timeout=30)
+
+    # Then it is marked done and its message deleted, not left waiting for a thread
+    # that is gone (its chunk redone once the lease lapses)
+    assert job.store.counts(job.job_id) == {"done": 1, "poisoned": 0}
+    assert finisher.idle()
+    assert job.left_in_queue() == 1
