@@ -58,6 +58,11 @@ REFRESH_THREADS = 2
 #: Longest wait between two passes of the keeper's thread (seconds, real time).
 MAX_PASS_SECONDS = 1.0
 
+#: Held while a lease is marked lost: the renewal (under the lease's own lock), the
+#: finisher and a delete can find it lost at once. One lock for every lease, not one
+#: each: losses are rare, and a lock per message would cost more than the flag.
+_LOSING = threading.Lock()
+
 
 def renew_after_seconds(lease_seconds: float) -> float:
     """When a lease is renewed, counted from its start: at 70 % of a lease of 10 s or
@@ -117,11 +122,15 @@ class Lease:
     recorder: Recorder = SILENT
 
     def lose(self, reason: str) -> None:
-        if self.lost_reason is None:
-            self.lost_reason = reason
-        if not self.lost:
+        """Mark the lease lost for ``reason`` (the first reason given stays); told to
+        the recorder once, however many threads find it lost at once."""
+        with _LOSING:
+            if self.lost_reason is None:
+                self.lost_reason = reason
+            if self.lost:
+                return
             self.lost = True
-            self.recorder.lease_lost(self.job_type)
+        self.recorder.lease_lost(self.job_type)
 
     def renewed(self, pop_receipt: str, started: float) -> None:
         """A renewal sent at ``started`` (monotonic) was answered with ``pop_receipt``."""
