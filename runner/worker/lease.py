@@ -57,6 +57,11 @@ RENEWAL_THREADS = 4
 REFRESH_THREADS = 2
 #: Longest wait between two passes of the keeper's thread (seconds, real time).
 MAX_PASS_SECONDS = 1.0
+#: How long stopping waits for the keeper's thread, and for each of the worker's other
+#: helper threads (hold watcher, heartbeat, slot keeper), before giving up on it: a
+#: thread stuck in a call to a store that does not answer must not keep the worker
+#: from exiting (they are daemons: the process ends without them). Real seconds.
+KEEPER_STOP_SECONDS = 10.0
 
 #: Held while a lease is marked lost: the renewal (under the lease's own lock), the
 #: finisher and a delete can find it lost at once. One lock for every lease, not one
@@ -498,7 +503,7 @@ class LeaseKeeper:
         self._stopped.set()
         self._wake.set()
         if self._thread is not None:
-            self._thread.join(timeout=10)
+            self._thread.join(KEEPER_STOP_SECONDS)
         self._renewals.shutdown()
         self._refreshes.shutdown()
 
