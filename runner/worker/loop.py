@@ -72,7 +72,8 @@ class WorkerSettings:
             (waits start short and double up to this).
         burst: exit once no work is left for these job types.
         stop_timeout_seconds: on a stop request, how long running chunks get to reach
-            their next checkpoint before the process exits anyway.
+            their next checkpoint, and finished ones to be marked done, before the
+            process exits anyway (one deadline for both).
         heartbeat_seconds: how often the worker's heartbeat record is written
             (:mod:`runner.worker.heartbeat`).
     """
@@ -233,8 +234,6 @@ class WorkerLoop:
         finally:
             self.request_stop()
             finished = self._drain(slots)
-            # Finished chunks are marked done and their messages deleted before leaving.
-            finished = self.context.finisher.stop(self.settings.stop_timeout_seconds) and finished
             keeper.stop()
             self.context.holds.stop()
             self.heartbeat.stop()
@@ -419,21 +418,22 @@ class WorkerLoop:
         return True
 
     def _drain(self, slots: list[threading.Thread]) -> bool:
+        """Wait for the chunks, then the finisher: one ``stop_timeout_seconds`` for both."""
         for _ in slots:
             self._work.put(None)  # after any buffered work, which is released unrun
         deadline = self.clock.monotonic() + self.settings.stop_timeout_seconds
         if self._outstanding:
-            log.info(
-                "stopping: waiting up to %.0f s for %d chunk(s)",
-                self.settings.stop_timeout_seconds,
-                self._outstanding,
-            )
+            timeout, waiting = self.settings.stop_timeout_seconds, self._outstanding
+            log.info("stopping: waiting up to %.0f s for %d chunk(s)", timeout, waiting)
         for slot in slots:
             slot.join(max(0.0, deadline - self.clock.monotonic()))
         still = sum(slot.is_alive() for slot in slots)
         if still:
             log.warning("%d chunk(s) did not stop in time; their leases will lapse", still)
-        return not still
+        # Finished chunks are marked done and their messages deleted before leaving, in
+        # what the chunks left of the time (a stop takes one timeout, not one each).
+        left = max(0.0, deadline - self.clock.monotonic())
+        return self.context.finisher.stop(left) and not still
 
 
 def _token_wait(current: float | None, wait_seconds: float) -> float | None:
