@@ -141,6 +141,21 @@ def test_groups_after_the_first_read_no_job_record(backend):
     assert job.store.counts(job.job_id) == {"done": 4, "poisoned": 0}
 
 
+def test_the_groups_of_a_job_read_its_record_once_in_all(backend):
+    # Given a worker that has not finished any chunk of a planned job yet
+    job = Job(backend, chunks=8)
+    job.records.job_reads = 0
+
+    # When four of its groups finish, one after another, none ending a shard
+    for index in range(4):
+        job.finisher.finish([job.ended(index)])
+
+    # Then the job's record is read once, by the first, for its total and type: the
+    # tolerated failures come from the class, not from a read per group
+    assert job.records.job_reads == 1
+    assert job.store.counts(job.job_id) == {"done": 4, "poisoned": 0}
+
+
 def test_a_store_failure_keeps_the_messages_for_a_later_delivery(backend):
     # Given a store that fails the batch marking the chunks done, every try until one
     # lease past the leases (on a fake clock: those 120 s pass at once)
