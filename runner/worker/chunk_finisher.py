@@ -5,12 +5,12 @@ finisher's thread takes everything handed over since its last pass and, per job 
 shard, writes the chunks' done marks with the shard's counter in one atomic batch
 (:meth:`~checkpoint.store.CheckpointStore.count_chunks`), sees whether the job is
 complete, and only then deletes the messages, in one call per queue. That is the order
-of :mod:`runner.worker.tasks` (done before delete, completion checked before delete), so a
-crash at any point is as harmless as it was chunk by chunk; it only makes one write and
-one delete serve many chunks. A group is whatever finished while the previous one was
-being written, plus what goes on finishing: it waits for the next chunk up to
-:data:`LINGER_SECONDS` at a time, for at most :data:`GROUP_WAIT_SECONDS` in all
-(:func:`group_wait`).
+:func:`runner.worker.outcome.succeeded` keeps for the other tasks (done before delete,
+completion checked before delete), so a crash at any point is as harmless as it was
+chunk by chunk; it only makes one write and one delete serve many chunks. A group is
+whatever finished while the previous one was being written, plus what goes on
+finishing: it waits for the next chunk up to :data:`LINGER_SECONDS` at a time, for at
+most :data:`GROUP_WAIT_SECONDS` in all (:func:`group_wait`).
 
 Until deleted, the messages stay leased (the keeper renews them). At most
 :data:`MAX_PENDING` chunks wait here; a slot handing over more waits, so a slow store

@@ -1,9 +1,12 @@
 """The worker loop of one process: receive, hand messages to chunk slots, stop cleanly.
 
-One receive loop (this thread), ``concurrency`` chunk slots (a thread pool), one
-lease keeper and one hold watcher (a thread each), as in dramatiq's worker. Stopping is
-two-step: the first request stops receiving and asks running chunks to stop at their
-next checkpoint; the loop then waits for them up to ``stop_timeout_seconds``.
+One receive loop (this thread) and ``concurrency`` chunk slots (a thread each), as in
+dramatiq's worker, with helpers on threads of their own: the lease keeper (a thread that
+decides what is due and two small pools that renew and refresh, :mod:`runner.worker.lease`),
+the hold watcher, the finisher, the heartbeat and the slot keeper. Stopping is two-step:
+the first request stops receiving and asks running chunks to stop at their next
+checkpoint; the loop then waits for them, and for the finisher to mark done the chunks
+that finished, up to ``stop_timeout_seconds`` in all.
 """
 
 from __future__ import annotations
