@@ -91,7 +91,7 @@ class ShardCounters:
         take_off: bool = False,
     ) -> tuple[list[TaskRecord | StorageError], dict[str, int]]:
         """Merge each chunk's final properties (from
-        :meth:`~checkpoint.task_records.TaskRecords.final_changes`) and add the number
+        :meth:`~checkpoint.store.CheckpointStore.final_changes`) and add the number
         written to ``counter`` of their shard (or, if ``take_off``, take it off: a
         poisoned chunk redriven), in atomic batches.
 
