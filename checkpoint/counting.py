@@ -3,7 +3,7 @@
 Each shard of a job has a counter row (:data:`~checkpoint.layout.COUNTS_ROW`) counting
 its done and poisoned chunks. A chunk's final state and the counter change in one atomic
 batch, so a count is never off by a chunk a crash left half-written; completion sums
-the shards' counters instead of reading every chunk (:mod:`runner.completion`).
+the shards' counters instead of reading every chunk (:mod:`runner.worker.job_completion`).
 """
 
 from __future__ import annotations
@@ -91,7 +91,7 @@ class ShardCounters:
         take_off: bool = False,
     ) -> tuple[list[TaskRecord | StorageError], dict[str, int]]:
         """Merge each chunk's final properties (from
-        :meth:`~checkpoint.task_records.TaskRecords.final_changes`) and add the number
+        :meth:`~checkpoint.store.CheckpointStore.final_changes`) and add the number
         written to ``counter`` of their shard (or, if ``take_off``, take it off: a
         poisoned chunk redriven), in atomic batches.
 

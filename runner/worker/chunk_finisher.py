@@ -5,12 +5,12 @@ finisher's thread takes everything handed over since its last pass and, per job 
 shard, writes the chunks' done marks with the shard's counter in one atomic batch
 (:meth:`~checkpoint.store.CheckpointStore.count_chunks`), sees whether the job is
 complete, and only then deletes the messages, in one call per queue. That is the order
-of :mod:`runner.worker.tasks` (done before delete, completion checked before delete), so a
-crash at any point is as harmless as it was chunk by chunk; it only makes one write and
-one delete serve many chunks. A group is whatever finished while the previous one was
-being written, plus what goes on finishing: it waits for the next chunk up to
-:data:`LINGER_SECONDS` at a time, for at most :data:`GROUP_WAIT_SECONDS` in all
-(:func:`group_wait`).
+:func:`runner.worker.outcome.succeeded` keeps for the other tasks (done before delete,
+completion checked before delete), so a crash at any point is as harmless as it was
+chunk by chunk; it only makes one write and one delete serve many chunks. A group is
+whatever finished while the previous one was being written, plus what goes on
+finishing: it waits for the next chunk up to :data:`LINGER_SECONDS` at a time, for at
+most :data:`GROUP_WAIT_SECONDS` in all (:func:`group_wait`).
 
 Until deleted, the messages stay leased (the keeper renews them). At most
 :data:`MAX_PENDING` chunks wait here; a slot handing over more waits, so a slow store
@@ -94,6 +94,9 @@ class Finisher:
         self._changed = threading.Condition()
         self._busy = False
         self._stopping = False
+        #: The thread takes what is handed over: set when it starts, cleared (under
+        #: ``_changed``) as it decides to exit, so nothing is queued after that decision.
+        self._taking = False
         #: When the newest chunk was handed over (monotonic).
         self._last_added = 0.0
         self._thread: threading.Thread | None = None
@@ -101,15 +104,16 @@ class Finisher:
     def add(self, ended: Ended) -> None:
         """Hand over a finished chunk; returns once it is queued (or written)."""
         with self._changed:
-            if self._thread is not None:
-                while len(self._pending) >= MAX_PENDING and self._thread.is_alive():
-                    self._changed.wait(0.5)
-                if self._thread.is_alive():
-                    self._pending.append(ended)
-                    self._last_added = time.monotonic()
-                    if len(self._pending) in (1, GROUP_CHUNKS):  # worth waking it for
-                        self._changed.notify_all()
-                    return
+            # Not while the thread is merely alive: past its decision to exit it is still
+            # alive for a moment, and a chunk queued then would never be written.
+            while len(self._pending) >= MAX_PENDING and self._taking:
+                self._changed.wait(0.5)
+            if self._taking:
+                self._pending.append(ended)
+                self._last_added = time.monotonic()
+                if len(self._pending) in (1, GROUP_CHUNKS):  # worth waking it for
+                    self._changed.notify_all()
+                return
         try:
             self.finish([ended])
         except Exception:
@@ -122,6 +126,8 @@ class Finisher:
             self._thread = threading.Thread(
                 target=in_context(self._run), name="finisher", daemon=True
             )
+            with self._changed:
+                self._taking = not self._stopping
             self._thread.start()
 
     def stop(self, timeout: float) -> bool:
@@ -141,11 +147,20 @@ class Finisher:
             return not self._pending and not self._busy
 
     def _run(self) -> None:
+        try:
+            self._take_groups()
+        finally:
+            with self._changed:  # whatever ended the thread, add() finishes inline now
+                self._taking = False
+                self._changed.notify_all()
+
+    def _take_groups(self) -> None:
         while True:
             with self._changed:
                 while not self._pending and not self._stopping:
                     self._changed.wait()
                 if not self._pending:
+                    self._taking = False  # decided under the lock add() queues under
                     return
                 opened_at = time.monotonic()
                 while not self._stopping:

@@ -27,6 +27,7 @@ from checkpoint import retries
 from checkpoint.clock import Clock
 from checkpoint.errors import StorageError
 from checkpoint.workers import WorkerBook, WorkerRecord, WorkerState
+from runner.worker.lease import KEEPER_STOP_SECONDS
 from runner.worker.logs import TaskIds, in_context
 
 log = logging.getLogger(__name__)
@@ -188,7 +189,7 @@ class Heartbeat:
         self._stop.set()
         self._wake.set()
         if self._thread is not None:
-            self._thread.join(timeout=10)
+            self._thread.join(KEEPER_STOP_SECONDS)
         if self._state != "stopped":
             self._state = "stopped"
             self.beat()

@@ -25,6 +25,7 @@ from typing import Protocol
 from checkpoint.clock import Clock
 from checkpoint.records import JobRecord
 from runner.worker.job_cache import JobCache
+from runner.worker.lease import KEEPER_STOP_SECONDS
 from runner.worker.logs import in_context
 
 log = logging.getLogger(__name__)
@@ -140,4 +141,4 @@ class HoldWatcher:
         """Stop the thread (idempotent)."""
         self._stopped.set()
         if self._thread is not None:
-            self._thread.join(timeout=10)
+            self._thread.join(KEEPER_STOP_SECONDS)

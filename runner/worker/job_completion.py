@@ -82,6 +82,11 @@ class Completion:
         job = None
         known = self._totals.get(job_id)
         if known is None:
+            # Once per job and worker once planned. While the job plans (no total yet)
+            # every group reads it again, fresh, never from the worker's job cache: a
+            # record read before this group's counts were written could miss the end of
+            # planning, whose own check may have read the counts before them, and then
+            # nobody would complete the job. The read spends the group's budget.
             job = self._store.get_job(job_id, budget)
             total, job_type = job.total, job.job_type
             if total is not None:

@@ -57,6 +57,16 @@ RENEWAL_THREADS = 4
 REFRESH_THREADS = 2
 #: Longest wait between two passes of the keeper's thread (seconds, real time).
 MAX_PASS_SECONDS = 1.0
+#: How long stopping waits for the keeper's thread, and for each of the worker's other
+#: helper threads (hold watcher, heartbeat, slot keeper), before giving up on it: a
+#: thread stuck in a call to a store that does not answer must not keep the worker
+#: from exiting (they are daemons: the process ends without them). Real seconds.
+KEEPER_STOP_SECONDS = 10.0
+
+#: Held while a lease is marked lost: the renewal (under the lease's own lock), the
+#: finisher and a delete can find it lost at once. One lock for every lease, not one
+#: each: losses are rare, and a lock per message would cost more than the flag.
+_LOSING = threading.Lock()
 
 
 def renew_after_seconds(lease_seconds: float) -> float:
@@ -117,11 +127,15 @@ class Lease:
     recorder: Recorder = SILENT
 
     def lose(self, reason: str) -> None:
-        if self.lost_reason is None:
-            self.lost_reason = reason
-        if not self.lost:
+        """Mark the lease lost for ``reason`` (the first reason given stays); told to
+        the recorder once, however many threads find it lost at once."""
+        with _LOSING:
+            if self.lost_reason is None:
+                self.lost_reason = reason
+            if self.lost:
+                return
             self.lost = True
-            self.recorder.lease_lost(self.job_type)
+        self.recorder.lease_lost(self.job_type)
 
     def renewed(self, pop_receipt: str, started: float) -> None:
         """A renewal sent at ``started`` (monotonic) was answered with ``pop_receipt``."""
@@ -489,7 +503,7 @@ class LeaseKeeper:
         self._stopped.set()
         self._wake.set()
         if self._thread is not None:
-            self._thread.join(timeout=10)
+            self._thread.join(KEEPER_STOP_SECONDS)
         self._renewals.shutdown()
         self._refreshes.shutdown()
 

@@ -1,9 +1,12 @@
 """The worker loop of one process: receive, hand messages to chunk slots, stop cleanly.
 
-One receive loop (this thread), ``concurrency`` chunk slots (a thread pool), one
-lease keeper and one hold watcher (a thread each), as in dramatiq's worker. Stopping is
-two-step: the first request stops receiving and asks running chunks to stop at their
-next checkpoint; the loop then waits for them up to ``stop_timeout_seconds``.
+One receive loop (this thread) and ``concurrency`` chunk slots (a thread each), as in
+dramatiq's worker, with helpers on threads of their own: the lease keeper (a thread that
+decides what is due and two small pools that renew and refresh, :mod:`runner.worker.lease`),
+the hold watcher, the finisher, the heartbeat and the slot keeper. Stopping is two-step:
+the first request stops receiving and asks running chunks to stop at their next
+checkpoint; the loop then waits for them, and for the finisher to mark done the chunks
+that finished, up to ``stop_timeout_seconds`` in all.
 """
 
 from __future__ import annotations
@@ -72,7 +75,8 @@ class WorkerSettings:
             (waits start short and double up to this).
         burst: exit once no work is left for these job types.
         stop_timeout_seconds: on a stop request, how long running chunks get to reach
-            their next checkpoint before the process exits anyway.
+            their next checkpoint, and finished ones to be marked done, before the
+            process exits anyway (one deadline for both).
         heartbeat_seconds: how often the worker's heartbeat record is written
             (:mod:`runner.worker.heartbeat`).
     """
@@ -233,8 +237,6 @@ class WorkerLoop:
         finally:
             self.request_stop()
             finished = self._drain(slots)
-            # Finished chunks are marked done and their messages deleted before leaving.
-            finished = self.context.finisher.stop(self.settings.stop_timeout_seconds) and finished
             keeper.stop()
             self.context.holds.stop()
             self.heartbeat.stop()
@@ -419,21 +421,22 @@ class WorkerLoop:
         return True
 
     def _drain(self, slots: list[threading.Thread]) -> bool:
+        """Wait for the chunks, then the finisher: one ``stop_timeout_seconds`` for both."""
         for _ in slots:
             self._work.put(None)  # after any buffered work, which is released unrun
         deadline = self.clock.monotonic() + self.settings.stop_timeout_seconds
         if self._outstanding:
-            log.info(
-                "stopping: waiting up to %.0f s for %d chunk(s)",
-                self.settings.stop_timeout_seconds,
-                self._outstanding,
-            )
+            timeout, waiting = self.settings.stop_timeout_seconds, self._outstanding
+            log.info("stopping: waiting up to %.0f s for %d chunk(s)", timeout, waiting)
         for slot in slots:
             slot.join(max(0.0, deadline - self.clock.monotonic()))
         still = sum(slot.is_alive() for slot in slots)
         if still:
             log.warning("%d chunk(s) did not stop in time; their leases will lapse", still)
-        return not still
+        # Finished chunks are marked done and their messages deleted before leaving, in
+        # what the chunks left of the time (a stop takes one timeout, not one each).
+        left = max(0.0, deadline - self.clock.monotonic())
+        return self.context.finisher.stop(left) and not still
 
 
 def _token_wait(current: float | None, wait_seconds: float) -> float | None:

@@ -8,10 +8,14 @@ chunks, kept off the lease keeper (which renews messages, not slots).
 
 from __future__ import annotations
 
+import logging
 import threading
 
 from runner.worker.admission import Admission
+from runner.worker.lease import KEEPER_STOP_SECONDS
 from runner.worker.logs import in_context
+
+log = logging.getLogger(__name__)
 
 #: Renewals per lease: a slot survives two failed renewals in a row.
 RENEWALS_PER_LEASE = 3
@@ -33,9 +37,18 @@ class SlotKeeper:
         self._thread.start()
 
     def stop(self) -> None:
+        """Stop the thread, waiting for it up to :data:`KEEPER_STOP_SECONDS` as for the
+        other keepers; a renewal stuck past that is left behind (the slots lapse)."""
         self._stop.set()
-        if self._thread is not None:
-            self._thread.join()
+        if self._thread is None:
+            return
+        self._thread.join(KEEPER_STOP_SECONDS)
+        if self._thread.is_alive():
+            log.warning(
+                "the slot keeper did not stop within %g s (a renewal of the running slots "
+                "is stuck); leaving it, its slots lapse within a lease",
+                KEEPER_STOP_SECONDS,
+            )
 
     def _run(self) -> None:
         # Real waits, as the lease keeper's: a FakeClock would spin through renewals.

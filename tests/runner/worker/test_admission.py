@@ -23,6 +23,7 @@ from checkpoint.store import CheckpointStore
 from checkpoint.testing.faults import FaultyStorage
 from jobs.chunk import Chunk
 from jobs.job import ChunkedJob
+from runner.worker import slot_keeper
 from runner.worker.admission import KEEP_TOKENS_SECONDS, LOOK_AGAIN_SECONDS
 from runner.worker.loop import WorkerLoop
 from runner.worker.slot_keeper import SlotKeeper
@@ -265,6 +266,41 @@ def test_the_slot_keeper_renews_every_third_of_a_lease_until_stopped(served: Any
     finally:
         keeper.stop()
     assert keeper.interval_seconds == pytest.approx(0.01)
+
+
+def test_a_slot_keeper_that_never_ends_is_given_up_on_and_said_so(
+    served: Any, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+):
+    # Given a slot keeper whose renewal hangs (a store that never answers), and a give-up
+    # time cut to 0.2 s for the test (real time: joining a thread is)
+    monkeypatch.setattr(slot_keeper, "KEEPER_STOP_SECONDS", 0.2)
+    one = served(job_class(max_running=3))
+    keeper = SlotKeeper(one.loop.admission, lease_seconds=0.03)
+    stuck, release = threading.Event(), threading.Event()
+
+    def renew_hangs() -> None:
+        stuck.set()
+        release.wait(60)
+
+    one.loop.admission.renew = renew_hangs
+    keeper.start()
+    assert stuck.wait(5.0)
+
+    # When the worker stops it
+    stopped = threading.Event()
+
+    def stop() -> None:
+        keeper.stop()
+        stopped.set()
+
+    threading.Thread(target=stop, daemon=True).start()
+
+    # Then the stop gives up after that time, as the other keepers' do, and says so
+    try:
+        assert stopped.wait(5.0)
+    finally:
+        release.set()
+    assert "the slot keeper did not stop within 0.2 s" in caplog.text
 
 
 def test_a_limit_unreadable_at_start_is_warned_of_and_its_queue_skipped_not_the_worker(

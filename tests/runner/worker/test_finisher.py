@@ -141,6 +141,21 @@ def test_groups_after_the_first_read_no_job_record(backend):
     assert job.store.counts(job.job_id) == {"done": 4, "poisoned": 0}
 
 
+def test_the_groups_of_a_job_read_its_record_once_in_all(backend):
+    # Given a worker that has not finished any chunk of a planned job yet
+    job = Job(backend, chunks=8)
+    job.records.job_reads = 0
+
+    # When four of its groups finish, one after another, none ending a shard
+    for index in range(4):
+        job.finisher.finish([job.ended(index)])
+
+    # Then the job's record is read once, by the first, for its total and type: the
+    # tolerated failures come from the class, not from a read per group
+    assert job.records.job_reads == 1
+    assert job.store.counts(job.job_id) == {"done": 4, "poisoned": 0}
+
+
 def test_a_store_failure_keeps_the_messages_for_a_later_delivery(backend):
     # Given a store that fails the batch marking the chunks done, every try until one
     # lease past the leases (on a fake clock: those 120 s pass at once)
@@ -228,3 +243,35 @@ def test_a_group_waits_while_chunks_go_on_finishing_and_no_longer():
     # No chunk within the linger (a chunk of a second or more): written then
     assert wait(1, 10.0 + linger, 10.0, 10.0) is None
     assert 0.2 <= most <= 0.25 and linger < most  # quick chunks share, none waits long
+
+
+def test_a_chunk_handed_over_as_the_thread_exits_is_written_not_dropped(backend, monkeypatch):
+    # Given a finisher whose thread has decided to exit (stop asked, nothing pending)
+    # and is held just after that decision, still alive
+    decided, leave = threading.Event(), threading.Event()
+
+    def held_after_run(run: Any) -> Any:
+        def thread() -> None:
+            run()
+            decided.set()
+            leave.wait(30)
+
+        return thread
+
+    monkeypatch.setattr(chunk_finisher, "in_context", held_after_run)
+    job = Job(backend, chunks=2)
+    finisher = job.finisher
+    finisher.start()
+    finisher.stop(timeout=0)
+    assert decided.wait(30)
+
+    # When a slot hands over a finished chunk then
+    finisher.add(job.ended(0))
+    leave.set()
+    assert finisher.stop(timeout=30)
+
+    # Then it is marked done and its message deleted, not left waiting for a thread
+    # that is gone (its chunk redone once the lease lapses)
+    assert job.store.counts(job.job_id) == {"done": 1, "poisoned": 0}
+    assert finisher.idle()
+    assert job.left_in_queue() == 1

@@ -679,3 +679,60 @@ def test_deleting_an_unknown_message_is_lease_lost(harness: Harness):
         harness.storage.queues.delete(QUEUE, "no-such-id", "receipt")
     with pytest.raises(NotFound):
         harness.storage.queues.delete("no-such-queue", "no-such-id", "receipt")
+
+
+class LossCounter:
+    """A recorder counting lost leases (the one event these tests read)."""
+
+    def __init__(self) -> None:
+        self.lost = 0
+
+    def lease_lost(self, job_type: str) -> None:
+        self.lost += 1
+
+    def __getattr__(self, name: str) -> Any:
+        return lambda *args, **kwargs: None
+
+
+class MeetingLease(Lease):
+    """A lease whose ``lost`` flag, read while still clear, waits there for a second
+    reader (up to ``meet_seconds``): two losses made at once both read it clear."""
+
+    meet_seconds = 1.0
+    readers: threading.Barrier
+
+    @property
+    def lost(self) -> bool:
+        value = self._lost
+        if not value:
+            try:
+                self.readers.wait(self.meet_seconds)
+            except threading.BrokenBarrierError:
+                pass  # the other reader did not come: the flag is read under a lock
+        return value
+
+    @lost.setter
+    def lost(self, value: bool) -> None:
+        self._lost = value
+
+
+def test_a_lease_lost_by_two_threads_at_once_is_counted_once():
+    # Given a lease whose loss is seen by two threads at the same moment (a refused
+    # renewal and the finisher's fenced done mark)
+    recorder = LossCounter()
+    lease = MeetingLease("q", "m", "r", 30, 0.0, 30.0, recorder=recorder)
+    lease.readers = threading.Barrier(2)
+    threads = [
+        threading.Thread(target=lease.lose, args=(reason,))
+        for reason in ("renewal refused", "fenced")
+    ]
+
+    # When both mark it lost
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+
+    # Then it is lost once, for one reason
+    assert recorder.lost == 1
+    assert lease.lost and lease.lost_reason in ("renewal refused", "fenced")

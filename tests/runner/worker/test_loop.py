@@ -11,7 +11,7 @@ from typing import Any, ClassVar
 
 from checkpoint import messages
 from checkpoint.backends import open_storage
-from checkpoint.clock import SystemClock
+from checkpoint.clock import FakeClock, SystemClock
 from checkpoint.quotas import QuotaBook
 from checkpoint.retries import STANDALONE, Budget
 from checkpoint.storage import NEVER_EXPIRES
@@ -166,5 +166,53 @@ def test_a_burst_worker_starts_chunks_no_faster_than_the_rate(tmp_path: Path):
         # 20 at once (a second's burst), then 20 a second: at least a second for 40.
         assert time.monotonic() - began >= 1.0
         assert len(Started.spans[TwentyASecond.queue]) == 40
+    finally:
+        storage.close()
+
+
+class StuckSlot(threading.Thread):
+    """A chunk slot that does not end: each join waits (on the fake clock) as long as
+    it is allowed to."""
+
+    def __init__(self, clock: FakeClock, waits: list[float]):
+        super().__init__(daemon=True)
+        self._clock, self._waits = clock, waits
+
+    def join(self, timeout: float | None = None) -> None:
+        assert timeout is not None, "a stop never waits without a limit"
+        self._waits.append(timeout)
+        self._clock.advance(timeout)
+
+    def is_alive(self) -> bool:
+        return True
+
+
+def test_a_stop_waits_for_chunks_and_the_finisher_within_one_stop_timeout(
+    tmp_path: Path, monkeypatch: Any
+):
+    # Given a worker stopping with two chunks that do not stop and a finisher whose
+    # writes do not end, on a fake clock
+    clock = FakeClock()
+    storage = open_storage(str(tmp_path / "store"))
+    try:
+        loop = WorkerLoop(storage, [Noop], WorkerSettings(stop_timeout_seconds=30), clock)
+        waits: list[float] = []
+
+        def finisher_stop(timeout: float) -> bool:
+            waits.append(timeout)
+            clock.advance(timeout)
+            return False
+
+        monkeypatch.setattr(loop.context.finisher, "stop", finisher_stop)
+        started = clock.monotonic()
+
+        # When it waits for them
+        finished = loop._drain([StuckSlot(clock, waits), StuckSlot(clock, waits)])
+
+        # Then the whole wait is one stop_timeout_seconds, not one for the chunks and
+        # another for the finisher
+        assert not finished
+        assert clock.monotonic() - started == 30
+        assert sum(waits) == 30 and waits[-1] == 0  # the chunks spent it all
     finally:
         storage.close()
