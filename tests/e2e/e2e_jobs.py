@@ -95,6 +95,13 @@ class Items(ChunkedJob):
 
     def work(self, chunk: Chunk, item: int) -> None:
         time.sleep(chunk.params.get("item_seconds", 0.0))
+        gate = chunk.params.get("gate")
+        if gate and item == chunk.payload["last"] - 1:
+            # The last item waits for the test (however slow the machine) to create the
+            # gate file, checkpointing so that a pause or cancel still reaches the chunk.
+            while not os.path.exists(gate):
+                chunk.checkpoint(item)
+                time.sleep(0.1)
 
     def said(self, chunk: Chunk, item: int) -> tuple[int, int] | None:
         """How far the chunk got, if its params ask it to say (``say_progress``)."""

@@ -68,9 +68,11 @@ def test_a_cancel_stops_running_chunks_within_a_renewal_and_runs_nothing_more(
 def test_a_paused_job_stops_hands_its_chunks_back_and_resumes_from_their_checkpoints(
     cluster: Cluster,
 ) -> None:
-    # 8 s of items per chunk: `runner pause` is a process of its own, and on a loaded
-    # machine it took over 2 s to start and write (chunks of 2 s finished first).
-    params = cluster.params(chunks=2, items=40, item_seconds=0.2)
+    # Each chunk's last item waits for the gate: `runner pause` is a process of its own,
+    # and on a loaded machine it took over 8 s to start and write (chunks of 8 s of
+    # items finished first).
+    gate = cluster.workdir / "gate"
+    params = cluster.params(chunks=2, items=40, item_seconds=0.2, gate=str(gate))
     job_id = cluster.submit("Items", params)
     worker = cluster.start("Items", "--concurrency", "2", burst=False)
     cluster.wait_event("item", count=6)
@@ -89,6 +91,7 @@ def test_a_paused_job_stops_hands_its_chunks_back_and_resumes_from_their_checkpo
     assert all(cluster.chunk(job_id, index).attempt == 0 for index in (0, 1))
 
     # When resumed, the job goes on from the checkpoints and completes
+    gate.touch()
     cluster.runner("resume", job_id)
     cluster.wait_job(job_id, timeout=60)
     starts = cluster.events("start")

@@ -29,7 +29,7 @@ from tests.runner.world import LEASE_SECONDS, Second, Verdicts, World
 WINDOW = 100
 #: Azurite serves a few hundred requests a second here: its runs are this much smaller
 #: (window and jobs alike, so each still spans as many windows).
-AZURITE_SHARE = 5
+AZURITE_SHARE = 10
 #: How long a feed message that could send nothing hides (runner.worker.feed).
 IDLE_SECONDS = 1
 
