@@ -24,7 +24,8 @@ from runner.worker.delivery import Delivery
 from runner.worker.feed import FEED_IDLE_SECONDS
 from runner.worker.leftovers import leftover, recorded_for_another
 from runner.worker.logs import TASK_LOGGER
-from runner.worker.outcome import after_done, followed_already, poison_task
+from runner.worker.outcome import poison_task
+from runner.worker.task_kinds import kind_of
 
 log = logging.getLogger(TASK_LOGGER)
 
@@ -80,7 +81,7 @@ def claimable(delivery: Delivery) -> TaskRecord | None:
         _leave_to_its_holder(delivery, task)
         return None
     why = verdict(delivery, task)
-    if why is not None and delivery.kind == "feed" and task.state == "running":
+    if why is not None and kind_of(delivery.kind).waits_while_running and task.state == "running":
         _wait_for_the_step(delivery, why)
         return None
     if why is not None:
@@ -97,11 +98,8 @@ def claimable(delivery: Delivery) -> TaskRecord | None:
 def _read_task(delivery: Delivery) -> TaskRecord | None:
     """The task's record (planning's and finalize's recorded if missing); None if it
     cannot be had and the message was dealt with."""
-    store, budget, job = delivery.worker.store, delivery.budget(retries.READ), delivery.job
     try:
-        if delivery.kind == "chunk":
-            return store.get_task(job.job_id, delivery.kind, delivery.index, budget)
-        return store.ensure_task(job.job_id, delivery.kind, budget, job.incarnation)
+        return kind_of(delivery.kind).read(delivery)
     except NotFound:
         if not leftover(delivery.worker, delivery.task_message, delivery.lease, fresh=True):
             poison_missing(delivery)
@@ -143,10 +141,11 @@ def _delete_unrun(delivery: Delivery, task: TaskRecord, why: str) -> None:
         delivery.job_id,
         why,
     )
-    if task.state == "done" and not followed_already(delivery.job, task.kind):
+    kind = kind_of(task.kind)
+    if task.state == "done" and not kind.followed_already(delivery.job):
         # The last holder may have died between marking done and what follows it.
         budget = delivery.budget(retries.BOOKKEEPING)
-        after_done(delivery.worker, delivery.job_id, task, budget)
+        kind.after_done(delivery.worker, delivery.job_id, task, budget)
     delivery.worker.keeper.delete(delivery.lease)
 
 

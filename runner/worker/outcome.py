@@ -13,21 +13,20 @@ from collections.abc import Callable, Mapping
 from datetime import timedelta
 from typing import Any
 
-from checkpoint import layout, retries
+from checkpoint import retries
 from checkpoint.errors import Conflict, LeaseLost, NotFound, StorageError
 from checkpoint.limits import MAX_VISIBILITY_SECONDS
-from checkpoint.records import JobRecord, TaskKind, TaskRecord, error_properties
-from checkpoint.retries import Budget
+from checkpoint.records import TaskRecord, error_properties
 from checkpoint.settle import Writer
 from jobs.backoff import compute_backoff
 from jobs.errors import ChunkFailed
 from jobs.job import ChunkedJob
 from runner.worker.chunk_finisher import Ended
 from runner.worker.control import TaskControl
-from runner.worker.delivery import Context, Delivery
-from runner.worker.job_completion import set_job
+from runner.worker.delivery import Delivery
 from runner.worker.logs import TASK_LOGGER
 from runner.worker.observe import finished_line
+from runner.worker.task_kinds import kind_of
 
 log = logging.getLogger(TASK_LOGGER)
 
@@ -35,7 +34,8 @@ log = logging.getLogger(TASK_LOGGER)
 def succeeded(delivery: Delivery, control: TaskControl, outcome: Any) -> None:
     worker, lease = delivery.worker, delivery.lease
     task, done = control.task, {"state": "done", "owner": "", "done_on": worker.clock.now()}
-    if task.kind == "chunk":
+    kind = kind_of(task.kind)
+    if kind.ends_in_finisher:
         # From here the finisher writes the record: a renewal must not change its ETag.
         task = control.end()
         values = {"result": outcome}
@@ -49,37 +49,12 @@ def succeeded(delivery: Delivery, control: TaskControl, outcome: Any) -> None:
         lease.handed_over = True
         worker.finisher.add(Ended(task, final, lease, delivery.job.job_type, seconds))
         return
-    task = control.write(done, {"progress": outcome} if task.kind in ("plan", "feed") else {})
+    task = control.write(done, kind.done_values(outcome))
     log.info(finished_line(task, worker.clock.monotonic() - control.started_at))
     # Marked done before the message is deleted: a crash in between re-delivers a message
     # that is deleted unrun, after after_done has run again.
-    after_done(worker, delivery.job_id, task, delivery.budget(retries.BOOKKEEPING))
+    kind.after_done(worker, delivery.job_id, task, delivery.budget(retries.BOOKKEEPING))
     worker.keeper.delete(lease)
-
-
-def followed_already(job: JobRecord, kind: TaskKind) -> bool:
-    """True if the job's record shows that what follows a done task of this kind was
-    done (a job's state only moves on, so a record read a moment ago may tell): a
-    duplicate delivery of a done chunk then costs no completion check."""
-    if kind == "chunk":
-        return job.state in ("finalizing", "done")
-    if kind == "plan":
-        return job.state != "planning"
-    if kind == "feed":
-        return True  # nothing follows feeding: completion follows the chunks
-    return job.state == "done"
-
-
-def after_done(worker: Context, job_id: str, task: TaskRecord, budget: Budget) -> None:
-    """What follows a task's completion (idempotent: it may run again after a crash)."""
-    if task.kind == "chunk":
-        worker.completion.check(job_id, budget, layout.shard_of(task.index))
-    elif task.kind == "plan":
-        total = int(worker.store.value(task.properties, "progress") or 0)
-        set_job(worker.store, job_id, budget, total=total, state="running", only_from=("planning",))
-        worker.completion.check(job_id, budget)
-    elif task.kind == "final":
-        set_job(worker.store, job_id, budget, state="done", only_from=("running", "finalizing"))
 
 
 def failed(delivery: Delivery, control: TaskControl, error: BaseException, trace: str) -> None:
@@ -179,7 +154,7 @@ def poison_task(
     current = control.end() if control else task
     writer = control.writer if control else Writer()
     try:
-        write_poisoned(delivery, current, changes, values, reason, writer)
+        kind_of(task.kind).write_poisoned(delivery, current, changes, values, reason, writer)
     except (Conflict, NotFound):
         log.warning(
             "%s %s of %s changed while poisoning; left to its owner",
@@ -191,27 +166,5 @@ def poison_task(
         return
     log.error("%s %s of %s poisoned: %s", task.kind, task.index, job_id, reason)
     worker.poison.move(delivery.lease, delivery.message.body, reason, delivery.home_queue)
-    if task.kind == "chunk":
-        budget = delivery.budget(retries.TASK_WRITE)
-        worker.completion.check(job_id, budget, layout.shard_of(task.index), poisoned=True)
-
-
-def write_poisoned(
-    delivery: Delivery,
-    task: TaskRecord,
-    changes: dict[str, Any],
-    values: dict[str, Any],
-    reason: str,
-    writer: Writer,
-) -> None:
-    """Write the poisoned mark: for a chunk in one batch with its shard's counter, else
-    on the task's record, then fail the job."""
-    store, token = delivery.worker.store, writer.next()
     budget = delivery.budget(retries.TASK_WRITE)
-    if task.kind == "chunk":
-        store.count_chunk(task, changes, values, "poisoned", token=token, budget=budget)
-        delivery.worker.recorder.task_poisoned(delivery.job.job_type, task.kind)
-        return
-    store.write_task(task, changes, values, token=token, budget=budget)
-    delivery.worker.recorder.task_poisoned(delivery.job.job_type, task.kind)
-    set_job(store, delivery.job_id, budget, state="failed", error=f"{task.kind} poisoned: {reason}")
+    kind_of(task.kind).after_poisoned(worker, job_id, task.index, budget)
