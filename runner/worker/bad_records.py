@@ -19,6 +19,7 @@ from runner.worker.job_completion import set_job
 from runner.worker.lease import Lease
 from runner.worker.logs import TASK_LOGGER
 from runner.worker.task_kinds import kind_of
+from runner.worker.verdict import Verdict
 
 log = logging.getLogger(TASK_LOGGER)
 
@@ -77,7 +78,7 @@ def poison_unreadable(delivery: Delivery, bad: BadRecord) -> None:
                 "owner": "",
                 "message_id": "",
                 "lease_until": worker.clock.now(),
-                "retryable": False,
+                **Verdict(reason, retryable=False).properties(),
                 **error_properties(bad),
             }
             kind.write_poisoned(delivery, found, changes, {}, reason, Writer())

@@ -26,6 +26,7 @@ from runner.worker.leftovers import leftover, recorded_for_another
 from runner.worker.logs import TASK_LOGGER
 from runner.worker.outcome import poison_task
 from runner.worker.task_kinds import kind_of
+from runner.worker.verdict import Verdict
 
 log = logging.getLogger(TASK_LOGGER)
 
@@ -89,8 +90,7 @@ def claimable(delivery: Delivery) -> TaskRecord | None:
         return None
     spent = exhausted(delivery, task)
     if spent is not None:
-        attempts = {"retryable": True, "max_attempts": delivery.job_class.max_attempts}  # ran out
-        poison_task(delivery, task, spent, verdict=attempts)
+        poison_task(delivery, task, spent)
         return None
     return task
 
@@ -125,21 +125,21 @@ def _leave_to_its_holder(delivery: Delivery, task: TaskRecord) -> None:
     delivery.worker.keeper.release(delivery.lease, lease_seconds)
 
 
-def _wait_for_the_step(delivery: Delivery, why: str) -> None:
+def _wait_for_the_step(delivery: Delivery, why: Verdict) -> None:
     # A feed step sends the next step's message midway (runner.worker.feed): received
     # before that step ends, it is the feeder's only way on, so it is hidden a moment,
     # never deleted as a duplicate.
-    log.info("feed of %s: %s; message hidden %d s", delivery.job_id, why, FEED_IDLE_SECONDS)
+    log.info("feed of %s: %s; message hidden %d s", delivery.job_id, why.reason, FEED_IDLE_SECONDS)
     delivery.worker.keeper.release(delivery.lease, FEED_IDLE_SECONDS)
 
 
-def _delete_unrun(delivery: Delivery, task: TaskRecord, why: str) -> None:
+def _delete_unrun(delivery: Delivery, task: TaskRecord, why: Verdict) -> None:
     log.info(
         "%s %s of %s: %s; message deleted unrun",
         delivery.kind,
         delivery.index,
         delivery.job_id,
-        why,
+        why.reason,
     )
     kind = kind_of(task.kind)
     if task.state == "done" and not kind.followed_already(delivery.job):
@@ -149,8 +149,9 @@ def _delete_unrun(delivery: Delivery, task: TaskRecord, why: str) -> None:
     delivery.worker.keeper.delete(delivery.lease)
 
 
-def exhausted(delivery: Delivery, task: TaskRecord) -> str | None:
-    """Why this task must not be tried again, or None.
+def exhausted(delivery: Delivery, task: TaskRecord) -> Verdict | None:
+    """Why this task must not be tried again (trying again might have helped, but its
+    attempts ran out), or None.
 
     Attempts are claims: a message released unrun by a graceful stop (or prefetched and
     handed back) is not an attempt, although the queue counts it as a delivery. The
@@ -158,13 +159,15 @@ def exhausted(delivery: Delivery, task: TaskRecord) -> str | None:
     """
     max_attempts, dequeue_count = delivery.job_class.max_attempts, delivery.message.dequeue_count
     if task.attempt >= max_attempts:
-        return (
+        reason = (
             f"started {task.attempt} times without finishing (max_attempts="
             f"{max_attempts}); the last attempt died or lost its lease"
         )
-    if dequeue_count > max_attempts * DELIVERIES_PER_ATTEMPT:
-        return f"delivered {dequeue_count} times without finishing"
-    return None
+    elif dequeue_count > max_attempts * DELIVERIES_PER_ATTEMPT:
+        reason = f"delivered {dequeue_count} times without finishing"
+    else:
+        return None
+    return Verdict(reason, retryable=True, max_attempts=max_attempts)
 
 
 def held_on_record(delivery: Delivery, task: TaskRecord) -> bool:
@@ -179,12 +182,13 @@ def held_on_record(delivery: Delivery, task: TaskRecord) -> bool:
     )
 
 
-def verdict(delivery: Delivery, task: TaskRecord) -> str | None:
-    """Why this delivery must not run, or None if it may claim the task."""
+def verdict(delivery: Delivery, task: TaskRecord) -> Verdict | None:
+    """Why this delivery must not run (its message is deleted unrun), or None if it may
+    claim the task."""
     if task.state == "done":
-        return "already done"
+        return Verdict("already done")
     if task.state == "poisoned":
-        return "poisoned (redrive sends a new message)"
+        return Verdict("poisoned (redrive sends a new message)")
     if (
         task.state == "running"
         and task.message_id
@@ -192,7 +196,9 @@ def verdict(delivery: Delivery, task: TaskRecord) -> str | None:
         and task.lease_until is not None
         and task.lease_until > delivery.worker.clock.now()
     ):
-        return f"duplicate delivery; running under message {task.message_id} by {task.owner}"
+        return Verdict(
+            f"duplicate delivery; running under message {task.message_id} by {task.owner}"
+        )
     return None
 
 

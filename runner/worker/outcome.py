@@ -9,7 +9,7 @@ a crash in between re-delivers a message that is deleted unrun.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
@@ -19,14 +19,13 @@ from checkpoint.limits import MAX_VISIBILITY_SECONDS
 from checkpoint.records import TaskRecord, error_properties
 from checkpoint.settle import Writer
 from jobs.backoff import compute_backoff
-from jobs.errors import ChunkFailed
-from jobs.job import ChunkedJob
 from runner.worker.chunk_finisher import Ended
 from runner.worker.control import TaskControl
 from runner.worker.delivery import Delivery
 from runner.worker.logs import TASK_LOGGER
 from runner.worker.observe import finished_line
 from runner.worker.task_kinds import kind_of
+from runner.worker.verdict import Verdict, failure_verdict
 
 log = logging.getLogger(TASK_LOGGER)
 
@@ -70,35 +69,22 @@ def failed(delivery: Delivery, control: TaskControl, error: BaseException, trace
         error,
     )
     # What status and the report say of it: whether trying again could have helped.
-    verdict = {"retryable": _retryable(error, job_class), "max_attempts": job_class.max_attempts}
-    if not verdict["retryable"]:
-        reason = f"failed on attempt {task.attempt}, not retryable: {error!r}"
-        poison_task(delivery, task, reason, (error, trace), control, verdict)
-        return
-    if task.attempt >= job_class.max_attempts:
-        reason = f"failed on attempt {task.attempt} of {job_class.max_attempts}: {error!r}"
-        poison_task(delivery, task, reason, (error, trace), control, verdict)
+    verdict = failure_verdict(task.attempt, error, job_class)
+    if not verdict.tries_again:
+        poison_task(delivery, task, verdict, (error, trace), control)
         return
     # Visible again after the backoff, which Azure caps at 7 days.
     wait = min(compute_backoff(job_class.backoff, task.attempt, worker.rng), MAX_VISIBILITY_SECONDS)
     retry_at = worker.clock.now() + timedelta(seconds=wait)  # what status shows
     # The newest state is written too: it was encoded once already, at its checkpoint.
     try:
-        changes = {"state": "retrying", "owner": "", "retry_at": retry_at, **verdict}
+        changes = {"state": "retrying", "owner": "", "retry_at": retry_at, **verdict.properties()}
         control.write({**changes, **error_properties(error, trace)})
     except LeaseLost:
         worker.keeper.drop(delivery.lease)
         return
     worker.recorder.task_failed(delivery.job.job_type, task.kind)
     worker.keeper.release(delivery.lease, wait)
-
-
-def _retryable(error: BaseException, job_class: type[ChunkedJob]) -> bool:
-    """False for what trying again will not mend: ``ChunkFailed(..., retry=False)`` and
-    the job class's ``non_retryable`` exception types."""
-    if isinstance(error, ChunkFailed) and not error.retry:
-        return False
-    return not isinstance(error, job_class.non_retryable)
 
 
 def stopped(
@@ -131,21 +117,18 @@ def stopped(
 def poison_task(
     delivery: Delivery,
     task: TaskRecord,
-    reason: str,
+    verdict: Verdict,
     failure: tuple[BaseException, str] | None = None,
     control: TaskControl | None = None,
-    verdict: Mapping[str, Any] = {},
 ) -> None:
     """Mark the task poisoned (the job fails) and move its message to the poison queue;
-    ``verdict`` (``retryable``, ``max_attempts``) is kept for status and the report."""
-    worker, job_id = delivery.worker, delivery.job_id
+    the verdict (``retryable``, ``max_attempts``) is kept for status and the report."""
+    worker, job_id, reason = delivery.worker, delivery.job_id, verdict.reason
     error, trace = failure if failure else (RuntimeError(reason), "")
-    # "" clears a verdict an earlier failed attempt left (a merge keeps what None names).
     changes = {
         "state": "poisoned",
         "owner": "",
-        "retryable": "",
-        **verdict,
+        **verdict.properties(),
         **error_properties(error, trace),
     }
     values = {"progress": control.newest_state} if control and control.has_unwritten_state else {}

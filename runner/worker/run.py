@@ -25,6 +25,7 @@ from runner.worker.recorder import Checkpoints, attempt
 from runner.worker.takeover import takeover_of
 from runner.worker.task_kinds import kind_of
 from runner.worker.unit_limits import LimitedControl
+from runner.worker.verdict import Verdict
 
 log = logging.getLogger(TASK_LOGGER)
 
@@ -89,7 +90,7 @@ def _execute(delivery: Delivery, control: LimitedControl) -> None:
         return
     except BadRecord as bad:  # its payload, state or params cannot be read: no retry mends it
         # No traceback kept: the reason names the record and field, the stack is ours.
-        poison_task(delivery, task, str(bad), (bad, ""), control, {"retryable": False})
+        poison_task(delivery, task, Verdict(str(bad), retryable=False), (bad, ""), control)
         return
     except BaseException as error:  # noqa: BLE001 - user code failed (even sys.exit): record it
         failed(delivery, control, error, traceback.format_exc())
