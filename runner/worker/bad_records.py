@@ -11,13 +11,13 @@ import logging
 from checkpoint import checks, retries
 from checkpoint.errors import BadMessage, BadRecord, Conflict, NotFound
 from checkpoint.messages import TaskMessage
-from checkpoint.records import error_properties
 from checkpoint.settle import Writer
 from checkpoint.storage import QueueMessage
 from runner.worker.delivery import Context, Delivery
 from runner.worker.job_completion import set_job
 from runner.worker.lease import Lease
 from runner.worker.logs import TASK_LOGGER
+from runner.worker.record_changes import TaskChanges
 from runner.worker.task_kinds import kind_of
 from runner.worker.verdict import Verdict
 
@@ -72,15 +72,15 @@ def poison_unreadable(delivery: Delivery, bad: BadRecord) -> None:
         found = worker.store.task_as_found(delivery.job_id, kind.name, index)
         if found.properties.get("state") not in ("done", "poisoned"):
             attempt = found.properties.get("attempt")
-            changes = {
-                "state": "poisoned",
-                "attempt": attempt if checks.is_whole(attempt) and attempt >= 0 else 0,
-                "owner": "",
-                "message_id": "",
-                "lease_until": worker.clock.now(),
-                **Verdict(reason, retryable=False).properties(),
-                **error_properties(bad),
-            }
+            changes = TaskChanges(
+                state="poisoned",
+                attempt=attempt if checks.is_whole(attempt) and attempt >= 0 else 0,
+                owner="",
+                message_id="",
+                lease_until=worker.clock.now(),
+                verdict=Verdict(reason, retryable=False),
+                error=(bad, ""),
+            )
             kind.write_poisoned(delivery, found, changes, {}, reason, Writer())
     except (Conflict, NotFound):
         log.warning("%s changed while poisoning; left to its owner", bad)

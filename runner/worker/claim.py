@@ -12,11 +12,10 @@ from __future__ import annotations
 
 import logging
 from datetime import timedelta
-from typing import Any
 
 from checkpoint import retries
 from checkpoint.errors import BadRecord, Conflict, NotFound
-from checkpoint.records import LEASE_ON_RECORD, SPARK_SESSION, TaskRecord
+from checkpoint.records import LEASE_ON_RECORD, TaskRecord
 from checkpoint.settle import Writer
 from jobs.spark_session import connect_session_text
 from runner.worker.bad_records import poison_missing, poison_unreadable
@@ -25,6 +24,7 @@ from runner.worker.feed import FEED_IDLE_SECONDS
 from runner.worker.leftovers import leftover, recorded_for_another
 from runner.worker.logs import TASK_LOGGER
 from runner.worker.outcome import poison_task
+from runner.worker.record_changes import TaskChanges
 from runner.worker.task_kinds import kind_of
 from runner.worker.verdict import Verdict
 
@@ -61,7 +61,7 @@ def claim_planned(
     try:
         return store.write_task(
             planned,
-            _claim_changes(delivery, planned, message_id),
+            _claim_changes(delivery, planned, message_id).properties(),
             token=writer.next(),
             budget=delivery.budget(retries.CLAIM),
         )
@@ -210,25 +210,26 @@ def claim(
     changes = _claim_changes(delivery, task, message_id)
     budget = delivery.budget(retries.CLAIM)
     try:
-        return delivery.worker.store.write_task(task, changes, token=writer.next(), budget=budget)
+        return delivery.worker.store.write_task(
+            task, changes.properties(), token=writer.next(), budget=budget
+        )
     except Conflict:
         log.info("%s %s of %s claimed by another worker first", task.kind, task.index, task.job_id)
         return None
 
 
-def _claim_changes(delivery: Delivery, task: TaskRecord, message_id: str | None) -> dict[str, Any]:
+def _claim_changes(delivery: Delivery, task: TaskRecord, message_id: str | None) -> TaskChanges:
     worker, now = delivery.worker, delivery.worker.clock.now()
-    changes: dict[str, Any] = {
-        "state": "running",
-        "owner": worker.worker_id,
-        "message_id": message_id or delivery.message.id,
-        "attempt": task.attempt + 1,
-        "started_on": now,
+    return TaskChanges(
+        state="running",
+        owner=worker.worker_id,
+        message_id=message_id or delivery.message.id,
+        attempt=task.attempt + 1,
+        started_on=now,
         # This process's Spark Connect session, if it has one already (else the
         # attempt's first Spark work records it); "" clears the last attempt's.
-        SPARK_SESSION: connect_session_text() or "",
-        "lease_until": now + timedelta(seconds=delivery.lease.lease_seconds),
-    }
-    if task.properties.get(LEASE_ON_RECORD):
-        changes[LEASE_ON_RECORD] = False  # the last holder's, now dead
-    return changes
+        spark_session=connect_session_text() or "",
+        lease_until=now + timedelta(seconds=delivery.lease.lease_seconds),
+        # The last holder's, now dead (None: nothing to clear).
+        lease_on_record=False if task.properties.get(LEASE_ON_RECORD) else None,
+    )

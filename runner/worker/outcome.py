@@ -16,7 +16,7 @@ from typing import Any
 from checkpoint import retries
 from checkpoint.errors import Conflict, LeaseLost, NotFound, StorageError
 from checkpoint.limits import MAX_VISIBILITY_SECONDS
-from checkpoint.records import TaskRecord, error_properties
+from checkpoint.records import TaskRecord
 from checkpoint.settle import Writer
 from jobs.backoff import compute_backoff
 from runner.worker.chunk_finisher import Ended
@@ -24,6 +24,7 @@ from runner.worker.control import TaskControl
 from runner.worker.delivery import Delivery
 from runner.worker.logs import TASK_LOGGER
 from runner.worker.observe import finished_line
+from runner.worker.record_changes import TaskChanges
 from runner.worker.task_kinds import kind_of
 from runner.worker.verdict import Verdict, failure_verdict
 
@@ -32,7 +33,7 @@ log = logging.getLogger(TASK_LOGGER)
 
 def succeeded(delivery: Delivery, control: TaskControl, outcome: Any) -> None:
     worker, lease = delivery.worker, delivery.lease
-    task, done = control.task, {"state": "done", "owner": "", "done_on": worker.clock.now()}
+    task, done = control.task, TaskChanges(state="done", owner="", done_on=worker.clock.now())
     kind = kind_of(task.kind)
     if kind.ends_in_finisher:
         # From here the finisher writes the record: a renewal must not change its ETag.
@@ -40,9 +41,10 @@ def succeeded(delivery: Delivery, control: TaskControl, outcome: Any) -> None:
         values = {"result": outcome}
         if control.has_unwritten_state:  # else the stored state stands (no blob re-read)
             values["progress"] = control.newest_state
-            done.update(control.checkpoint_changes())
+            done = done.plus(control.checkpoint_changes())
         token = control.writer.next()
-        final = worker.store.final_changes(task, done, values, token)  # CodecError: failed
+        # CodecError (a result or state that cannot be stored): the attempt failed.
+        final = worker.store.final_changes(task, done.properties(), values, token)
         seconds = worker.clock.monotonic() - control.started_at
         log.info(finished_line(task, seconds))
         lease.handed_over = True
@@ -78,8 +80,11 @@ def failed(delivery: Delivery, control: TaskControl, error: BaseException, trace
     retry_at = worker.clock.now() + timedelta(seconds=wait)  # what status shows
     # The newest state is written too: it was encoded once already, at its checkpoint.
     try:
-        changes = {"state": "retrying", "owner": "", "retry_at": retry_at, **verdict.properties()}
-        control.write({**changes, **error_properties(error, trace)})
+        error_at = (error, trace)
+        changes = TaskChanges(
+            state="retrying", owner="", retry_at=retry_at, verdict=verdict, error=error_at
+        )
+        control.write(changes)
     except LeaseLost:
         worker.keeper.drop(delivery.lease)
         return
@@ -97,7 +102,7 @@ def stopped(
     keeper, lease = delivery.worker.keeper, delivery.lease
     refund = max(0, control.task.attempt - 1)
     try:
-        control.write({"state": "waiting", "owner": "", "attempt": refund})
+        control.write(TaskChanges(state="waiting", owner="", attempt=refund))
     except LeaseLost:
         keeper.drop(lease)
         return
@@ -125,15 +130,10 @@ def poison_task(
     the verdict (``retryable``, ``max_attempts``) is kept for status and the report."""
     worker, job_id, reason = delivery.worker, delivery.job_id, verdict.reason
     error, trace = failure if failure else (RuntimeError(reason), "")
-    changes = {
-        "state": "poisoned",
-        "owner": "",
-        **verdict.properties(),
-        **error_properties(error, trace),
-    }
+    changes = TaskChanges(state="poisoned", owner="", verdict=verdict, error=(error, trace))
     values = {"progress": control.newest_state} if control and control.has_unwritten_state else {}
     if control and values:
-        changes.update(control.checkpoint_changes())
+        changes = changes.plus(control.checkpoint_changes())
     current = control.end() if control else task
     writer = control.writer if control else Writer()
     try:

@@ -31,6 +31,7 @@ from runner.worker.feed import NextStep, run_feed
 from runner.worker.job_completion import set_job
 from runner.worker.lease import Lease
 from runner.worker.plan import run_plan
+from runner.worker.record_changes import TaskChanges
 from runner.worker.unit_limits import LimitedControl
 from runner.worker.user_code import run_chunk, run_finalize
 
@@ -96,7 +97,7 @@ class Kind:
         self,
         delivery: Delivery,
         task: TaskRecord,
-        changes: dict[str, Any],
+        changes: TaskChanges,
         values: dict[str, Any],
         reason: str,
         writer: Writer,
@@ -104,7 +105,7 @@ class Kind:
         """Write the poisoned mark on its record, then fail the job: a job whose
         planning, feeding or finalize cannot run cannot end well."""
         store, budget = delivery.worker.store, delivery.budget(retries.TASK_WRITE)
-        store.write_task(task, changes, values, token=writer.next(), budget=budget)
+        store.write_task(task, changes.properties(), values, token=writer.next(), budget=budget)
         delivery.worker.recorder.task_poisoned(delivery.job.job_type, self.name)
         error = f"{self.name} poisoned: {reason}"
         set_job(store, delivery.job_id, budget, state="failed", error=error)
@@ -188,7 +189,7 @@ class ChunkKind(Kind):
         self,
         delivery: Delivery,
         task: TaskRecord,
-        changes: dict[str, Any],
+        changes: TaskChanges,
         values: dict[str, Any],
         reason: str,
         writer: Writer,
@@ -197,7 +198,9 @@ class ChunkKind(Kind):
         what it tolerates (:meth:`after_poisoned`)."""
         store, token = delivery.worker.store, writer.next()
         budget = delivery.budget(retries.TASK_WRITE)
-        store.count_chunk(task, changes, values, "poisoned", token=token, budget=budget)
+        store.count_chunk(
+            task, changes.properties(), values, "poisoned", token=token, budget=budget
+        )
         delivery.worker.recorder.task_poisoned(delivery.job.job_type, self.name)
 
     def after_poisoned(self, worker: Context, job_id: str, index: int, budget: Budget) -> None:
