@@ -41,6 +41,7 @@ from runner.worker.control import TaskControl, runner_side
 from runner.worker.delivery import Delivery
 from runner.worker.logs import TASK_LOGGER
 from runner.worker.plan import feed_message, send_chunk_messages
+from runner.worker.record_changes import TaskChanges
 
 log = logging.getLogger(TASK_LOGGER)
 
@@ -102,7 +103,7 @@ def run_feed(
         )
         cursor, fed = cursor + count, fed + count
         runner_side(
-            lambda: control.write({}, {"progress": cursor}),  # noqa: B023
+            lambda: control.write(TaskChanges(), {"progress": cursor}),  # noqa: B023
             "writing the feed cursor",
         )
         if first_page:
@@ -228,7 +229,7 @@ def feed_later(delivery: Delivery, control: TaskControl, step: FeedStep, after: 
     try:
         # Waiting before this message goes: the next step's message, received by another
         # worker, must find the record free to claim.
-        control.write({"state": "waiting", "owner": "", "attempt": 0})
+        control.write(TaskChanges(state="waiting", owner="", attempt=0))
     except LeaseLost:
         worker.keeper.drop(lease)
         return
