@@ -15,8 +15,8 @@ from typing import Any
 
 from checkpoint import retries
 from checkpoint.errors import Conflict, LeaseLost, NotFound, StorageError
-from checkpoint.limits import MAX_VISIBILITY_SECONDS
 from checkpoint.records import TaskRecord
+from checkpoint.service_targets import MAX_VISIBILITY_SECONDS
 from checkpoint.settle import Writer
 from jobs.backoff import compute_backoff
 from runner.worker.chunk_finisher import Ended
