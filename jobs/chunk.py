@@ -57,7 +57,7 @@ class ChunkControl(Protocol):
 
     def publish(self, name: str, record: Mapping[str, Any]) -> None:
         """Record, by a write conditional on the chunk's record (fenced like a
-        checkpoint, and made now, not throttled), that this attempt's output ``name``
+        checkpoint, and made now, not coalesced), that this attempt's output ``name``
         is the one readers follow, described by ``record`` (msgpack-able). Raises
         LeaseLost, writing nothing, if the chunk is no longer this attempt's."""
         ...

@@ -1,6 +1,6 @@
 """The runner's side of a running task: throttled, fenced checkpoints and the stop signal.
 
-Checkpoints are coalesced (:mod:`checkpoint.throttle`): ``offer`` keeps only the newest
+Checkpoints are coalesced (:mod:`checkpoint.coalescing`): ``offer`` keeps only the newest
 state and writes it when a checkpoint interval has passed since the last write, so
 calling ``chunk.checkpoint`` in a tight loop costs a memory store, not a round trip.
 Every write is conditional on the ETag of the previous one (fencing): if anyone else
@@ -17,6 +17,7 @@ from typing import Any, TypeVar
 
 from checkpoint import codec, retries
 from checkpoint.clock import Clock
+from checkpoint.coalescing import CheckpointCoalescer
 from checkpoint.errors import Conflict, LeaseLost, NotFound, StorageError, StorageTrouble
 from checkpoint.records import (
     LEASE_ON_RECORD,
@@ -28,7 +29,6 @@ from checkpoint.records import (
 from checkpoint.retries import Budget
 from checkpoint.settle import Writer
 from checkpoint.store import CheckpointStore
-from checkpoint.throttle import CheckpointThrottle
 from jobs.chunk import Takeover
 from jobs.errors import ChunkStopped, JobCancelled, JobDeleted, JobPaused
 from runner.worker.lease import Lease
@@ -80,7 +80,7 @@ class TaskControl:
         self.task = task
         self.lease = lease
         #: The newest state (and how far the chunk said it got) and when it is due.
-        self._throttle = CheckpointThrottle(clock, interval_seconds)
+        self._throttle = CheckpointCoalescer(clock, interval_seconds)
         self.started_at = clock.monotonic()
         self._recorded_visible_at = lease.visible_at  # the claim wrote this deadline
         self.writes = 0
