@@ -7,8 +7,9 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Any, ClassVar
 
-from checkpoint import checks, layout, rates, service_targets
+from checkpoint import checks, layout, service_targets
 from checkpoint.layout import MAX_QUEUES, resume_queue_of
+from checkpoint.limits import rates
 from checkpoint.service_targets import MAX_VISIBILITY_SECONDS
 from jobs.backoff import Backoff
 from jobs.chunk import Chunk
