@@ -27,7 +27,7 @@ class Takeover:
     new attempt uses this to find it and cut it short.
 
     Attributes:
-        owner: the worker id that held the chunk (``host:pid:hex``), or "" if unknown.
+        owner: the worker id that leased the chunk (``host:pid:hex``), or "" if unknown.
         claim: that attempt's claim token (:attr:`Chunk.claim`), or "" if unknown.
         spark_session: the Spark Connect session it recorded (JSON text of
             :class:`jobs.spark_reaper.ConnectSession`), or None if it recorded none.

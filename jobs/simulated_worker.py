@@ -27,7 +27,7 @@ class SimulatedWorker:
         clock: the clock ``max_chunk_seconds`` is measured on.
         job_class: whose ``max_chunk_seconds`` caps the attempt (None: no cap).
         lock: the environment's lock, held while the lease is lost (a checkpoint or a
-            publication under it sees the lease either held or lost, never half).
+            publication under it sees the lease either kept or lost, never half).
     """
 
     def __init__(self, clock: Clock, job_class: type[ChunkedJob], lock: threading.RLock):

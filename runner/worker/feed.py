@@ -121,7 +121,7 @@ def window_beside(job: JobRecord, others: Iterable[JobRecord], window: int) -> i
             other.job_type == job.job_type
             and other.priority > job.priority
             and other.state in _UNDER_WAY
-            and other.hold is None
+            and other.stop_order is None
         ):
             return max(1, window // LOWER_PRIORITY_SHARE)
     return window

@@ -139,7 +139,7 @@ def _run_task(delivery: Delivery) -> bool:
         delivery.lease.max_seconds = None
     # For planning and finalize the job was read afresh (runner.worker.leftovers): a
     # cancel made since this worker's last read is never missed by them.
-    if delivery.job.hold is not None:
+    if delivery.job.stop_order is not None:
         held_back(delivery)
         return False
     writer = Writer()
