@@ -30,13 +30,13 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from checkpoint import retries
-from checkpoint.chunk_pages import MAX_PAGE_CHUNKS
 from checkpoint.errors import BadRecord, LeaseLost, NotFound, StorageError
 from checkpoint.records import JobRecord, TaskRecord
 from checkpoint.retries import Budget
 from checkpoint.storage import NEVER_EXPIRES, QueueStore
 from checkpoint.store import CheckpointStore
-from checkpoint.task_records import PlannedChunk
+from checkpoint.tasks.chunk_pages import MAX_PAGE_CHUNKS
+from checkpoint.tasks.task_records import PlannedChunk
 from runner.worker.control import TaskControl, runner_side
 from runner.worker.delivery import Delivery
 from runner.worker.logs import TASK_LOGGER
