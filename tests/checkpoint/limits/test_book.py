@@ -1,5 +1,5 @@
 """Shared limits in the store (checkpoint.limits.book): a token bucket's arithmetic on a fake
-clock, slots with holders that expire, compare-and-swap between two takers, and writes
+clock, slots with takers whose keep expires, compare-and-swap between two takers, and writes
 applied with their answer lost, on both backends."""
 
 from __future__ import annotations
@@ -154,7 +154,7 @@ def test_an_applied_take_is_recognised_even_after_another_workers_write(limits: 
     assert 1 < len(recent) <= RECENT_WRITES
 
 
-def test_slots_are_shared_up_to_max_running_and_released_by_their_holder(limits: Limits):
+def test_slots_are_shared_up_to_max_running_and_released_by_their_taker(limits: Limits):
     book, name, budget = limits.book, limits.name, limits.budget()
     book.define_running(name, 5, SOURCE, budget)
     assert book.take_slots(name, "w1", 3, LEASE, budget) == Taken(3)
@@ -169,7 +169,7 @@ def test_slots_are_shared_up_to_max_running_and_released_by_their_holder(limits:
     assert running is not None and set(running.takers) == {"w1"}
 
 
-def test_a_dead_holders_slots_free_up_once_its_lease_passes_unless_renewed(limits: Limits):
+def test_a_dead_takers_slots_free_up_once_its_lease_passes_unless_kept(limits: Limits):
     book, name, budget = limits.book, limits.name, limits.budget()
     book.define_running(name, 2, SOURCE, budget)
     assert book.take_slots(name, "dead", 1, LEASE, budget) == Taken(1)
@@ -179,10 +179,23 @@ def test_a_dead_holders_slots_free_up_once_its_lease_passes_unless_renewed(limit
     assert book.take_slots(name, "new", 1, LEASE, budget) == Taken(0)
     limits.clock.advance(LEASE * 0.7)  # past the dead one's expiry, not the renewed one's
     assert book.take_slots(name, "new", 2, LEASE, budget) == Taken(1)
-    # A holder whose entry lapsed gets back only what is free.
+    # A taker whose entry lapsed gets back only what is free.
     limits.clock.advance(LEASE * 2)
     book.take_slots(name, "new", 2, LEASE, budget)
     assert book.keep_slots(name, "alive", 1, LEASE, budget) == 0
+
+
+def test_a_running_row_keeps_its_stored_names_whatever_the_code_calls_them(limits: Limits):
+    # Workers of an older release read and write the same row: Slots.takers is stored
+    # as "holders" (worker id to [count, expiry]), byte for byte as before the rename.
+    book, name, budget = limits.book, limits.name, limits.budget()
+    book.define_running(name, 2, SOURCE, budget)
+    book.take_slots(name, "w1", 1, LEASE, budget)
+    row = limits.row(RUNNING_ROW)
+    expiry = (limits.clock.now() + timedelta(seconds=LEASE)).timestamp()
+    assert row["holders"] == f'{{"w1": [1, {expiry}]}}'
+    assert {"kind", "max_running", "holders", "source"} <= set(row)
+    assert "takers" not in row
 
 
 def test_a_slot_take_applied_with_its_answer_lost_counts_once(limits: Limits):
