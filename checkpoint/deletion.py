@@ -24,7 +24,7 @@ from checkpoint.storage import BatchOp, BlobStore, QueueMessage, QueueStore, Rec
 
 log = logging.getLogger(__name__)
 
-#: Rows read, then deleted in one batch, at a time (Azure's batch limit).
+#: Rows read, then deleted in one batch, at a time (Azure's batch size, a service target).
 PAGE_ROWS = 100
 #: Blob names listed, then deleted one by one, at a time.
 PAGE_BLOBS = 1000

@@ -20,7 +20,7 @@ TaskState = Literal["waiting", "running", "retrying", "done", "poisoned"]
 JobState = Literal["planning", "running", "finalizing", "done", "failed", "cancelled"]
 
 #: Fields whose msgpack value moves to a blob when larger than this many bytes. Azure's
-#: property limit is 64 KiB; staying under it leaves room for the rest of the record.
+#: property size target is 64 KiB; staying under it leaves room for the rest of the record.
 SPILL_BYTES = 48 * 1024
 #: Longest error text kept (characters); tracebacks keep their end, where the cause is.
 MAX_ERROR_CHARS = 8_000

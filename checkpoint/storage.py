@@ -1,7 +1,7 @@
 """The three storage protocols the core talks to: queues, records and blobs.
 
 Each backend (embedded SQLite in ``checkpoint/backends/embedded``, Azure Storage in
-``checkpoint/backends/azure``) implements all three with Azure's semantics and limits,
+``checkpoint/backends/azure``) implements all three with Azure's semantics and service targets,
 and raises only the errors of :mod:`jobs.errors`. Names of queues, tables and containers,
 keys, property values and sizes are checked by :mod:`checkpoint.service_targets` before a request
 is made, so both backends refuse exactly the same input.
