@@ -24,7 +24,7 @@ from checkpoint.storage import BatchOp, BlobStore, QueueMessage, QueueStore, Rec
 
 log = logging.getLogger(__name__)
 
-#: Rows read, then deleted in one batch, at a time (Azure's batch limit).
+#: Rows read, then deleted in one batch, at a time (Azure's batch size, a service target).
 PAGE_ROWS = 100
 #: Blob names listed, then deleted one by one, at a time.
 PAGE_BLOBS = 1000
@@ -46,7 +46,7 @@ class Deleted:
         blobs: its spilled values (params, planning progress, chunk payloads, states,
             results).
         messages: its messages the sweep found visible in its queue, resume queue and
-            poison queue; those invisible then (held, backing off, delayed) are deleted
+            poison queue; those invisible then (leased, backing off, delayed) are deleted
             unrun by the worker that receives them later.
     """
 
@@ -174,8 +174,8 @@ def _delete(queues: QueueStore, queue: str, found: list[tuple[str, str]], budget
     return sum(1 for outcome in outcomes if outcome is None)
 
 
-def _hand_back(queues: QueueStore, queue: str, held: dict[str, str], budget: Budget) -> None:
-    for message_id, receipt in held.items():
+def _hand_back(queues: QueueStore, queue: str, leased: dict[str, str], budget: Budget) -> None:
+    for message_id, receipt in leased.items():
         visible = functools.partial(queues.update, queue, message_id, receipt, visibility_seconds=0)
         try:
             budget.call(visible, f"hand back {message_id}")

@@ -49,7 +49,7 @@ class StorageError(RunnerError):
 
 
 class InvalidRequest(StorageError):
-    """The request breaks an Azure rule or limit (a bad name, key, value or size)."""
+    """The request breaks an Azure rule or service target (a bad name, key, value or size)."""
 
     default_status = 400
 
@@ -73,7 +73,7 @@ class Conflict(StorageError):
 
 
 class TooLarge(StorageError):
-    """A message, property, entity or batch is over Azure's size limit (413 / 400)."""
+    """A message, property, entity or batch is over Azure's size target (413 / 400)."""
 
     default_status = 413
 

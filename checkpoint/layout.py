@@ -21,7 +21,7 @@ TASKS_TABLE = "runnertasks"
 #: Workers' heartbeats: one record per worker process, in one partition.
 WORKERS_TABLE = "runnerworkers"
 WORKERS_PARTITION = "workers"
-#: Rate and concurrency limits shared by every worker (:mod:`checkpoint.quotas`): one
+#: Rate and concurrency limits shared by every worker (:mod:`checkpoint.limits.book`): one
 #: partition per limit name (its ``rate`` and ``running`` rows), so one busy limit's
 #: compare-and-swap writes never contend with another's, and a catalogue partition
 #: naming them all (a listing reads one partition, not the whole table).

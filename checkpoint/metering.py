@@ -7,7 +7,7 @@ took:
 
 - ``ok``: answered;
 - ``refused``: answered no (not found, already there, precondition failed, a stale pop
-  receipt, a request over a limit): the store working as it should;
+  receipt, a request over a service target): the store working as it should;
 - ``failed``: the store's trouble (busy, unreachable, timed out) or an error of its own.
 
 What the caller then made of a failed request is told afterwards, as a further outcome

@@ -33,7 +33,7 @@ from checkpoint.storage import BatchOp, QueueMessage, QueueStore, Record, Record
 
 log = logging.getLogger(__name__)
 
-#: Notes read, then released and deleted in one batch, at a time (Azure's batch limit).
+#: Notes read, then released and deleted in one batch, at a time (Azure's batch size).
 PAGE_ROWS = 100
 #: Copies of a page made visible at once: each update is a round trip that mostly waits,
 #: so a resume of many parked chunks takes a fraction of what one call after another

@@ -20,7 +20,7 @@ TaskState = Literal["waiting", "running", "retrying", "done", "poisoned"]
 JobState = Literal["planning", "running", "finalizing", "done", "failed", "cancelled"]
 
 #: Fields whose msgpack value moves to a blob when larger than this many bytes. Azure's
-#: property limit is 64 KiB; staying under it leaves room for the rest of the record.
+#: property size target is 64 KiB; staying under it leaves room for the rest of the record.
 SPILL_BYTES = 48 * 1024
 #: Longest error text kept (characters); tracebacks keep their end, where the cause is.
 MAX_ERROR_CHARS = 8_000
@@ -116,8 +116,10 @@ class JobRecord:
         return self.state in ENDED_JOB_STATES
 
     @property
-    def hold(self) -> Literal["cancelled", "paused"] | None:
-        """Why none of its tasks may start (or go on), or None."""
+    def stop_order(self) -> Literal["cancelled", "paused"] | None:
+        """Its stop order: why none of its tasks may start (or go on), or None. Job
+        control (``runner cancel`` / ``pause``, a deletion begun) writes it; a paused
+        job with ``drain`` lets its running chunks finish."""
         if self.cancelled_on is not None or self.deleting_on is not None:
             return "cancelled"
         if self.paused_on is not None and not self.ended:
@@ -236,7 +238,7 @@ OUTPUTS = "outputs"
 #: The Spark Connect session the chunk's current attempt runs its Spark work in (JSON
 #: text), written with the claim or by the attempt's first Spark work; "" for none.
 SPARK_SESSION = "spark_session"
-#: True while a running finalize is held by its record's ``lease_until`` alone: its
+#: True while a running finalize is leased by its record's ``lease_until`` alone: its
 #: queue message's pop receipt was lost to its own renewal, applied with its answer
 #: lost, so the message can no longer be renewed. A delivery of that message meanwhile
 #: hides it again instead of taking the task over. Cleared by the next claim.

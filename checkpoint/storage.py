@@ -1,9 +1,9 @@
 """The three storage protocols the core talks to: queues, records and blobs.
 
 Each backend (embedded SQLite in ``checkpoint/backends/embedded``, Azure Storage in
-``checkpoint/backends/azure``) implements all three with Azure's semantics and limits,
+``checkpoint/backends/azure``) implements all three with Azure's semantics and service targets,
 and raises only the errors of :mod:`jobs.errors`. Names of queues, tables and containers,
-keys, property values and sizes are checked by :mod:`checkpoint.limits` before a request
+keys, property values and sizes are checked by :mod:`checkpoint.service_targets` before a request
 is made, so both backends refuse exactly the same input.
 
 Times are timezone-aware UTC datetimes; durations are whole or fractional seconds as the
@@ -188,7 +188,7 @@ class Where:
     record lacks is false, as in Azure's OData filters. Compare a property only with a
     value of the type it is stored with (int and float are different types, as are int
     and bool): Azure matches nothing across types and Azurite may answer 500. Bytes
-    compare only with ``eq``/``ne``. :func:`checkpoint.limits.check_where` has the rules.
+    compare only with ``eq``/``ne``. :func:`checkpoint.service_targets.check_where` has the rules.
     """
 
     property: str

@@ -9,9 +9,9 @@ blob intact; the loser deletes its own.
 
 :class:`CheckpointStore` is the one front every caller uses; each concern is a module of
 its own behind it: :mod:`checkpoint.values` (values inline or spilled),
-:mod:`checkpoint.job_records`, :mod:`checkpoint.task_records`, :mod:`checkpoint.counting`
-(a chunk's end and its shard's counter in one batch), :mod:`checkpoint.reading` and
-:mod:`checkpoint.chunk_pages`.
+:mod:`checkpoint.catalogue.job_records`, :mod:`checkpoint.tasks.task_records`,
+:mod:`checkpoint.tasks.counting` (a chunk's end and its shard's counter in one batch),
+:mod:`checkpoint.tasks.reading` and :mod:`checkpoint.tasks.chunk_pages`.
 """
 
 from __future__ import annotations
@@ -21,18 +21,18 @@ from datetime import datetime
 from typing import Any
 
 from checkpoint import layout, retries
-from checkpoint.chunk_pages import ChunkCursor, ChunkPage, ChunkPages
+from checkpoint.catalogue.job_index import CatalogueEntry, JobIndex
+from checkpoint.catalogue.job_records import JobRecords
 from checkpoint.clock import Clock, SystemClock
-from checkpoint.counting import CounterName, ShardCounters
 from checkpoint.deletion import Deleted
 from checkpoint.errors import BadRecord, StorageError
-from checkpoint.job_index import CatalogueEntry, JobIndex
-from checkpoint.job_records import JobRecords
-from checkpoint.reading import JobReader
 from checkpoint.records import JobRecord, TaskKind, TaskRecord
 from checkpoint.retries import Budget
 from checkpoint.storage import Storage, Where
-from checkpoint.task_records import PlannedChunk, TaskRecords
+from checkpoint.tasks.chunk_pages import ChunkCursor, ChunkPage, ChunkPages
+from checkpoint.tasks.counting import CounterName, ShardCounters
+from checkpoint.tasks.reading import JobReader
+from checkpoint.tasks.task_records import PlannedChunk, TaskRecords
 from checkpoint.values import Values
 
 
@@ -234,7 +234,7 @@ class CheckpointStore:
 
     def counts_seen(self, job_id: str) -> dict[str, int]:
         """The job's done and poisoned chunks as this process last saw its counters: no
-        request, a low bound (:meth:`checkpoint.counting.ShardCounters.seen`)."""
+        request, a low bound (:meth:`checkpoint.tasks.counting.ShardCounters.seen`)."""
         return self._counting.seen(job_id)
 
     def count_chunks(

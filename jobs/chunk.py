@@ -27,7 +27,7 @@ class Takeover:
     new attempt uses this to find it and cut it short.
 
     Attributes:
-        owner: the worker id that held the chunk (``host:pid:hex``), or "" if unknown.
+        owner: the worker id that leased the chunk (``host:pid:hex``), or "" if unknown.
         claim: that attempt's claim token (:attr:`Chunk.claim`), or "" if unknown.
         spark_session: the Spark Connect session it recorded (JSON text of
             :class:`jobs.spark_reaper.ConnectSession`), or None if it recorded none.
@@ -57,7 +57,7 @@ class ChunkControl(Protocol):
 
     def publish(self, name: str, record: Mapping[str, Any]) -> None:
         """Record, by a write conditional on the chunk's record (fenced like a
-        checkpoint, and made now, not throttled), that this attempt's output ``name``
+        checkpoint, and made now, not coalesced), that this attempt's output ``name``
         is the one readers follow, described by ``record`` (msgpack-able). Raises
         LeaseLost, writing nothing, if the chunk is no longer this attempt's."""
         ...

@@ -7,9 +7,10 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Any, ClassVar
 
-from checkpoint import checks, layout, limits, rates
+from checkpoint import checks, layout, service_targets
 from checkpoint.layout import MAX_QUEUES, resume_queue_of
-from checkpoint.limits import MAX_VISIBILITY_SECONDS
+from checkpoint.limits import rates
+from checkpoint.service_targets import MAX_VISIBILITY_SECONDS
 from jobs.backoff import Backoff
 from jobs.chunk import Chunk
 from jobs.errors import JobDefinitionError
@@ -188,7 +189,9 @@ def check_job_class(cls: type[ChunkedJob]) -> None:
     )
     # The longest name is the last queue's poison queue: '<queue>-<n>-poison'.
     suffix = layout.poison_queue_of(layout.job_queues("", cls.queues)[-1])
-    if not limits.is_queue_name(cls.queue) or not limits.is_queue_name(f"{cls.queue}{suffix}"):
+    if not service_targets.is_queue_name(cls.queue) or not service_targets.is_queue_name(
+        f"{cls.queue}{suffix}"
+    ):
         raise JobDefinitionError(
             f"{name}.queue = {cls.queue!r}: use 3-{63 - len(suffix)} lowercase letters, "
             "digits and single hyphens, starting and ending with a letter or digit (room "

@@ -1,8 +1,8 @@
 """The worker around a chunk that ``ChunkEnvironment`` (:mod:`jobs.chunk_environment`)
 simulates: its lease, lost when the test says so, after a number of checkpoints, or once
 the chunk runs past ``max_chunk_seconds``; its stop (SIGTERM), now or after a number of
-checkpoints; and the checkpoint writes it makes, throttled as a real worker's are
-(:mod:`checkpoint.throttle`) and fenced by that lease.
+checkpoints; and the checkpoint writes it makes, coalesced as a real worker's are
+(:mod:`checkpoint.coalescing`) and fenced by that lease.
 """
 
 from __future__ import annotations
@@ -12,10 +12,10 @@ from collections.abc import Callable
 from typing import Any
 
 from checkpoint.clock import Clock
+from checkpoint.coalescing import CheckpointCoalescer
 from checkpoint.codec import round_trip
 from checkpoint.errors import LeaseLost
 from checkpoint.records import Progress
-from checkpoint.throttle import CheckpointThrottle
 from jobs.errors import ChunkStopped
 from jobs.job import ChunkedJob
 
@@ -27,7 +27,7 @@ class SimulatedWorker:
         clock: the clock ``max_chunk_seconds`` is measured on.
         job_class: whose ``max_chunk_seconds`` caps the attempt (None: no cap).
         lock: the environment's lock, held while the lease is lost (a checkpoint or a
-            publication under it sees the lease either held or lost, never half).
+            publication under it sees the lease either kept or lost, never half).
     """
 
     def __init__(self, clock: Clock, job_class: type[ChunkedJob], lock: threading.RLock):
@@ -129,34 +129,34 @@ class SimulatedCheckpoints:
 
     def __init__(self, clock: Clock, interval_seconds: float, worker: SimulatedWorker):
         self.durable: list[Any] = []
-        self._throttle = CheckpointThrottle(clock, interval_seconds)
+        self._coalescer = CheckpointCoalescer(clock, interval_seconds)
         self._worker = worker
 
     def claimed(self) -> None:
         """The attempt starts: its claim is a write, the interval counts from it."""
-        self._throttle.restart()
+        self._coalescer.restart()
 
     def offer(self, state: Any, progress: Progress | None) -> None:
         """Keep the newest state; write it if an interval passed since the last write.
         Raises LeaseLost if one was due but the lease is lost."""
-        due = self._throttle.offer(state, progress)
+        due = self._coalescer.offer(state, progress)
         self._worker.check_deadline()
         if due:
             self._write()
 
     def flush(self) -> None:
         """Write the newest state if it is not written yet (raises LeaseLost as offer)."""
-        if self._throttle.unwritten:
+        if self._coalescer.unwritten:
             self._write()
 
     @property
     def progress_written(self) -> Progress | None:
         """The progress written with the last durable state."""
-        return self._throttle.progress_written
+        return self._coalescer.progress_written
 
     def _write(self) -> None:
         if self._worker.lost:
             raise LeaseLost(self._worker.lost_reason)  # a fenced write: refused
         # Encoded now, as the worker encodes at write time (not when it was offered).
-        self.durable.append(round_trip(self._throttle.newest, "checkpoint state"))
-        self._throttle.wrote()
+        self.durable.append(round_trip(self._coalescer.newest, "checkpoint state"))
+        self._coalescer.wrote()

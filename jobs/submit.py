@@ -11,8 +11,8 @@ from typing import Any
 from checkpoint import checks, codec, messages
 from checkpoint.backends import open_storage
 from checkpoint.errors import ConfigurationError
-from checkpoint.limits import MAX_VISIBILITY_SECONDS
 from checkpoint.records import JobRecord
+from checkpoint.service_targets import MAX_VISIBILITY_SECONDS
 from checkpoint.storage import NEVER_EXPIRES, Storage
 from checkpoint.store import CheckpointStore
 from jobs.errors import InvalidParams, JobIdTaken

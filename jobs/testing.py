@@ -382,7 +382,7 @@ class _WholeJob:
 
     def pass_time(self, seconds: float) -> None:
         """Let ``seconds`` pass, renewing the running worker's leases when due and
-        looking at its running jobs' state, as its lease keeper's and hold watcher's
+        looking at its running jobs' state, as its lease keeper's and stop-order watcher's
         threads do."""
         if seconds <= 0:
             return

@@ -24,9 +24,9 @@ import click
 from checkpoint.backends import open_storage
 from checkpoint.deletion import Deleted
 from checkpoint.errors import BadRecord, ConfigurationError, MissingExtra, RunnerError
-from checkpoint.limits import MAX_VISIBILITY_SECONDS
 from checkpoint.location import parse_location
 from checkpoint.records import ENDED_JOB_STATES, JOB_STATES, JobRecord
+from checkpoint.service_targets import MAX_VISIBILITY_SECONDS
 from checkpoint.store import CheckpointStore
 from jobs import manage
 from jobs.errors import InvalidParams

@@ -15,8 +15,8 @@ import click
 
 from checkpoint.backends import open_storage
 from checkpoint.errors import ConfigurationError
-from checkpoint.quotas import QuotaBook
-from checkpoint.rates import check_limit_name, parse_rate
+from checkpoint.limits.book import LimitBook
+from checkpoint.limits.rates import check_limit_name, parse_rate
 from checkpoint.store import CheckpointStore
 from runner.cli.json_form import to_json
 from runner.cli.limit_view import limit_status, read_limits, render_limits, running_chunks
@@ -50,8 +50,8 @@ def limit(
     with open_storage(storage, create=False) as opened:
         store = CheckpointStore(opened)
         store.ensure()
-        quotas, budget, now = (
-            QuotaBook(opened.records, store.clock),
+        limits, budget, now = (
+            LimitBook(opened.records, store.clock),
             store.budget(),
             store.clock.now(),
         )
@@ -59,15 +59,15 @@ def limit(
             _show(read_limits(store, now), as_json)
             return
         if clear:
-            if not quotas.clear(name, budget):
+            if not limits.clear(name, budget):
                 raise ConfigurationError(f"no limit named {name!r}")
             _show((), as_json, f"{name}: cleared; class values apply again")
             return
         if rate is not None:
-            quotas.set_rate(name, parse_rate(rate, "RATE", ConfigurationError), budget)
+            limits.set_rate(name, parse_rate(rate, "RATE", ConfigurationError), budget)
         if running is not None:
-            quotas.set_running(name, int(running), budget)
-        limit = quotas.get(name, budget)
+            limits.set_running(name, int(running), budget)
+        limit = limits.get(name, budget)
         chunks = running_chunks(store, now) if limit.running is not None else None
         found = tuple(limit_status(limit, now, chunks))
         if not found:

@@ -1,5 +1,5 @@
 """The shared limits as ``runner limit`` and ``runner status`` show them: read from the
-store (:mod:`checkpoint.quotas`) as typed values (:class:`LimitStatus`), and their text.
+store (:mod:`checkpoint.limits.book`) as typed values (:class:`LimitStatus`), and their text.
 
 A job's limits are those named after its queue (its class's ``rate_limit`` and
 ``max_running``, or set by hand for it) and the resources its class names (the
@@ -21,8 +21,8 @@ from dataclasses import replace
 from datetime import datetime
 
 from checkpoint.errors import BadRecord, JobNotFound
-from checkpoint.quota_records import BY_HAND
-from checkpoint.quotas import Limit, QuotaBook
+from checkpoint.limits.book import Limit, LimitBook
+from checkpoint.limits.rows import BY_HAND
 from checkpoint.store import CheckpointStore
 from checkpoint.workers import WorkerBook, WorkerRecord
 from runner.cli.status_types import AnyJob, JobStatus, LimitStatus
@@ -34,7 +34,7 @@ def read_limits(store: CheckpointStore, now: datetime) -> tuple[LimitStatus, ...
     """Every limit in the store, by name (rate before running); one that cannot be read
     is logged and left out."""
     store.ensure()
-    found = QuotaBook(store.storage.records, store.clock).scan(store.budget())
+    found = LimitBook(store.storage.records, store.clock).scan(store.budget())
     readable = [limit for limit in found if not isinstance(limit, BadRecord)]
     for bad in (limit for limit in found if isinstance(limit, BadRecord)):
         log.warning("a limit cannot be read: %s", bad)

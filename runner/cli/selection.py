@@ -3,7 +3,7 @@ newest first, filtered by state, cut to a number or a page.
 
 By default a view lists the *active* jobs (those not ended) and counts the ended ones
 (:class:`JobCounts`); ``--all`` lists every job. Such a view, or one of active states
-only, is chosen from the catalogue's index (:mod:`checkpoint.job_index`: a row per
+only, is chosen from the catalogue's index (:mod:`checkpoint.catalogue.job_index`: a row per
 active job and the ended jobs' counts, read in one range query), so a store of 10,000
 ended jobs costs it what a store of ten does, and only the jobs shown are read in full.
 
@@ -24,8 +24,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 
+from checkpoint.catalogue.job_index import CatalogueEntry, JobIndex
 from checkpoint.errors import BadRecord
-from checkpoint.job_index import CatalogueEntry, JobIndex
 from checkpoint.records import ENDED_JOB_STATES, JOB_STATES
 from runner.cli.status_types import JobCounts
 

@@ -124,7 +124,7 @@ class LimitStatus:
 
 @dataclass(frozen=True)
 class JobStatus:
-    """One job: its state and hold (paused / cancelled), counts, progress, the running,
+    """One job: its state and stop order (paused / cancelled), counts, progress, the running,
     failed and poisoned tasks, finalize's state, the records that cannot be read, and
     the workers serving its queues."""
 

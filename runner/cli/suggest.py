@@ -17,8 +17,8 @@ from typing import Any, TypeVar
 
 from checkpoint import layout
 from checkpoint.backends import open_storage
+from checkpoint.catalogue.job_index import is_index_row
 from checkpoint.errors import JobNotFound, RunnerError
-from checkpoint.job_index import is_index_row
 from checkpoint.storage import Storage, Where
 
 #: Ids read per prefix at most: one page of an Azure table query.

@@ -31,8 +31,8 @@ from dataclasses import dataclass
 
 from checkpoint.clock import Clock
 from checkpoint.errors import BadRecord, StorageError
-from checkpoint.quotas import QuotaBook, Taken
-from checkpoint.rates import parse_rate
+from checkpoint.limits.book import LimitBook, Taken
+from checkpoint.limits.rates import parse_rate
 from checkpoint.retries import Budget, RetryPolicy
 from checkpoint.storage import QueueMessage
 from jobs.job import ChunkedJob
@@ -61,7 +61,7 @@ class Admission:
 
     def __init__(
         self,
-        quotas: QuotaBook,
+        quotas: LimitBook,
         clock: Clock,
         worker_id: str,
         job_classes: Iterable[type[ChunkedJob]],
@@ -165,7 +165,7 @@ class Admission:
             with self._writing[name]:
                 holding = self.held.get(name, 0)
                 try:
-                    kept = self.quotas.hold_slots(
+                    kept = self.quotas.keep_slots(
                         name, self.worker_id, holding, self.lease_seconds(name), self.budget()
                     )
                 except (StorageError, BadRecord) as trouble:
@@ -226,7 +226,7 @@ class Admission:
                 self.held[name] = max(0, self.held.get(name, 0) - count)
                 holding = self.held[name]
             try:
-                self.quotas.hold_slots(
+                self.quotas.keep_slots(
                     name, self.worker_id, holding, self.lease_seconds(name), self.budget()
                 )
             except (StorageError, BadRecord) as trouble:

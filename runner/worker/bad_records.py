@@ -8,17 +8,18 @@ from __future__ import annotations
 
 import logging
 
-from checkpoint import checks, layout, retries
+from checkpoint import checks, retries
 from checkpoint.errors import BadMessage, BadRecord, Conflict, NotFound
 from checkpoint.messages import TaskMessage
-from checkpoint.records import error_properties
 from checkpoint.settle import Writer
 from checkpoint.storage import QueueMessage
 from runner.worker.delivery import Context, Delivery
 from runner.worker.job_completion import set_job
 from runner.worker.lease import Lease
 from runner.worker.logs import TASK_LOGGER
-from runner.worker.outcome import write_poisoned
+from runner.worker.record_changes import TaskChanges
+from runner.worker.task_kinds import kind_of
+from runner.worker.verdict import Verdict
 
 log = logging.getLogger(TASK_LOGGER)
 
@@ -64,31 +65,30 @@ def poison_unreadable(delivery: Delivery, bad: BadRecord) -> None:
     as poisoned from then on and is counted once. A record that says it ended already
     (done or poisoned) was counted then: only its message is poisoned.
     """
-    worker, lease, kind, index = delivery.worker, delivery.lease, delivery.kind, delivery.index
+    worker, lease, index = delivery.worker, delivery.lease, delivery.index
+    kind = kind_of(delivery.kind)
     reason = str(bad)
     try:
-        found = worker.store.task_as_found(delivery.job_id, kind, index)
+        found = worker.store.task_as_found(delivery.job_id, kind.name, index)
         if found.properties.get("state") not in ("done", "poisoned"):
             attempt = found.properties.get("attempt")
-            changes = {
-                "state": "poisoned",
-                "attempt": attempt if checks.is_whole(attempt) and attempt >= 0 else 0,
-                "owner": "",
-                "message_id": "",
-                "lease_until": worker.clock.now(),
-                "retryable": False,
-                **error_properties(bad),
-            }
-            write_poisoned(delivery, found, changes, {}, reason, Writer())
+            changes = TaskChanges(
+                state="poisoned",
+                attempt=attempt if checks.is_whole(attempt) and attempt >= 0 else 0,
+                owner="",
+                message_id="",
+                lease_until=worker.clock.now(),
+                verdict=Verdict(reason, retryable=False),
+                error=(bad, ""),
+            )
+            kind.write_poisoned(delivery, found, changes, {}, reason, Writer())
     except (Conflict, NotFound):
         log.warning("%s changed while poisoning; left to its owner", bad)
         worker.keeper.drop(lease)
         return
-    log.error("%s %s of %s poisoned: %s", kind, index, delivery.job_id, reason)
+    log.error("%s %s of %s poisoned: %s", kind.name, index, delivery.job_id, reason)
     worker.poison.move(lease, delivery.message.body, reason, delivery.home_queue)
-    if kind == "chunk":
-        budget = delivery.budget(retries.BOOKKEEPING)
-        worker.completion.check(delivery.job_id, budget, layout.shard_of(index), poisoned=True)
+    kind.after_poisoned(worker, delivery.job_id, index, delivery.budget(retries.BOOKKEEPING))
 
 
 def unreadable_after_all(

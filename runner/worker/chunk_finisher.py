@@ -253,7 +253,7 @@ class Finisher:
             self._completion.check(job_id, budget, shard, counts)
         except StorageError as error:
             # Kept, not deleted: the messages come back, are found done, and the check
-            # is made again then (runner.worker.outcome.after_done).
+            # is made again then (runner.worker.task_kinds.ChunkKind.after_done).
             log.warning("checking whether %s is complete failed: %s", job_id, error)
             for lease in done:
                 self._keeper.drop(lease)

@@ -12,11 +12,10 @@ from __future__ import annotations
 
 import logging
 from datetime import timedelta
-from typing import Any
 
 from checkpoint import retries
 from checkpoint.errors import BadRecord, Conflict, NotFound
-from checkpoint.records import LEASE_ON_RECORD, SPARK_SESSION, TaskRecord
+from checkpoint.records import LEASE_ON_RECORD, TaskRecord
 from checkpoint.settle import Writer
 from jobs.spark_session import connect_session_text
 from runner.worker.bad_records import poison_missing, poison_unreadable
@@ -24,7 +23,10 @@ from runner.worker.delivery import Delivery
 from runner.worker.feed import FEED_IDLE_SECONDS
 from runner.worker.leftovers import leftover, recorded_for_another
 from runner.worker.logs import TASK_LOGGER
-from runner.worker.outcome import after_done, followed_already, poison_task
+from runner.worker.outcome import poison_task
+from runner.worker.record_changes import TaskChanges
+from runner.worker.task_kinds import kind_of
+from runner.worker.verdict import Verdict
 
 log = logging.getLogger(TASK_LOGGER)
 
@@ -59,7 +61,7 @@ def claim_planned(
     try:
         return store.write_task(
             planned,
-            _claim_changes(delivery, planned, message_id),
+            _claim_changes(delivery, planned, message_id).properties(),
             token=writer.next(),
             budget=delivery.budget(retries.CLAIM),
         )
@@ -80,7 +82,7 @@ def claimable(delivery: Delivery) -> TaskRecord | None:
         _leave_to_its_holder(delivery, task)
         return None
     why = verdict(delivery, task)
-    if why is not None and delivery.kind == "feed" and task.state == "running":
+    if why is not None and kind_of(delivery.kind).waits_while_running and task.state == "running":
         _wait_for_the_step(delivery, why)
         return None
     if why is not None:
@@ -88,8 +90,7 @@ def claimable(delivery: Delivery) -> TaskRecord | None:
         return None
     spent = exhausted(delivery, task)
     if spent is not None:
-        attempts = {"retryable": True, "max_attempts": delivery.job_class.max_attempts}  # ran out
-        poison_task(delivery, task, spent, verdict=attempts)
+        poison_task(delivery, task, spent)
         return None
     return task
 
@@ -97,11 +98,8 @@ def claimable(delivery: Delivery) -> TaskRecord | None:
 def _read_task(delivery: Delivery) -> TaskRecord | None:
     """The task's record (planning's and finalize's recorded if missing); None if it
     cannot be had and the message was dealt with."""
-    store, budget, job = delivery.worker.store, delivery.budget(retries.READ), delivery.job
     try:
-        if delivery.kind == "chunk":
-            return store.get_task(job.job_id, delivery.kind, delivery.index, budget)
-        return store.ensure_task(job.job_id, delivery.kind, budget, job.incarnation)
+        return kind_of(delivery.kind).read(delivery)
     except NotFound:
         if not leftover(delivery.worker, delivery.task_message, delivery.lease, fresh=True):
             poison_missing(delivery)
@@ -127,31 +125,33 @@ def _leave_to_its_holder(delivery: Delivery, task: TaskRecord) -> None:
     delivery.worker.keeper.release(delivery.lease, lease_seconds)
 
 
-def _wait_for_the_step(delivery: Delivery, why: str) -> None:
+def _wait_for_the_step(delivery: Delivery, why: Verdict) -> None:
     # A feed step sends the next step's message midway (runner.worker.feed): received
     # before that step ends, it is the feeder's only way on, so it is hidden a moment,
     # never deleted as a duplicate.
-    log.info("feed of %s: %s; message hidden %d s", delivery.job_id, why, FEED_IDLE_SECONDS)
+    log.info("feed of %s: %s; message hidden %d s", delivery.job_id, why.reason, FEED_IDLE_SECONDS)
     delivery.worker.keeper.release(delivery.lease, FEED_IDLE_SECONDS)
 
 
-def _delete_unrun(delivery: Delivery, task: TaskRecord, why: str) -> None:
+def _delete_unrun(delivery: Delivery, task: TaskRecord, why: Verdict) -> None:
     log.info(
         "%s %s of %s: %s; message deleted unrun",
         delivery.kind,
         delivery.index,
         delivery.job_id,
-        why,
+        why.reason,
     )
-    if task.state == "done" and not followed_already(delivery.job, task.kind):
+    kind = kind_of(task.kind)
+    if task.state == "done" and not kind.followed_already(delivery.job):
         # The last holder may have died between marking done and what follows it.
         budget = delivery.budget(retries.BOOKKEEPING)
-        after_done(delivery.worker, delivery.job_id, task, budget)
+        kind.after_done(delivery.worker, delivery.job_id, task, budget)
     delivery.worker.keeper.delete(delivery.lease)
 
 
-def exhausted(delivery: Delivery, task: TaskRecord) -> str | None:
-    """Why this task must not be tried again, or None.
+def exhausted(delivery: Delivery, task: TaskRecord) -> Verdict | None:
+    """Why this task must not be tried again (trying again might have helped, but its
+    attempts ran out), or None.
 
     Attempts are claims: a message released unrun by a graceful stop (or prefetched and
     handed back) is not an attempt, although the queue counts it as a delivery. The
@@ -159,13 +159,15 @@ def exhausted(delivery: Delivery, task: TaskRecord) -> str | None:
     """
     max_attempts, dequeue_count = delivery.job_class.max_attempts, delivery.message.dequeue_count
     if task.attempt >= max_attempts:
-        return (
+        reason = (
             f"started {task.attempt} times without finishing (max_attempts="
             f"{max_attempts}); the last attempt died or lost its lease"
         )
-    if dequeue_count > max_attempts * DELIVERIES_PER_ATTEMPT:
-        return f"delivered {dequeue_count} times without finishing"
-    return None
+    elif dequeue_count > max_attempts * DELIVERIES_PER_ATTEMPT:
+        reason = f"delivered {dequeue_count} times without finishing"
+    else:
+        return None
+    return Verdict(reason, retryable=True, max_attempts=max_attempts)
 
 
 def held_on_record(delivery: Delivery, task: TaskRecord) -> bool:
@@ -180,12 +182,13 @@ def held_on_record(delivery: Delivery, task: TaskRecord) -> bool:
     )
 
 
-def verdict(delivery: Delivery, task: TaskRecord) -> str | None:
-    """Why this delivery must not run, or None if it may claim the task."""
+def verdict(delivery: Delivery, task: TaskRecord) -> Verdict | None:
+    """Why this delivery must not run (its message is deleted unrun), or None if it may
+    claim the task."""
     if task.state == "done":
-        return "already done"
+        return Verdict("already done")
     if task.state == "poisoned":
-        return "poisoned (redrive sends a new message)"
+        return Verdict("poisoned (redrive sends a new message)")
     if (
         task.state == "running"
         and task.message_id
@@ -193,7 +196,9 @@ def verdict(delivery: Delivery, task: TaskRecord) -> str | None:
         and task.lease_until is not None
         and task.lease_until > delivery.worker.clock.now()
     ):
-        return f"duplicate delivery; running under message {task.message_id} by {task.owner}"
+        return Verdict(
+            f"duplicate delivery; running under message {task.message_id} by {task.owner}"
+        )
     return None
 
 
@@ -205,25 +210,26 @@ def claim(
     changes = _claim_changes(delivery, task, message_id)
     budget = delivery.budget(retries.CLAIM)
     try:
-        return delivery.worker.store.write_task(task, changes, token=writer.next(), budget=budget)
+        return delivery.worker.store.write_task(
+            task, changes.properties(), token=writer.next(), budget=budget
+        )
     except Conflict:
         log.info("%s %s of %s claimed by another worker first", task.kind, task.index, task.job_id)
         return None
 
 
-def _claim_changes(delivery: Delivery, task: TaskRecord, message_id: str | None) -> dict[str, Any]:
+def _claim_changes(delivery: Delivery, task: TaskRecord, message_id: str | None) -> TaskChanges:
     worker, now = delivery.worker, delivery.worker.clock.now()
-    changes: dict[str, Any] = {
-        "state": "running",
-        "owner": worker.worker_id,
-        "message_id": message_id or delivery.message.id,
-        "attempt": task.attempt + 1,
-        "started_on": now,
+    return TaskChanges(
+        state="running",
+        owner=worker.worker_id,
+        message_id=message_id or delivery.message.id,
+        attempt=task.attempt + 1,
+        started_on=now,
         # This process's Spark Connect session, if it has one already (else the
         # attempt's first Spark work records it); "" clears the last attempt's.
-        SPARK_SESSION: connect_session_text() or "",
-        "lease_until": now + timedelta(seconds=delivery.lease.lease_seconds),
-    }
-    if task.properties.get(LEASE_ON_RECORD):
-        changes[LEASE_ON_RECORD] = False  # the last holder's, now dead
-    return changes
+        spark_session=connect_session_text() or "",
+        lease_until=now + timedelta(seconds=delivery.lease.lease_seconds),
+        # The last holder's, now dead (None: nothing to clear).
+        lease_on_record=False if task.properties.get(LEASE_ON_RECORD) else None,
+    )

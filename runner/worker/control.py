@@ -1,6 +1,6 @@
 """The runner's side of a running task: throttled, fenced checkpoints and the stop signal.
 
-Checkpoints are coalesced (:mod:`checkpoint.throttle`): ``offer`` keeps only the newest
+Checkpoints are coalesced (:mod:`checkpoint.coalescing`): ``offer`` keeps only the newest
 state and writes it when a checkpoint interval has passed since the last write, so
 calling ``chunk.checkpoint`` in a tight loop costs a memory store, not a round trip.
 Every write is conditional on the ETag of the previous one (fencing): if anyone else
@@ -17,9 +17,9 @@ from typing import Any, TypeVar
 
 from checkpoint import codec, retries
 from checkpoint.clock import Clock
+from checkpoint.coalescing import CheckpointCoalescer
 from checkpoint.errors import Conflict, LeaseLost, NotFound, StorageError, StorageTrouble
 from checkpoint.records import (
-    CHECKPOINT_ON,
     LEASE_ON_RECORD,
     OUTPUTS,
     SPARK_SESSION,
@@ -29,10 +29,10 @@ from checkpoint.records import (
 from checkpoint.retries import Budget
 from checkpoint.settle import Writer
 from checkpoint.store import CheckpointStore
-from checkpoint.throttle import CheckpointThrottle
 from jobs.chunk import Takeover
 from jobs.errors import ChunkStopped, JobCancelled, JobDeleted, JobPaused
 from runner.worker.lease import Lease
+from runner.worker.record_changes import TaskChanges
 from runner.worker.recorder import SILENT, Checkpoints
 
 T = TypeVar("T")
@@ -80,7 +80,7 @@ class TaskControl:
         self.task = task
         self.lease = lease
         #: The newest state (and how far the chunk said it got) and when it is due.
-        self._throttle = CheckpointThrottle(clock, interval_seconds)
+        self._throttle = CheckpointCoalescer(clock, interval_seconds)
         self.started_at = clock.monotonic()
         self._recorded_visible_at = lease.visible_at  # the claim wrote this deadline
         self.writes = 0
@@ -99,7 +99,7 @@ class TaskControl:
         # Made now and retried in place while the lease lasts: a publication is rare and
         # the caller waits on it. Storage trouble past that hands the chunk back (no
         # attempt spent); a refusal is LeaseLost: nothing was published.
-        runner_side(lambda: self.write({}, {OUTPUTS: outputs}), f"publishing {name}")
+        runner_side(lambda: self.write(TaskChanges(), {OUTPUTS: outputs}), f"publishing {name}")
         self._outputs = outputs
 
     def published(self) -> dict[str, Any]:
@@ -116,7 +116,8 @@ class TaskControl:
     def record_spark_session(self, session: str) -> None:
         if self.task.properties.get(SPARK_SESSION) == session:
             return
-        runner_side(lambda: self.write({SPARK_SESSION: session}), "recording the Spark session")
+        changes = TaskChanges(spark_session=session)
+        runner_side(lambda: self.write(changes), "recording the Spark session")
 
     def offer(self, state: Any, progress: Progress | None = None) -> None:
         # A snapshot, taken now: the caller may go on mutating its state object, and a
@@ -220,15 +221,12 @@ class TaskControl:
         """How far the chunk last said it got in this attempt (None: it has not said)."""
         return self._throttle.progress
 
-    def checkpoint_changes(self) -> dict[str, Any]:
+    def checkpoint_changes(self) -> TaskChanges:
         """What goes with the newest state in the write that stores it: when, and how
         far the chunk said it got if that changed since the last write (a few bytes in
         the same write, never a write of their own)."""
-        changes: dict[str, Any] = {CHECKPOINT_ON: self._clock.now()}
         progress = self._throttle.unwritten_progress()
-        if progress is not None:
-            changes.update(progress.properties())
-        return changes
+        return TaskChanges(checkpoint_on=self._clock.now(), how_far=progress)
 
     def flush(self) -> None:
         """Write the newest state now if it was not written yet (retried in place while
@@ -240,14 +238,14 @@ class TaskControl:
                     lambda: self._fenced({}, {"progress": self._throttle.newest}, budget)
                 )
 
-    def write(self, changes: dict[str, Any], values: dict[str, Any] | None = None) -> TaskRecord:
+    def write(self, changes: TaskChanges, values: dict[str, Any] | None = None) -> TaskRecord:
         """A fenced write of other fields (state, error, ...) with the newest state,
         retried in place while the lease lasts."""
         with self._lock:
             values = dict(values or {})
             if self._throttle.unwritten:
                 values.setdefault("progress", self._throttle.newest)
-            self._fenced(changes, values, self.lease_budget())
+            self._fenced(changes.properties(), values, self.lease_budget())
             return self.task
 
     def end(self) -> TaskRecord:
@@ -315,7 +313,7 @@ class TaskControl:
         visible_at = self.lease.visible_at if until is None else until
         changes = {"lease_until": self._lease_until(visible_at), **changes}
         if "progress" in values:
-            changes = {**self.checkpoint_changes(), **changes}
+            changes = {**self.checkpoint_changes().properties(), **changes}
         try:
             self.task = self._store.write_task(
                 self.task, changes, values, token=self.writer.next(), budget=budget

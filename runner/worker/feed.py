@@ -30,17 +30,18 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from checkpoint import retries
-from checkpoint.chunk_pages import MAX_PAGE_CHUNKS
 from checkpoint.errors import BadRecord, LeaseLost, NotFound, StorageError
 from checkpoint.records import JobRecord, TaskRecord
 from checkpoint.retries import Budget
 from checkpoint.storage import NEVER_EXPIRES, QueueStore
 from checkpoint.store import CheckpointStore
-from checkpoint.task_records import PlannedChunk
+from checkpoint.tasks.chunk_pages import MAX_PAGE_CHUNKS
+from checkpoint.tasks.task_records import PlannedChunk
 from runner.worker.control import TaskControl, runner_side
 from runner.worker.delivery import Delivery
 from runner.worker.logs import TASK_LOGGER
 from runner.worker.plan import feed_message, send_chunk_messages
+from runner.worker.record_changes import TaskChanges
 
 log = logging.getLogger(TASK_LOGGER)
 
@@ -102,7 +103,7 @@ def run_feed(
         )
         cursor, fed = cursor + count, fed + count
         runner_side(
-            lambda: control.write({}, {"progress": cursor}),  # noqa: B023
+            lambda: control.write(TaskChanges(), {"progress": cursor}),  # noqa: B023
             "writing the feed cursor",
         )
         if first_page:
@@ -120,7 +121,7 @@ def window_beside(job: JobRecord, others: Iterable[JobRecord], window: int) -> i
             other.job_type == job.job_type
             and other.priority > job.priority
             and other.state in _UNDER_WAY
-            and other.hold is None
+            and other.stop_order is None
         ):
             return max(1, window // LOWER_PRIORITY_SHARE)
     return window
@@ -228,7 +229,7 @@ def feed_later(delivery: Delivery, control: TaskControl, step: FeedStep, after: 
     try:
         # Waiting before this message goes: the next step's message, received by another
         # worker, must find the record free to claim.
-        control.write({"state": "waiting", "owner": "", "attempt": 0})
+        control.write(TaskChanges(state="waiting", owner="", attempt=0))
     except LeaseLost:
         worker.keeper.drop(lease)
         return

@@ -90,8 +90,8 @@ class HoldWatcher:
         """This worker wrote ``job`` (failed it past its tolerated failures): its next
         delivery of the job, and its running tasks, act on it now, not after a look."""
         self._job_cache.note(job)
-        if job.hold is not None:
-            self._tell(job.job_id, job.hold)
+        if job.stop_order is not None:
+            self._tell(job.job_id, job.stop_order)
 
     def check_due(self) -> float:
         """Look at every job due for a look; return seconds until the next is due."""

@@ -87,7 +87,7 @@ class JobCache:
             job = known[1]
         if job.deleting_on is not None:
             return "deleted"
-        hold = job.hold
+        hold = job.stop_order
         if hold == "paused" and job.drain:
             return None
         return hold

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from checkpoint import layout, retries
 from checkpoint.clock import Clock, SystemClock
 from checkpoint.errors import BadRecord, ConfigurationError, StorageError
-from checkpoint.quotas import QuotaBook
+from checkpoint.limits.book import LimitBook
 from checkpoint.records import JobRecord
 from checkpoint.retries import Budget
 from checkpoint.storage import QueueMessage, Storage
@@ -132,7 +132,7 @@ def assemble(
         finisher=Finisher(store, keeper, completion, clock, recorder),
         job_cache=job_cache,
         holds=holds,
-        admission=Admission(QuotaBook(storage.records, clock), clock, worker_id, job_classes),
+        admission=Admission(LimitBook(storage.records, clock), clock, worker_id, job_classes),
         workers=WorkerBook(storage.records),
         recorder=recorder,
     )

@@ -21,9 +21,10 @@ from datetime import datetime
 
 from checkpoint.clock import utc_text
 from checkpoint.errors import BadRecord
-from checkpoint.records import CHECKPOINT_ON, CONTROL_WORDS, Progress, TaskRecord
+from checkpoint.records import CHECKPOINT_ON, Progress, TaskRecord
 from runner.worker.heartbeat import RunningTasks
 from runner.worker.logs import TASK_LOGGER, TaskIds, task_ids
+from runner.worker.task_kinds import kind_of
 
 log = logging.getLogger(TASK_LOGGER)
 
@@ -78,6 +79,4 @@ def finished_line(task: TaskRecord, seconds: float) -> str:
 
 
 def task_name(task: TaskRecord) -> str:
-    if task.kind == "chunk":
-        return f"chunk {task.index} of {task.job_id}"
-    return f"{CONTROL_WORDS[task.kind]} of {task.job_id}"
+    return kind_of(task.kind).title(task.job_id, task.index)

@@ -9,77 +9,53 @@ a crash in between re-delivers a message that is deleted unrun.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
-from checkpoint import layout, retries
+from checkpoint import retries
 from checkpoint.errors import Conflict, LeaseLost, NotFound, StorageError
-from checkpoint.limits import MAX_VISIBILITY_SECONDS
-from checkpoint.records import JobRecord, TaskKind, TaskRecord, error_properties
-from checkpoint.retries import Budget
+from checkpoint.records import TaskRecord
+from checkpoint.service_targets import MAX_VISIBILITY_SECONDS
 from checkpoint.settle import Writer
 from jobs.backoff import compute_backoff
-from jobs.errors import ChunkFailed
-from jobs.job import ChunkedJob
 from runner.worker.chunk_finisher import Ended
 from runner.worker.control import TaskControl
-from runner.worker.delivery import Context, Delivery
-from runner.worker.job_completion import set_job
+from runner.worker.delivery import Delivery
 from runner.worker.logs import TASK_LOGGER
 from runner.worker.observe import finished_line
+from runner.worker.record_changes import TaskChanges
+from runner.worker.task_kinds import kind_of
+from runner.worker.verdict import Verdict, failure_verdict
 
 log = logging.getLogger(TASK_LOGGER)
 
 
 def succeeded(delivery: Delivery, control: TaskControl, outcome: Any) -> None:
     worker, lease = delivery.worker, delivery.lease
-    task, done = control.task, {"state": "done", "owner": "", "done_on": worker.clock.now()}
-    if task.kind == "chunk":
+    task, done = control.task, TaskChanges(state="done", owner="", done_on=worker.clock.now())
+    kind = kind_of(task.kind)
+    if kind.ends_in_finisher:
         # From here the finisher writes the record: a renewal must not change its ETag.
         task = control.end()
         values = {"result": outcome}
         if control.has_unwritten_state:  # else the stored state stands (no blob re-read)
             values["progress"] = control.newest_state
-            done.update(control.checkpoint_changes())
+            done = done.plus(control.checkpoint_changes())
         token = control.writer.next()
-        final = worker.store.final_changes(task, done, values, token)  # CodecError: failed
+        # CodecError (a result or state that cannot be stored): the attempt failed.
+        final = worker.store.final_changes(task, done.properties(), values, token)
         seconds = worker.clock.monotonic() - control.started_at
         log.info(finished_line(task, seconds))
         lease.handed_over = True
         worker.finisher.add(Ended(task, final, lease, delivery.job.job_type, seconds))
         return
-    task = control.write(done, {"progress": outcome} if task.kind in ("plan", "feed") else {})
+    task = control.write(done, kind.done_values(outcome))
     log.info(finished_line(task, worker.clock.monotonic() - control.started_at))
     # Marked done before the message is deleted: a crash in between re-delivers a message
     # that is deleted unrun, after after_done has run again.
-    after_done(worker, delivery.job_id, task, delivery.budget(retries.BOOKKEEPING))
+    kind.after_done(worker, delivery.job_id, task, delivery.budget(retries.BOOKKEEPING))
     worker.keeper.delete(lease)
-
-
-def followed_already(job: JobRecord, kind: TaskKind) -> bool:
-    """True if the job's record shows that what follows a done task of this kind was
-    done (a job's state only moves on, so a record read a moment ago may tell): a
-    duplicate delivery of a done chunk then costs no completion check."""
-    if kind == "chunk":
-        return job.state in ("finalizing", "done")
-    if kind == "plan":
-        return job.state != "planning"
-    if kind == "feed":
-        return True  # nothing follows feeding: completion follows the chunks
-    return job.state == "done"
-
-
-def after_done(worker: Context, job_id: str, task: TaskRecord, budget: Budget) -> None:
-    """What follows a task's completion (idempotent: it may run again after a crash)."""
-    if task.kind == "chunk":
-        worker.completion.check(job_id, budget, layout.shard_of(task.index))
-    elif task.kind == "plan":
-        total = int(worker.store.value(task.properties, "progress") or 0)
-        set_job(worker.store, job_id, budget, total=total, state="running", only_from=("planning",))
-        worker.completion.check(job_id, budget)
-    elif task.kind == "final":
-        set_job(worker.store, job_id, budget, state="done", only_from=("running", "finalizing"))
 
 
 def failed(delivery: Delivery, control: TaskControl, error: BaseException, trace: str) -> None:
@@ -95,35 +71,25 @@ def failed(delivery: Delivery, control: TaskControl, error: BaseException, trace
         error,
     )
     # What status and the report say of it: whether trying again could have helped.
-    verdict = {"retryable": _retryable(error, job_class), "max_attempts": job_class.max_attempts}
-    if not verdict["retryable"]:
-        reason = f"failed on attempt {task.attempt}, not retryable: {error!r}"
-        poison_task(delivery, task, reason, (error, trace), control, verdict)
-        return
-    if task.attempt >= job_class.max_attempts:
-        reason = f"failed on attempt {task.attempt} of {job_class.max_attempts}: {error!r}"
-        poison_task(delivery, task, reason, (error, trace), control, verdict)
+    verdict = failure_verdict(task.attempt, error, job_class)
+    if not verdict.tries_again:
+        poison_task(delivery, task, verdict, (error, trace), control)
         return
     # Visible again after the backoff, which Azure caps at 7 days.
     wait = min(compute_backoff(job_class.backoff, task.attempt, worker.rng), MAX_VISIBILITY_SECONDS)
     retry_at = worker.clock.now() + timedelta(seconds=wait)  # what status shows
     # The newest state is written too: it was encoded once already, at its checkpoint.
     try:
-        changes = {"state": "retrying", "owner": "", "retry_at": retry_at, **verdict}
-        control.write({**changes, **error_properties(error, trace)})
+        error_at = (error, trace)
+        changes = TaskChanges(
+            state="retrying", owner="", retry_at=retry_at, verdict=verdict, error=error_at
+        )
+        control.write(changes)
     except LeaseLost:
         worker.keeper.drop(delivery.lease)
         return
     worker.recorder.task_failed(delivery.job.job_type, task.kind)
     worker.keeper.release(delivery.lease, wait)
-
-
-def _retryable(error: BaseException, job_class: type[ChunkedJob]) -> bool:
-    """False for what trying again will not mend: ``ChunkFailed(..., retry=False)`` and
-    the job class's ``non_retryable`` exception types."""
-    if isinstance(error, ChunkFailed) and not error.retry:
-        return False
-    return not isinstance(error, job_class.non_retryable)
 
 
 def stopped(
@@ -136,7 +102,7 @@ def stopped(
     keeper, lease = delivery.worker.keeper, delivery.lease
     refund = max(0, control.task.attempt - 1)
     try:
-        control.write({"state": "waiting", "owner": "", "attempt": refund})
+        control.write(TaskChanges(state="waiting", owner="", attempt=refund))
     except LeaseLost:
         keeper.drop(lease)
         return
@@ -156,30 +122,22 @@ def stopped(
 def poison_task(
     delivery: Delivery,
     task: TaskRecord,
-    reason: str,
+    verdict: Verdict,
     failure: tuple[BaseException, str] | None = None,
     control: TaskControl | None = None,
-    verdict: Mapping[str, Any] = {},
 ) -> None:
     """Mark the task poisoned (the job fails) and move its message to the poison queue;
-    ``verdict`` (``retryable``, ``max_attempts``) is kept for status and the report."""
-    worker, job_id = delivery.worker, delivery.job_id
+    the verdict (``retryable``, ``max_attempts``) is kept for status and the report."""
+    worker, job_id, reason = delivery.worker, delivery.job_id, verdict.reason
     error, trace = failure if failure else (RuntimeError(reason), "")
-    # "" clears a verdict an earlier failed attempt left (a merge keeps what None names).
-    changes = {
-        "state": "poisoned",
-        "owner": "",
-        "retryable": "",
-        **verdict,
-        **error_properties(error, trace),
-    }
+    changes = TaskChanges(state="poisoned", owner="", verdict=verdict, error=(error, trace))
     values = {"progress": control.newest_state} if control and control.has_unwritten_state else {}
     if control and values:
-        changes.update(control.checkpoint_changes())
+        changes = changes.plus(control.checkpoint_changes())
     current = control.end() if control else task
     writer = control.writer if control else Writer()
     try:
-        write_poisoned(delivery, current, changes, values, reason, writer)
+        kind_of(task.kind).write_poisoned(delivery, current, changes, values, reason, writer)
     except (Conflict, NotFound):
         log.warning(
             "%s %s of %s changed while poisoning; left to its owner",
@@ -191,27 +149,5 @@ def poison_task(
         return
     log.error("%s %s of %s poisoned: %s", task.kind, task.index, job_id, reason)
     worker.poison.move(delivery.lease, delivery.message.body, reason, delivery.home_queue)
-    if task.kind == "chunk":
-        budget = delivery.budget(retries.TASK_WRITE)
-        worker.completion.check(job_id, budget, layout.shard_of(task.index), poisoned=True)
-
-
-def write_poisoned(
-    delivery: Delivery,
-    task: TaskRecord,
-    changes: dict[str, Any],
-    values: dict[str, Any],
-    reason: str,
-    writer: Writer,
-) -> None:
-    """Write the poisoned mark: for a chunk in one batch with its shard's counter, else
-    on the task's record, then fail the job."""
-    store, token = delivery.worker.store, writer.next()
     budget = delivery.budget(retries.TASK_WRITE)
-    if task.kind == "chunk":
-        store.count_chunk(task, changes, values, "poisoned", token=token, budget=budget)
-        delivery.worker.recorder.task_poisoned(delivery.job.job_type, task.kind)
-        return
-    store.write_task(task, changes, values, token=token, budget=budget)
-    delivery.worker.recorder.task_poisoned(delivery.job.job_type, task.kind)
-    set_job(store, delivery.job_id, budget, state="failed", error=f"{task.kind} poisoned: {reason}")
+    kind_of(task.kind).after_poisoned(worker, job_id, task.index, budget)

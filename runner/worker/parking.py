@@ -26,7 +26,7 @@ def held_back(delivery: Delivery) -> None:
     """A message of a cancelled job is deleted unrun; one of a paused job is parked."""
     job, task = delivery.job, delivery.task_message
     what = f"{task.kind} {task.index}"
-    if job.hold == "cancelled":
+    if job.stop_order == "cancelled":
         log.info("%s of %s: the job was cancelled; message deleted unrun", what, job.job_id)
         delivery.worker.keeper.delete(delivery.lease)
     else:

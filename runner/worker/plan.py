@@ -21,7 +21,7 @@ from checkpoint.records import JobRecord
 from checkpoint.retries import Budget
 from checkpoint.storage import NEVER_EXPIRES, QueueStore
 from checkpoint.store import CheckpointStore
-from checkpoint.task_records import PlannedChunk
+from checkpoint.tasks.task_records import PlannedChunk
 from jobs.job import ChunkedJob
 from runner.worker.control import TaskControl, runner_side
 

@@ -1,4 +1,4 @@
-"""Running a claimed task: planning, feeding or the user's code under a
+"""Running a claimed task (its kind's own way: :mod:`runner.worker.task_kinds`) under a
 :class:`~runner.worker.control.TaskControl` (fenced checkpoints, the stop signal), and
 which outcome (:mod:`runner.worker.outcome`) each way it ends leads to.
 """
@@ -16,16 +16,16 @@ from checkpoint.settle import Writer
 from jobs.errors import ChunkStopped, JobCancelled, JobDeleted, JobPaused
 from runner.worker.control import TaskControl
 from runner.worker.delivery import Delivery
-from runner.worker.feed import FeedStep, NextStep, feed_later, run_feed
+from runner.worker.feed import FeedStep, NextStep, feed_later
 from runner.worker.logs import TASK_LOGGER
 from runner.worker.observe import resumes, task_running
 from runner.worker.outcome import failed, poison_task, stopped, succeeded
 from runner.worker.parking import park
-from runner.worker.plan import run_plan
 from runner.worker.recorder import Checkpoints, attempt
 from runner.worker.takeover import takeover_of
+from runner.worker.task_kinds import kind_of
 from runner.worker.unit_limits import LimitedControl
-from runner.worker.user_code import run_user_code
+from runner.worker.verdict import Verdict
 
 log = logging.getLogger(TASK_LOGGER)
 
@@ -48,11 +48,7 @@ def start(
         admission=worker.admission,
         job_class=delivery.job_class,
     )
-    lease.on_renewed = control.on_renewed
-    if claimed.kind == "final":
-        # Finalize has no state to hand back: once its message's pop receipt is lost,
-        # its record holds it (docs/semantics.md §4).
-        lease.on_record = control.hold_on_record
+    kind_of(claimed.kind).watch_lease(lease, control)
     with (
         task_running(worker.worker_id, worker.running, claimed, before),
         attempt(worker.recorder, delivery.job.job_type, claimed.kind, resumes(before)),
@@ -65,15 +61,7 @@ def _execute(delivery: Delivery, control: LimitedControl) -> None:
     worker, lease, job, task = delivery.worker, delivery.lease, delivery.job, control.task
     after = NextStep(delivery)  # a feed step's next message (runner.worker.feed)
     try:
-        if task.kind == "plan":
-            outcome: Any = run_plan(worker.store, worker.queues, delivery.job_class, job, control)
-        elif task.kind == "feed":
-            window, first = delivery.job_class.feed_window, delivery.index
-            outcome = run_feed(
-                worker.store, worker.queues, job.job_id, window, first, control, after.send
-            )
-        else:
-            outcome = run_user_code(worker.store, delivery.job_class, job, control)
+        outcome = kind_of(task.kind).run(delivery, control, after)
     except LeaseLost as lost:
         log.warning("%s %s of %s stopped: lease lost (%s)", task.kind, task.index, job.job_id, lost)
         worker.keeper.drop(lease)
@@ -102,7 +90,7 @@ def _execute(delivery: Delivery, control: LimitedControl) -> None:
         return
     except BadRecord as bad:  # its payload, state or params cannot be read: no retry mends it
         # No traceback kept: the reason names the record and field, the stack is ours.
-        poison_task(delivery, task, str(bad), (bad, ""), control, {"retryable": False})
+        poison_task(delivery, task, Verdict(str(bad), retryable=False), (bad, ""), control)
         return
     except BaseException as error:  # noqa: BLE001 - user code failed (even sys.exit): record it
         failed(delivery, control, error, traceback.format_exc())

@@ -42,6 +42,7 @@ from runner.worker.leftovers import leftover
 from runner.worker.parking import held_back
 from runner.worker.resume import copy_to_resume, discard, follow
 from runner.worker.run import start
+from runner.worker.task_kinds import kind_of
 
 
 def hold(worker: Context, queue: str, message: QueueMessage, received_at: float) -> Lease:
@@ -128,7 +129,8 @@ def _job(worker: Context, job_id: str, lease: Lease) -> JobRecord:
 
 def _run_task(delivery: Delivery) -> bool:
     """Decide, claim and run the task; True if it was a chunk that ran."""
-    if delivery.kind != "chunk":
+    kind = kind_of(delivery.kind)
+    if not kind.takes_slot:
         # Planning and finalize are not chunks: they hold no running slot.
         delivery.worker.admission.ended(delivery.message)
         # max_chunk_seconds caps chunks. Planning a huge job may take long, and finalize
@@ -137,7 +139,7 @@ def _run_task(delivery: Delivery) -> bool:
         delivery.lease.max_seconds = None
     # For planning and finalize the job was read afresh (runner.worker.leftovers): a
     # cancel made since this worker's last read is never missed by them.
-    if delivery.job.hold is not None:
+    if delivery.job.stop_order is not None:
         held_back(delivery)
         return False
     writer = Writer()
@@ -147,7 +149,7 @@ def _run_task(delivery: Delivery) -> bool:
     if claimed is not None:
         follow(delivery, moved)
         _timed(delivery, functools.partial(start, delivery, claimed, writer))
-        return delivery.kind == "chunk"
+        return kind.takes_slot
     task = claimable(delivery)
     if task is None:
         discard(delivery, moved)
@@ -159,7 +161,7 @@ def _run_task(delivery: Delivery) -> bool:
         return False
     follow(delivery, moved)
     _timed(delivery, functools.partial(start, delivery, claimed, writer, before=task))
-    return delivery.kind == "chunk"
+    return kind.takes_slot
 
 
 def _timed(delivery: Delivery, run: Callable[[], None]) -> None:
@@ -167,7 +169,7 @@ def _timed(delivery: Delivery, run: Callable[[], None]) -> None:
     clock = delivery.worker.clock
     started = clock.monotonic()
     run()
-    if delivery.kind == "chunk":
+    if kind_of(delivery.kind).takes_slot:
         delivery.worker.chunk_times.observe(
             delivery.job_class.job_type(), clock.monotonic() - started
         )

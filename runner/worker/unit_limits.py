@@ -17,8 +17,8 @@ from typing import Any
 
 from checkpoint import retries
 from checkpoint.errors import BadRecord, StorageTrouble
-from checkpoint.quotas import Taken
-from checkpoint.rates import Rate, parse_rate
+from checkpoint.limits.book import Taken
+from checkpoint.limits.rates import Rate, parse_rate
 from jobs.job import ChunkedJob, resource_rate
 from runner.worker.admission import Admission
 from runner.worker.control import TaskControl, runner_side

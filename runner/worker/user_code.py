@@ -16,32 +16,42 @@ from runner.worker.control import runner_side
 from runner.worker.unit_limits import LimitedControl
 
 
-def run_user_code(
+def run_finalize(
+    store: CheckpointStore, job_class: type[ChunkedJob], job: JobRecord, control: LimitedControl
+) -> None:
+    """Run the job's ``finalize`` with a summary of its chunks.
+
+    Raises BadRecord, before any user code runs, if the params or the job as stored
+    cannot be read."""
+    budget = control.lease_budget(retries.READ)
+    params = _params(store, job, budget)
+    instance = job_class()
+    # Fresh: the cached record predates the total.
+    job = runner_side(lambda: store.get_job(job.job_id, budget), "reading the job")
+    counts = runner_side(lambda: store.counts(job.job_id, budget), "counting chunks")
+    summary = JobSummary(
+        job.job_id,
+        job.total or 0,
+        counts["done"],
+        lambda: store.results(job.job_id, budget),
+        control,
+        lambda: _poisoned_chunks(store, job.job_id, budget),
+        lambda: store.outputs(job.job_id, budget),
+    )
+    instance.finalize(params, summary)
+
+
+def run_chunk(
     store: CheckpointStore, job_class: type[ChunkedJob], job: JobRecord, control: LimitedControl
 ) -> Any:
-    """Run one chunk's ``process`` or the job's ``finalize``; return its outcome.
+    """Run one chunk's ``process``; return its result.
 
     Raises BadRecord, before any user code runs, if the params, payload or state as
     stored cannot be read."""
     task = control.task
     budget = control.lease_budget(retries.READ)
-    params = runner_side(lambda: budget.call(lambda: store.params(job)), "reading the job's params")
+    params = _params(store, job, budget)
     instance = job_class()
-    if task.kind == "final":
-        # Fresh: the cached record predates the total.
-        job = runner_side(lambda: store.get_job(job.job_id, budget), "reading the job")
-        counts = runner_side(lambda: store.counts(job.job_id, budget), "counting chunks")
-        summary = JobSummary(
-            job.job_id,
-            job.total or 0,
-            counts["done"],
-            lambda: store.results(job.job_id, budget),
-            control,
-            lambda: _poisoned_chunks(store, job.job_id, budget),
-            lambda: store.outputs(job.job_id, budget),
-        )
-        instance.finalize(params, summary)
-        return None
     payload, state = runner_side(
         lambda: budget.call(
             lambda: (
@@ -63,6 +73,10 @@ def run_user_code(
         control=control,
     )
     return instance.process(chunk)
+
+
+def _params(store: CheckpointStore, job: JobRecord, budget: Budget) -> Any:
+    return runner_side(lambda: budget.call(lambda: store.params(job)), "reading the job's params")
 
 
 def _poisoned_chunks(

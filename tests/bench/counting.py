@@ -16,7 +16,7 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 from checkpoint import layout
-from checkpoint.job_index import is_index_row
+from checkpoint.catalogue.job_index import is_index_row
 from checkpoint.storage import Storage
 
 

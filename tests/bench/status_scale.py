@@ -46,8 +46,8 @@ from starlette.testclient import TestClient
 
 from checkpoint import layout
 from checkpoint.backends import open_storage
+from checkpoint.catalogue.job_index import COUNTS_ROW, counts_of
 from checkpoint.clock import FakeClock
-from checkpoint.job_index import COUNTS_ROW, counts_of
 from checkpoint.records import CHECKPOINT_ON, Progress
 from checkpoint.storage import BatchOp, PropertyValue, Storage
 from checkpoint.store import CheckpointStore
@@ -136,7 +136,7 @@ def add_ended_jobs(storage: Storage, first: int, count: int) -> None:
 
 def _count_ended(storage: Storage, states: list[str]) -> None:
     """Count jobs written straight into the catalogue in its index's counts row, as
-    their ends would have (:mod:`checkpoint.job_index`)."""
+    their ends would have (:mod:`checkpoint.catalogue.job_index`)."""
     counts = storage.records.get(layout.JOBS_TABLE, layout.JOBS_PARTITION, COUNTS_ROW)
     added = Counter(states)
     had = counts_of(counts)

@@ -8,7 +8,7 @@ import random
 import msgpack
 import pytest
 
-from checkpoint import layout, limits, messages
+from checkpoint import layout, messages, service_targets
 from checkpoint.errors import BadMessage
 from checkpoint.messages import MAGIC, VERSION, TaskMessage
 
@@ -176,10 +176,10 @@ def test_poisoned_truncates_a_huge_original_and_says_so():
 @pytest.mark.parametrize("reason_char", ["x", "é", "€", "😀"])
 def test_poisoned_body_always_fits_in_a_queue_message(reason_char):
     # Given the largest original and a long reason (user error text may be non-ASCII)
-    original = b"\xff" * limits.MAX_MESSAGE_BYTES
+    original = b"\xff" * service_targets.MAX_MESSAGE_BYTES
     body = messages.poisoned(original, "q" * 63, reason_char * 50_000, "2030-01-01T00:00:00Z")
     # Then the poison record can be sent: it is within the queue's limit
-    assert len(body) <= limits.MAX_MESSAGE_BYTES
+    assert len(body) <= service_targets.MAX_MESSAGE_BYTES
     record = messages.read_poisoned(body)
     assert record is not None and record["reason"].startswith(reason_char * 100)
 

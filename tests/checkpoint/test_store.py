@@ -11,6 +11,8 @@ from typing import Any, cast
 import pytest
 
 from checkpoint import layout
+from checkpoint.catalogue.job_index import CatalogueEntry
+from checkpoint.catalogue.job_records import CATALOGUE_COLUMNS
 from checkpoint.errors import (
     BadRecord,
     ConfigurationError,
@@ -19,8 +21,6 @@ from checkpoint.errors import (
     JobNotFound,
     NotFound,
 )
-from checkpoint.job_index import CatalogueEntry
-from checkpoint.job_records import CATALOGUE_COLUMNS
 from checkpoint.records import SPILL_BYTES
 from checkpoint.storage import ANY_ETAG, Storage
 from checkpoint.store import CheckpointStore

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from checkpoint import layout, reading, settle
+from checkpoint import layout, settle
 from checkpoint.clock import FakeClock
 from checkpoint.errors import (
     AlreadyExists,
@@ -37,6 +37,7 @@ from checkpoint.retries import Budget, RetryPolicy
 from checkpoint.settle import WRITER, Writer
 from checkpoint.storage import BatchOp, Record, RecordStore, Storage
 from checkpoint.store import CheckpointStore
+from checkpoint.tasks import reading
 from checkpoint.testing.faults import FaultyStorage, ScriptedFaults
 from tests.backends import Backend
 

@@ -14,7 +14,7 @@ from checkpoint.errors import (
     NotFound,
     StorageError,
 )
-from checkpoint.limits import MAX_BATCH_OPERATIONS
+from checkpoint.service_targets import MAX_BATCH_OPERATIONS
 from checkpoint.storage import BatchOp
 from tests.contract import EVERY_TYPE, assert_same_types, fails_with
 

@@ -7,7 +7,7 @@ import uuid
 import pytest
 
 from checkpoint.errors import InvalidRequest, LeaseLost, TooLarge
-from checkpoint.limits import MAX_MESSAGE_BYTES, MAX_VISIBILITY_SECONDS
+from checkpoint.service_targets import MAX_MESSAGE_BYTES, MAX_VISIBILITY_SECONDS
 from checkpoint.storage import NEVER_EXPIRES
 from tests.contract import close_to, fails_with, only
 

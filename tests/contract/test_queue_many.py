@@ -11,7 +11,7 @@ import uuid
 import pytest
 
 from checkpoint.errors import InvalidRequest, LeaseLost, NotFound, TooLarge
-from checkpoint.limits import MAX_MESSAGE_BYTES
+from checkpoint.service_targets import MAX_MESSAGE_BYTES
 from checkpoint.storage import NEVER_EXPIRES
 from tests.contract import fails_with
 

@@ -9,7 +9,11 @@ import uuid
 import pytest
 
 from checkpoint.errors import InvalidRequest, LeaseLost, NotFound, TooLarge
-from checkpoint.limits import DEFAULT_TTL_SECONDS, MAX_MESSAGE_BYTES, MAX_VISIBILITY_SECONDS
+from checkpoint.service_targets import (
+    DEFAULT_TTL_SECONDS,
+    MAX_MESSAGE_BYTES,
+    MAX_VISIBILITY_SECONDS,
+)
 from checkpoint.storage import NEVER_EXPIRES
 from tests.contract import close_to, fails_with, only
 

@@ -263,7 +263,7 @@ def test_deleting_again_after_a_crash_midway_finishes_the_job(
     # of its messages deletes it unrun
     job = world.job_record(job_id)
     assert job.state == "done" and job.deleting_on is not None
-    assert job.hold == "cancelled"  # its running tasks stop as a cancelled job's
+    assert job.stop_order == "cancelled"  # its running tasks stop as a cancelled job's
     assert job_id in [j.job_id for j in world.store.list_jobs()]
     if crash_at != "job record":  # else its message was swept already
         world.deliver()

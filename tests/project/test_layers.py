@@ -1,7 +1,7 @@
 """The import rules of docs/architecture.md, and its size rule for classes, checked on
 the source.
 
-``checkpoint`` is the lowest layer (errors, the clock, storage, its limits), ``jobs``
+``checkpoint`` is the lowest layer (errors, the clock, storage, its service targets), ``jobs``
 builds on it and ``runner`` on both; ``jobs.testing`` alone sits above ``runner``,
 because a whole job run in a test's own process must run the worker's own code, not a
 copy of it. Inside ``runner`` the command line (``runner.cli``) drives the engine

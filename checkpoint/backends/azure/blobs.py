@@ -13,7 +13,7 @@ from azure.core import MatchConditions
 from azure.core.exceptions import HttpResponseError, ResourceExistsError, ResourceNotFoundError
 from azure.storage.blob import BlobProperties, BlobServiceClient, ContainerClient
 
-from checkpoint import limits
+from checkpoint import service_targets
 from checkpoint.backends.azure.errors import being_deleted, error_code, translated
 from checkpoint.backends.azure.times import as_utc
 from checkpoint.errors import InvalidRequest
@@ -31,7 +31,7 @@ class AzureBlobs:
         self._service = service
 
     def _container(self, container: str) -> ContainerClient:
-        limits.check_container_name(container)
+        service_targets.check_container_name(container)
         return self._service.get_container_client(container)
 
     def create_container(self, container: str) -> None:
@@ -63,9 +63,9 @@ class AzureBlobs:
         if_none_match: bool = False,
     ) -> BlobInfo:
         """Write a blob, overwriting unless a condition says otherwise."""
-        blob = self._container(container).get_blob_client(limits.check_blob_name(name))
+        blob = self._container(container).get_blob_client(service_targets.check_blob_name(name))
         data = _bytes(data)
-        limits.check_put_conditions(if_match, if_none_match)
+        service_targets.check_put_conditions(if_match, if_none_match)
         # overwrite=False sends If-None-Match: * (409 BlobAlreadyExists if present).
         conditions: dict[str, Any] = {"overwrite": not if_none_match}
         if if_match is not None:
@@ -78,8 +78,8 @@ class AzureBlobs:
         self, container: str, name: str, *, offset: int = 0, length: int | None = None
     ) -> bytes:
         """Read the blob, or ``length`` bytes from ``offset``. Raises NotFound."""
-        blob = self._container(container).get_blob_client(limits.check_blob_name(name))
-        limits.check_range(offset, length)
+        blob = self._container(container).get_blob_client(service_targets.check_blob_name(name))
+        service_targets.check_range(offset, length)
         if offset == 0 and length is None:
             # A whole read: also right for an empty blob, where any range gives 416.
             with translated(f"read blob {name!r} in container {container!r}"):
@@ -99,14 +99,14 @@ class AzureBlobs:
 
     def info(self, container: str, name: str) -> BlobInfo:
         """The blob's properties. Raises NotFound."""
-        blob = self._container(container).get_blob_client(limits.check_blob_name(name))
+        blob = self._container(container).get_blob_client(service_targets.check_blob_name(name))
         with translated(f"read properties of blob {name!r} in container {container!r}"):
             props = blob.get_blob_properties()
         return BlobInfo(name, int(props.size), _quoted(props.etag), as_utc(props.last_modified))
 
     def delete(self, container: str, name: str, *, if_match: str | None = None) -> None:
         """Delete the blob. Raises NotFound if missing, Conflict if ``if_match`` differs."""
-        blob = self._container(container).get_blob_client(limits.check_blob_name(name))
+        blob = self._container(container).get_blob_client(service_targets.check_blob_name(name))
         conditions: dict[str, Any] = {}
         if if_match is not None:
             conditions.update(etag=if_match, match_condition=MatchConditions.IfNotModified)

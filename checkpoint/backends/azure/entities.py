@@ -26,7 +26,7 @@ from typing import Any, NamedTuple
 from azure.data.tables import EdmType, EntityProperty, TableEntity
 from azure.data.tables import _deserialize as sdk_reading
 
-from checkpoint import limits
+from checkpoint import service_targets
 from checkpoint.backends.azure.times import as_utc
 from checkpoint.storage import PropertyValue, Record, Where
 
@@ -39,7 +39,7 @@ KEYS = ("PartitionKey", "RowKey")
 def to_entity(
     partition_key: str, row_key: str, properties: Mapping[str, PropertyValue]
 ) -> dict[str, Any]:
-    """The SDK entity for a record (properties already checked by ``limits``)."""
+    """The SDK entity for a record (properties already checked by ``service_targets``)."""
     entity: dict[str, Any] = {"PartitionKey": partition_key, "RowKey": row_key}
     for name, value in properties.items():
         if value is not None:
@@ -152,7 +152,7 @@ def build_filter(partition_key: str, where: Sequence[Where]) -> tuple[str, dict[
     clauses = ["PartitionKey eq @pk"]
     parameters: dict[str, Any] = {"pk": partition_key}
     for index, condition in enumerate(where):
-        limits.check_where(condition)
+        service_targets.check_where(condition)
         literal = _literal(condition.value, f"p{index}", parameters)
         clauses.append(f"{condition.property} {condition.op} {literal}")
     return " and ".join(clauses), parameters
@@ -171,7 +171,7 @@ def select_list(select: Sequence[str] | None) -> list[str] | None:
     Azure returns only what ``$select`` names, keys included, and an empty select
     would mean "everything" to the SDK; the keys make both right.
     """
-    names = limits.check_select(select)
+    names = service_targets.check_select(select)
     if names is None:
         return None
     return [*KEYS, "Timestamp", *dict.fromkeys(name for name in names if name != "RowKey")]

@@ -45,7 +45,7 @@ from checkpoint.errors import (
 )
 from checkpoint.location import redact
 
-#: Codes meaning the caller's hold on a queue message is gone (update or delete).
+#: Codes meaning the caller's lease on a queue message is gone (update or delete).
 LEASE_LOST_CODES = frozenset({"PopReceiptMismatch", "MessageNotFound"})
 #: 400 codes Azure uses for sizes (413 is the status of the others).
 TOO_LARGE_CODES = frozenset(

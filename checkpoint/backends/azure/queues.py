@@ -2,7 +2,7 @@
 
 Bodies travel base64-encoded (``BinaryBase64EncodePolicy``), so they are bytes on both
 sides and the raw limit is 48 KiB. Names, sizes and ranges are checked by
-:mod:`checkpoint.limits` first, so Azure and the embedded backend refuse the same input.
+:mod:`checkpoint.service_targets` first, so Azure and the embedded backend refuse the same input.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from azure.storage.queue import (
 )
 from azure.storage.queue import QueueMessage as SdkMessage
 
-from checkpoint import limits
+from checkpoint import service_targets
 from checkpoint.backends.azure.errors import being_deleted, translated
 from checkpoint.backends.azure.times import as_utc
 from checkpoint.errors import LeaseLost, StorageError, Unavailable
@@ -51,7 +51,7 @@ class AzureQueues:
         self._clients: dict[str, QueueClient] = {}
 
     def _queue(self, queue: str) -> QueueClient:
-        limits.check_queue_name(queue)
+        service_targets.check_queue_name(queue)
         client = self._clients.get(queue)
         if client is None:
             # Clients share the service's pipeline; caching only saves building one per call.
@@ -100,9 +100,9 @@ class AzureQueues:
     ) -> QueueMessage:
         """Add a message, invisible for ``delay_seconds`` (see ``QueueStore.send``)."""
         client = self._queue(queue)
-        body = limits.check_message_body(body)
-        limits.check_whole(delay_seconds, "delay_seconds", 0)
-        ttl = limits.check_ttl(ttl_seconds, delay_seconds)
+        body = service_targets.check_message_body(body)
+        service_targets.check_whole(delay_seconds, "delay_seconds", 0)
+        ttl = service_targets.check_ttl(ttl_seconds, delay_seconds)
         with translated(f"send to queue {queue!r}"):
             sent = client.send_message(body, visibility_timeout=delay_seconds, time_to_live=ttl)
         return _message(sent, body)
@@ -113,8 +113,8 @@ class AzureQueues:
         """Add several messages (see ``QueueStore.send_many``): Azure has no batch send,
         so they go as concurrent single sends, each one's passing trouble returned."""
         self._queue(queue)
-        bodies = [limits.check_message_body(body) for body in bodies]
-        limits.check_ttl(ttl_seconds, 0)
+        bodies = [service_targets.check_message_body(body) for body in bodies]
+        service_targets.check_ttl(ttl_seconds, 0)
 
         def send(body: bytes) -> StorageError | None:
             try:
@@ -130,8 +130,8 @@ class AzureQueues:
     ) -> list[QueueMessage]:
         """Take up to ``max_messages`` visible messages, hiding each for a while."""
         client = self._queue(queue)
-        limits.check_max_messages(max_messages)
-        limits.check_whole(visibility_seconds, "visibility_seconds", 1)
+        service_targets.check_max_messages(max_messages)
+        service_targets.check_whole(visibility_seconds, "visibility_seconds", 1)
         with translated(f"receive from queue {queue!r}"):
             # Exactly one Get Messages call (the first page): iterating further would
             # ask again whenever fewer than max_messages came back, hiding more later.
@@ -151,10 +151,10 @@ class AzureQueues:
     ) -> Receipt:
         """Hide the message for ``visibility_seconds`` more (and maybe replace its body)."""
         client = self._queue(queue)
-        limits.check_lease(message_id, pop_receipt)
-        limits.check_whole(visibility_seconds, "visibility_seconds", 0)
+        service_targets.check_lease(message_id, pop_receipt)
+        service_targets.check_whole(visibility_seconds, "visibility_seconds", 0)
         if body is not None:
-            body = limits.check_message_body(body)
+            body = service_targets.check_message_body(body)
         with translated(f"update message {message_id!r} in queue {queue!r}"):
             updated = client.update_message(
                 message_id,
@@ -170,7 +170,7 @@ class AzureQueues:
     def delete(self, queue: str, message_id: str, pop_receipt: str) -> None:
         """Delete the message; LeaseLost if the receipt is stale or the message gone."""
         client = self._queue(queue)
-        limits.check_lease(message_id, pop_receipt)
+        service_targets.check_lease(message_id, pop_receipt)
         with translated(f"delete message {message_id!r} from queue {queue!r}"):
             client.delete_message(message_id, pop_receipt=pop_receipt)
 
@@ -181,7 +181,7 @@ class AzureQueues:
         delete, so they go as concurrent single deletes, once every one is known valid."""
         self._queue(queue)
         for message_id, pop_receipt in messages:
-            limits.check_lease(message_id, pop_receipt)
+            service_targets.check_lease(message_id, pop_receipt)
 
         def delete(message: tuple[str, str]) -> StorageError | None:
             try:
@@ -195,7 +195,7 @@ class AzureQueues:
     def peek(self, queue: str, *, max_messages: int = 1) -> list[QueueMessage]:
         """Look at up to ``max_messages`` visible messages without receiving them."""
         client = self._queue(queue)
-        limits.check_max_messages(max_messages)
+        service_targets.check_max_messages(max_messages)
         with translated(f"peek at queue {queue!r}"):
             return [_message(m) for m in client.peek_messages(max_messages=max_messages)]
 

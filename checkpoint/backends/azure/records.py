@@ -1,6 +1,6 @@
 """Azure Table storage as a :class:`~checkpoint.storage.RecordStore`.
 
-Every write is checked by :mod:`checkpoint.limits` before it is sent (Azurite accepts
+Every write is checked by :mod:`checkpoint.service_targets` before it is sent (Azurite accepts
 more properties than Azure and answers 500 to some keys). Conditional writes pass the
 ETag with ``MatchConditions.IfNotModified``; :data:`~checkpoint.storage.ANY_ETAG` means
 ``If-Match: *`` (the record must exist, any version).
@@ -16,7 +16,7 @@ from azure.core.exceptions import ResourceExistsError, ResourceNotFoundError
 from azure.core.paging import ItemPaged
 from azure.data.tables import TableClient, TableEntity, TableServiceClient, UpdateMode
 
-from checkpoint import limits
+from checkpoint import service_targets
 from checkpoint.backends.azure.entities import (
     build_filter,
     select_list,
@@ -49,7 +49,7 @@ class AzureRecords:
         tolerate_undecodable_values()
 
     def _table(self, table: str) -> TableClient:
-        limits.check_table_name(table)
+        service_targets.check_table_name(table)
         client = self._clients.get(table)
         if client is None:
             client = self._clients[table] = self._service.get_table_client(table)
@@ -57,7 +57,7 @@ class AzureRecords:
 
     def create_table(self, table: str) -> None:
         """Create ``table``; creating an existing table is not an error."""
-        limits.check_table_name(table)
+        service_targets.check_table_name(table)
         with translated(f"create table {table!r}"):
             try:
                 self._service.create_table(table)
@@ -67,7 +67,7 @@ class AzureRecords:
 
     def delete_table(self, table: str) -> None:
         """Delete ``table``; deleting a missing table is not an error."""
-        limits.check_table_name(table)
+        service_targets.check_table_name(table)
         with translated(f"delete table {table!r}"):
             try:
                 self._service.delete_table(table)
@@ -86,7 +86,7 @@ class AzureRecords:
     ) -> str:
         """Create a record that must not exist yet; returns its ETag."""
         client = self._table(table)
-        limits.check_entity(partition_key, row_key, properties)
+        service_targets.check_entity(partition_key, row_key, properties)
         entity = to_entity(partition_key, row_key, properties)
         with translated(f"insert record {partition_key!r}/{row_key!r} into table {table!r}"):
             return str(client.create_entity(entity)["etag"])
@@ -125,7 +125,7 @@ class AzureRecords:
         kind: str,
     ) -> str:
         client = self._table(table)
-        limits.check_entity(partition_key, row_key, properties)
+        service_targets.check_entity(partition_key, row_key, properties)
         entity = to_entity(partition_key, row_key, properties)
         condition = _condition(_required_etag(etag))
         with translated(f"{kind} record {partition_key!r}/{row_key!r} in table {table!r}"):
@@ -142,7 +142,7 @@ class AzureRecords:
     ) -> str:
         """Create or overwrite (``merge=True``: create or merge) unconditionally."""
         client = self._table(table)
-        limits.check_entity(partition_key, row_key, properties)
+        service_targets.check_entity(partition_key, row_key, properties)
         entity = to_entity(partition_key, row_key, properties)
         mode = UpdateMode.MERGE if merge else UpdateMode.REPLACE
         with translated(f"upsert record {partition_key!r}/{row_key!r} in table {table!r}"):
@@ -171,9 +171,9 @@ class AzureRecords:
         Arguments are checked now; requests are made as the iterator is consumed.
         """
         client = self._table(table)
-        limits.check_key(partition_key, "PartitionKey")
+        service_targets.check_key(partition_key, "PartitionKey")
         query_filter, parameters = build_filter(partition_key, where)
-        limits.check_limit(limit)
+        service_targets.check_limit(limit)
         page_size = min(limit or MAX_PAGE_SIZE, MAX_PAGE_SIZE)
         operation = f"query partition {partition_key!r} of table {table!r}"
         with translated(operation):
@@ -189,7 +189,7 @@ class AzureRecords:
         """Apply 1-100 operations on distinct rows of one partition atomically."""
         client = self._table(table)
         sizes = [_check_op(partition_key, op) for op in operations]
-        limits.check_batch([op.row_key for op in operations], sizes)
+        service_targets.check_batch([op.row_key for op in operations], sizes)
         actions = [_action(partition_key, op) for op in operations]
         with translated(f"batch of {len(actions)} in partition {partition_key!r} of {table!r}"):
             results = client.submit_transaction(actions)
@@ -210,8 +210,8 @@ def _records(pages: ItemPaged[TableEntity], limit: int | None, operation: str) -
 
 
 def _check_keys(partition_key: str, row_key: str) -> None:
-    limits.check_key(partition_key, "PartitionKey")
-    limits.check_key(row_key, "RowKey")
+    service_targets.check_key(partition_key, "PartitionKey")
+    service_targets.check_key(row_key, "RowKey")
 
 
 def _required_etag(etag: str) -> str:
@@ -236,7 +236,7 @@ def _check_op(partition_key: str, op: BatchOp) -> int:
     if op.etag is not None:
         _required_etag(op.etag)
     properties = {} if op.kind == "delete" else op.properties
-    return limits.check_entity(partition_key, op.row_key, properties)
+    return service_targets.check_entity(partition_key, op.row_key, properties)
 
 
 def _action(partition_key: str, op: BatchOp) -> tuple[Any, ...]:

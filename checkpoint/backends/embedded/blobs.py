@@ -26,7 +26,7 @@ import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
-from checkpoint import limits
+from checkpoint import service_targets
 from checkpoint.backends.embedded.db import Database, epoch, utc
 from checkpoint.clock import Clock
 from checkpoint.errors import AlreadyExists, Conflict, InvalidRequest, NotFound
@@ -99,7 +99,7 @@ class EmbeddedBlobs:
     # ----------------------------------------------------------------- containers
 
     def create_container(self, container: str) -> None:
-        limits.check_container_name(container)
+        service_targets.check_container_name(container)
         if self._db.read_only and self._db.has(_CONTAINER_EXISTS, (container,)):
             return
         with self._db.write() as conn:
@@ -107,7 +107,7 @@ class EmbeddedBlobs:
             (self._root / container).mkdir(exist_ok=True)
 
     def delete_container(self, container: str) -> None:
-        limits.check_container_name(container)
+        service_targets.check_container_name(container)
         with self._db.write() as conn:
             conn.execute("DELETE FROM blobs WHERE container = ?", (container,))
             conn.execute("DELETE FROM containers WHERE name = ?", (container,))
@@ -132,9 +132,9 @@ class EmbeddedBlobs:
         if_match: str | None = None,
         if_none_match: bool = False,
     ) -> BlobInfo:
-        limits.check_container_name(container)
-        limits.check_blob_name(name)
-        limits.check_put_conditions(if_match, if_none_match)
+        service_targets.check_container_name(container)
+        service_targets.check_blob_name(name)
+        service_targets.check_put_conditions(if_match, if_none_match)
         if not isinstance(data, (bytes, bytearray, memoryview)):
             raise InvalidRequest(f"blob data is bytes, not {type(data).__name__}")
         data = bytes(data)
@@ -201,8 +201,8 @@ class EmbeddedBlobs:
                 return  # not empty (or never made): nothing further up is empty either
 
     def delete(self, container: str, name: str, *, if_match: str | None = None) -> None:
-        limits.check_container_name(container)
-        limits.check_blob_name(name)
+        service_targets.check_container_name(container)
+        service_targets.check_blob_name(name)
         with self._db.write() as conn:
             row = conn.execute(_ROW, (container, name)).fetchone()
             if row is None:
@@ -216,8 +216,8 @@ class EmbeddedBlobs:
     # ----------------------------------------------------------------- reads
 
     def _row(self, container: str, name: str) -> _Row:
-        limits.check_container_name(container)
-        limits.check_blob_name(name)
+        service_targets.check_container_name(container)
+        service_targets.check_blob_name(name)
         with self._db.read() as conn:
             row: _Row | None = conn.execute(_ROW, (container, name)).fetchone()
             if row is None:
@@ -232,7 +232,7 @@ class EmbeddedBlobs:
     def get(
         self, container: str, name: str, *, offset: int = 0, length: int | None = None
     ) -> bytes:
-        limits.check_range(offset, length)
+        service_targets.check_range(offset, length)
         for attempt in range(_READ_TRIES):
             _, _, _, path = self._row(container, name)
             # A range from the end or past it reads nothing, as slicing bytes does (the
@@ -248,7 +248,7 @@ class EmbeddedBlobs:
         raise AssertionError("unreachable")
 
     def list(self, container: str, prefix: str = "") -> Iterator[BlobInfo]:
-        limits.check_container_name(container)
+        service_targets.check_container_name(container)
         with self._db.read() as conn:
             self._require_container(conn, container)
         return self._scan(container, prefix)

@@ -16,7 +16,7 @@ from typing import Any
 
 import msgpack
 
-from checkpoint import codec, limits
+from checkpoint import codec, service_targets
 from checkpoint.errors import CodecError
 from checkpoint.storage import PropertyValue, Where
 
@@ -63,7 +63,7 @@ def _is_property_value(value: object) -> bool:
     """Whether a decoded value is one a record holds (msgpack also has lists, maps and
     unsigned 64-bit ints, which no write of ours stores)."""
     if isinstance(value, int) and not isinstance(value, bool):
-        return limits.INT64_MIN <= value <= limits.INT64_MAX
+        return service_targets.INT64_MIN <= value <= service_targets.INT64_MAX
     return value is None or isinstance(value, (str, bool, float, bytes, datetime))
 
 

@@ -22,7 +22,7 @@ import uuid
 from collections.abc import Sequence
 from typing import Any
 
-from checkpoint import limits
+from checkpoint import service_targets
 from checkpoint.backends.embedded.db import Database, epoch, utc
 from checkpoint.clock import Clock
 from checkpoint.errors import LeaseLost, NotFound, StorageError
@@ -126,14 +126,14 @@ class EmbeddedQueues:
     # ----------------------------------------------------------------- queues
 
     def create_queue(self, queue: str) -> None:
-        limits.check_queue_name(queue)
+        service_targets.check_queue_name(queue)
         if self._db.read_only and self._db.has("SELECT 1 FROM queues WHERE name = ?", (queue,)):
             return
         with self._db.write() as conn:
             conn.execute("INSERT OR IGNORE INTO queues (name) VALUES (?)", (queue,))
 
     def delete_queue(self, queue: str) -> None:
-        limits.check_queue_name(queue)
+        service_targets.check_queue_name(queue)
         with self._db.write() as conn:
             conn.execute("DELETE FROM messages WHERE queue = ?", (queue,))
             conn.execute("DELETE FROM queues WHERE name = ?", (queue,))
@@ -159,10 +159,10 @@ class EmbeddedQueues:
         delay_seconds: int = 0,
         ttl_seconds: int | None = None,
     ) -> QueueMessage:
-        limits.check_queue_name(queue)
-        body = limits.check_message_body(body)
-        limits.check_whole(delay_seconds, "delay_seconds", 0)
-        ttl_seconds = limits.check_ttl(ttl_seconds, delay_seconds)
+        service_targets.check_queue_name(queue)
+        body = service_targets.check_message_body(body)
+        service_targets.check_whole(delay_seconds, "delay_seconds", 0)
+        ttl_seconds = service_targets.check_ttl(ttl_seconds, delay_seconds)
         now = self._now()
         # Azure counts the TTL from insertion, not from the end of the delay.
         expires = None if ttl_seconds == NEVER_EXPIRES else now + ttl_seconds
@@ -184,9 +184,9 @@ class EmbeddedQueues:
     def send_many(
         self, queue: str, bodies: Sequence[bytes], *, ttl_seconds: int | None = None
     ) -> list[StorageError | None]:
-        limits.check_queue_name(queue)
-        bodies = [limits.check_message_body(body) for body in bodies]
-        ttl_seconds = limits.check_ttl(ttl_seconds, 0)
+        service_targets.check_queue_name(queue)
+        bodies = [service_targets.check_message_body(body) for body in bodies]
+        ttl_seconds = service_targets.check_ttl(ttl_seconds, 0)
         if not bodies:
             return []
         now = self._now()
@@ -211,9 +211,9 @@ class EmbeddedQueues:
     def receive(
         self, queue: str, *, max_messages: int = 1, visibility_seconds: int = 30
     ) -> list[QueueMessage]:
-        limits.check_queue_name(queue)
-        limits.check_max_messages(max_messages)
-        limits.check_whole(visibility_seconds, "visibility_seconds", 1)
+        service_targets.check_queue_name(queue)
+        service_targets.check_max_messages(max_messages)
+        service_targets.check_whole(visibility_seconds, "visibility_seconds", 1)
         now = self._now()
         params = {
             "queue": queue,
@@ -247,11 +247,11 @@ class EmbeddedQueues:
         visibility_seconds: int,
         body: bytes | None = None,
     ) -> Receipt:
-        limits.check_queue_name(queue)
-        limits.check_lease(message_id, pop_receipt)
-        limits.check_whole(visibility_seconds, "visibility_seconds", 0)
+        service_targets.check_queue_name(queue)
+        service_targets.check_lease(message_id, pop_receipt)
+        service_targets.check_whole(visibility_seconds, "visibility_seconds", 0)
         if body is not None:
-            body = limits.check_message_body(body)
+            body = service_targets.check_message_body(body)
         now, receipt = self._now(), _new_receipt()
         until = now + visibility_seconds
         params = {
@@ -269,8 +269,8 @@ class EmbeddedQueues:
         return Receipt(pop_receipt=receipt, next_visible_on=utc(until))
 
     def delete(self, queue: str, message_id: str, pop_receipt: str) -> None:
-        limits.check_queue_name(queue)
-        limits.check_lease(message_id, pop_receipt)
+        service_targets.check_queue_name(queue)
+        service_targets.check_lease(message_id, pop_receipt)
         now = self._now()
         params = {"queue": queue, "id": message_id, "receipt": pop_receipt, "now": now}
         with self._db.write() as conn:
@@ -280,9 +280,9 @@ class EmbeddedQueues:
     def delete_many(
         self, queue: str, messages: Sequence[tuple[str, str]]
     ) -> list[StorageError | None]:
-        limits.check_queue_name(queue)
+        service_targets.check_queue_name(queue)
         for message_id, pop_receipt in messages:
-            limits.check_lease(message_id, pop_receipt)  # all before any is deleted
+            service_targets.check_lease(message_id, pop_receipt)  # all before any is deleted
         now = self._now()
         errors: list[StorageError | None] = []
         with self._db.write() as conn:  # one transaction for them all
@@ -321,8 +321,8 @@ class EmbeddedQueues:
         )
 
     def peek(self, queue: str, *, max_messages: int = 1) -> list[QueueMessage]:
-        limits.check_queue_name(queue)
-        limits.check_max_messages(max_messages)
+        service_targets.check_queue_name(queue)
+        service_targets.check_max_messages(max_messages)
         params = {"queue": queue, "now": self._now(), "limit": max_messages}
         with self._db.read() as conn:
             rows = conn.execute(_PEEK, params).fetchall()
@@ -331,7 +331,7 @@ class EmbeddedQueues:
         return [_message(row, receipt=False) for row in rows]
 
     def approximate_length(self, queue: str) -> int:
-        limits.check_queue_name(queue)
+        service_targets.check_queue_name(queue)
         with self._db.read() as conn:
             self._require_queue(conn, queue)
             count: int

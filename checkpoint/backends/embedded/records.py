@@ -14,7 +14,7 @@ import sqlite3
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import replace
 
-from checkpoint import limits
+from checkpoint import service_targets
 from checkpoint.backends.embedded.db import Database, epoch, utc
 from checkpoint.backends.embedded.entities import (
     as_stored_etag,
@@ -84,7 +84,7 @@ ORDER BY rk LIMIT :limit
 
 
 def _table_key(table: str) -> str:
-    return limits.check_table_name(table).lower()
+    return service_targets.check_table_name(table).lower()
 
 
 def _missing(params: Mapping[str, object]) -> NotFound:
@@ -114,7 +114,7 @@ def _check_op(partition_key: str, op: BatchOp) -> int:
         raise InvalidRequest(f"unknown record operation {op.kind!r}", code="InvalidInput")
     _etag_of(op)
     properties = {} if op.kind == "delete" else op.properties
-    return limits.check_entity(partition_key, op.row_key, properties)
+    return service_targets.check_entity(partition_key, op.row_key, properties)
 
 
 class _Writer:
@@ -221,8 +221,8 @@ class EmbeddedRecords:
 
     def get(self, table: str, partition_key: str, row_key: str) -> Record:
         key = _table_key(table)
-        limits.check_key(partition_key, "PartitionKey")
-        limits.check_key(row_key, "RowKey")
+        service_targets.check_key(partition_key, "PartitionKey")
+        service_targets.check_key(row_key, "RowKey")
         params = {"tbl": key, "pk": partition_key, "rk": row_key}
         with self._db.read() as conn:
             row = conn.execute(f"SELECT props, etag, ts FROM records WHERE {_KEY}", params)
@@ -242,10 +242,10 @@ class EmbeddedRecords:
         limit: int | None = None,
     ) -> Iterator[Record]:
         key = _table_key(table)
-        limits.check_key(partition_key, "PartitionKey")
-        conditions = [limits.check_where(condition) for condition in where]
-        select = limits.check_select(select)
-        limits.check_limit(limit)
+        service_targets.check_key(partition_key, "PartitionKey")
+        conditions = [service_targets.check_where(condition) for condition in where]
+        select = service_targets.check_select(select)
+        service_targets.check_limit(limit)
         # Checked now, not on first iteration, so a missing table fails where it is named.
         with self._db.read() as conn:
             self._require_table(conn, table)
@@ -338,7 +338,7 @@ class EmbeddedRecords:
         key = _table_key(table)
         operations = list(operations)
         sizes = [_check_op(partition_key, op) for op in operations]
-        limits.check_batch([op.row_key for op in operations], sizes)
+        service_targets.check_batch([op.row_key for op in operations], sizes)
         now = epoch(self._clock.now())
         with self._db.write() as conn:
             self._require_table(conn, table)

@@ -15,10 +15,10 @@ from datetime import datetime
 from typing import Any
 
 from checkpoint import checks
-from checkpoint.chunk_pages import MAX_PAGE_CHUNKS, ChunkCursor, ChunkPage
 from checkpoint.errors import BadRecord, ConfigurationError
 from checkpoint.records import CHECKPOINT_ON, TASK_STATES, Progress, TaskRecord
 from checkpoint.store import CheckpointStore
+from checkpoint.tasks.chunk_pages import MAX_PAGE_CHUNKS, ChunkCursor, ChunkPage
 from runner.cli.json_form import user_text
 from runner.cli.status import PROGRESS_CHARS
 

@@ -15,8 +15,8 @@ from click.testing import CliRunner, Result
 from checkpoint import layout
 from checkpoint.backends import open_storage
 from checkpoint.clock import SystemClock
-from checkpoint.quotas import RUNNING_ROW, QuotaBook
-from checkpoint.rates import parse_rate
+from checkpoint.limits.book import RUNNING_ROW, LimitBook
+from checkpoint.limits.rates import parse_rate
 from checkpoint.store import CheckpointStore
 from checkpoint.workers import WorkerBook, WorkerRecord
 from jobs.submit import submit
@@ -104,10 +104,10 @@ def test_status_shows_a_jobs_own_limits_and_the_resources_its_class_names(tmp_pa
     with open_storage(str(tmp_path / "store")) as storage:
         job_id = submit(TwoAtOnce, {"chunks": 1, "seconds": 0}, storage=storage)
         store = CheckpointStore(storage, SystemClock())
-        quotas = QuotaBook(storage.records, store.clock)
-        quotas.define_running(TwoAtOnce.queue, 2, TwoAtOnce.job_type(), store.budget())
-        quotas.define_rate("st-db", parse_rate("5/s"), TwoAtOnce.job_type(), store.budget())
-        quotas.set_rate("unrelated", parse_rate("1/s"), store.budget())
+        book = LimitBook(storage.records, store.clock)
+        book.define_running(TwoAtOnce.queue, 2, TwoAtOnce.job_type(), store.budget())
+        book.define_rate("st-db", parse_rate("5/s"), TwoAtOnce.job_type(), store.budget())
+        book.set_rate("unrelated", parse_rate("1/s"), store.budget())
     # When status is asked, then the job shows its two, in text and JSON
     text = runner(tmp_path / "store", "status", job_id).output
     assert f"  limit {TwoAtOnce.queue}  running 2  (set by {TwoAtOnce.job_type()})  0/2" in text
@@ -166,20 +166,20 @@ def test_a_running_limit_counts_the_chunks_running_before_it_was_set(backend: Ba
     _beat(store, f"vm:2:{tag}", (f"{job_id}#1", "no-such-job#3"))
     gone_at = store.clock.now() - timedelta(minutes=5)
     _beat(store, f"vm:3:{tag}", (f"{job_id}#2",), seen_on=gone_at)  # dead: not running
-    quotas = QuotaBook(store.storage.records, store.clock)
-    quotas.set_running(name, 1, store.budget())
+    book = LimitBook(store.storage.records, store.clock)
+    book.set_running(name, 1, store.budget())
     # When the limits are read, then the limit counts both chunks, over its 1
     now = store.clock.now()
     shown = [one for one in read_limits(store, now) if one.name == name]
     assert [(one.kind, one.running, one.max_running) for one in shown] == [("running", 2, 1)]
     assert limit_line(shown[0]) == f"{name}  running 1  (set by hand)  2/1 running (over)"
     # And a chunk admitted under a slot, not yet in a heartbeat, counts too
-    quotas.take_slots(name, f"vm:4:{tag}", 1, 30.0, store.budget())
+    book.take_slots(name, f"vm:4:{tag}", 1, 30.0, store.budget())
     assert [one.running for one in read_limits(store, now) if one.name == name] == [2]
     _beat(store, f"vm:1:{tag}", ())
     _beat(store, f"vm:2:{tag}", ())
     assert [one.running for one in read_limits(store, now) if one.name == name] == [1]
-    assert limit_line(limit_status(quotas.get(name, store.budget()), now)[0]).endswith(
+    assert limit_line(limit_status(book.get(name, store.budget()), now)[0]).endswith(
         "  1/1 running"
     )
 

@@ -18,8 +18,8 @@ from typing import Any
 import pytest
 
 from checkpoint import layout
+from checkpoint.catalogue.job_index import COUNTS_ROW, CatalogueEntry, active_row, zero_counts
 from checkpoint.errors import BadRecord, NotFound
-from checkpoint.job_index import COUNTS_ROW, CatalogueEntry, active_row, zero_counts
 from checkpoint.records import ENDED_JOB_STATES, JOB_STATES, JobRecord
 from checkpoint.storage import Storage
 from checkpoint.store import CheckpointStore

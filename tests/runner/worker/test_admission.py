@@ -15,8 +15,8 @@ import pytest
 
 from checkpoint import layout
 from checkpoint.clock import FakeClock
-from checkpoint.quotas import RUNNING_ROW, QuotaBook
-from checkpoint.rates import parse_rate
+from checkpoint.limits.book import RUNNING_ROW, LimitBook
+from checkpoint.limits.rates import parse_rate
 from checkpoint.retries import STANDALONE, Budget
 from checkpoint.storage import QueueMessage
 from checkpoint.store import CheckpointStore
@@ -57,7 +57,7 @@ class Served:
         self.loop = WorkerLoop(storage, [cls], clock=self.clock, worker_id="w-test")
         self.loop._prepare()
         backend.made += [("queue", cls.queue), ("queue", cls.poison_queue())]
-        self.quotas = QuotaBook(backend.storage.records, self.clock)
+        self.quotas = LimitBook(backend.storage.records, self.clock)
         self.received: list[QueueMessage] = []
 
     def send(self, count: int) -> None:
@@ -142,7 +142,7 @@ def test_running_slots_cap_what_is_received_and_come_back_as_messages_end(served
     # Then one more is received
     assert one.receive() == 1
     slots = one.quotas.get(one.cls.queue, one.budget()).running
-    assert slots is not None and slots.holders["w-test"][0] == 2
+    assert slots is not None and slots.takers["w-test"][0] == 2
 
 
 def test_slots_a_receive_did_not_use_go_back_at_once(served: Any):
@@ -150,7 +150,7 @@ def test_slots_a_receive_did_not_use_go_back_at_once(served: Any):
     one.send(1)
     assert one.receive() == 1
     slots = one.quotas.get(one.cls.queue, one.budget()).running
-    assert slots is not None and slots.holders["w-test"][0] == 1
+    assert slots is not None and slots.takers["w-test"][0] == 1
 
 
 def test_slots_are_renewed_and_a_dead_workers_lapse(served: Any):
@@ -168,7 +168,7 @@ def test_slots_are_renewed_and_a_dead_workers_lapse(served: Any):
     taken = one.quotas.take_slots(one.cls.queue, "w-other", 3, LEASE, one.budget())
     assert taken is not None and taken.count == 3
     one.loop.admission.renew()  # the dead one, back: nothing is free
-    assert one.quotas.get(one.cls.queue, one.budget()).running.holders.keys() == {"w-other"}
+    assert one.quotas.get(one.cls.queue, one.budget()).running.takers.keys() == {"w-other"}
 
 
 def test_a_limit_cleared_by_hand_comes_back_from_the_class(served: Any):
@@ -199,7 +199,7 @@ def test_a_class_value_differing_from_the_store_is_warned_of_once_and_the_store_
     backend: Backend, served: Any, caplog: pytest.LogCaptureFixture
 ):
     cls = job_class(rate_limit="50/s", max_running=4, limits={"adm-shared-db": "5/s"})
-    quotas = QuotaBook(backend.storage.records, FakeClock())
+    quotas = LimitBook(backend.storage.records, FakeClock())
     budget = Budget(STANDALONE, FakeClock())
     CheckpointStore(backend.storage, FakeClock()).ensure()
     quotas.set_rate(cls.queue, parse_rate("1/s"), budget)
@@ -238,10 +238,10 @@ def test_a_failed_release_is_mended_by_the_next_renewal(served: Any):
     one.loop.admission.renew()  # and so does the renewal
     plan.busy.clear()
     slots = one.quotas.get(one.cls.queue, one.budget()).running
-    assert slots is not None and slots.holders["w-test"][0] == 2
+    assert slots is not None and slots.takers["w-test"][0] == 2
     one.loop.admission.renew()
     slots = one.quotas.get(one.cls.queue, one.budget()).running
-    assert slots is not None and slots.holders["w-test"][0] == 1
+    assert slots is not None and slots.takers["w-test"][0] == 1
 
 
 def test_kept_tokens_serve_a_smaller_receive_and_the_rest_stay_kept(served: Any):
@@ -323,7 +323,7 @@ def test_slots_taken_for_a_receive_that_failed_go_back(served: Any):
     plan.busy.add("queues.receive")
     assert one.receive() == 0
     slots = one.quotas.get(one.cls.queue, one.budget()).running
-    assert slots is not None and slots.holders == {}
+    assert slots is not None and slots.takers == {}
     plan.busy.clear()
     assert one.receive() == 2
 

@@ -10,7 +10,7 @@ import pytest
 
 from checkpoint.errors import BadRecord
 from checkpoint.records import JobRecord, TaskRecord
-from checkpoint.task_records import PlannedChunk
+from checkpoint.tasks.task_records import PlannedChunk
 from runner.worker.feed import as_planned, window_beside
 
 NOW = datetime(2026, 11, 27, tzinfo=UTC)

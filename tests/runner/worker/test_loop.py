@@ -12,7 +12,7 @@ from typing import Any, ClassVar
 from checkpoint import messages
 from checkpoint.backends import open_storage
 from checkpoint.clock import FakeClock, SystemClock
-from checkpoint.quotas import QuotaBook
+from checkpoint.limits.book import LimitBook
 from checkpoint.retries import STANDALONE, Budget
 from checkpoint.storage import NEVER_EXPIRES
 from checkpoint.store import CheckpointStore
@@ -149,9 +149,9 @@ def test_a_burst_worker_of_four_slots_runs_at_most_max_running_chunks_at_once(tm
         assert len(Started.spans[TwoAtOnce.queue]) == 8
         assert Started.most_at_once(TwoAtOnce.queue) == 2
         # Every slot went back as its chunk ended (planning and finalize held none).
-        quotas = QuotaBook(storage.records, SystemClock())
+        quotas = LimitBook(storage.records, SystemClock())
         slots = quotas.get(TwoAtOnce.queue, Budget(STANDALONE, SystemClock())).running
-        assert slots is not None and slots.holders == {}
+        assert slots is not None and slots.takers == {}
     finally:
         storage.close()
 

@@ -23,6 +23,7 @@ from jobs.chunk import Chunk, ChunkControl
 from jobs.errors import ChunkStopped
 from runner.worker.control import TaskControl
 from runner.worker.lease import Lease
+from runner.worker.record_changes import TaskChanges
 
 JOB = "job-ctl"
 LEASE_SECONDS = 30
@@ -244,7 +245,7 @@ def test_a_fenced_spill_leaves_no_blob_behind(world: World):
 def test_fenced_field_writes_are_lease_lost_too(world: World):
     world.someone_else_writes("theirs")
     with pytest.raises(LeaseLost):
-        world.control.write({"state": "done"})
+        world.control.write(TaskChanges(state="done"))
     assert world.stored().state == "running"
     assert world.stored().owner == "other"
 
@@ -438,7 +439,7 @@ def test_chunk_checkpoint_goes_through_the_control(world: World):
 
 def test_write_carries_the_newest_progress_with_the_fields(world: World):
     world.control.offer({"row": 7})
-    task = world.control.write({"state": "retrying", "owner": ""})
+    task = world.control.write(TaskChanges(state="retrying", owner=""))
     assert task.state == "retrying"
     assert world.stored().state == "retrying"
     assert world.stored_progress() == {"row": 7}
@@ -446,10 +447,10 @@ def test_write_carries_the_newest_progress_with_the_fields(world: World):
 
 
 def test_write_chains_etags(world: World):
-    world.control.write({"state": "running"})
+    world.control.write(TaskChanges(state="running"))
     world.control.offer(1)
     world.control.flush()
-    world.control.write({"state": "retrying"})
+    world.control.write(TaskChanges(state="retrying"))
     assert world.stored().etag == world.control.task.etag
 
 
@@ -477,7 +478,7 @@ def test_a_transient_failure_leaves_the_state_for_the_failure_path_to_flush(worl
     world.records.merge_failures.append(Throttled("server busy"))
     world.clock.advance(INTERVAL)
     world.control.offer({"row": 42})
-    world.control.write({"state": "retrying"})
+    world.control.write(TaskChanges(state="retrying"))
     assert world.stored_progress() == {"row": 42}
     assert world.stored().state == "retrying"
 

@@ -13,8 +13,8 @@ import pytest
 from checkpoint import layout
 from checkpoint.clock import FakeClock
 from checkpoint.errors import StorageTrouble
-from checkpoint.quotas import RATE_ROW, QuotaBook
-from checkpoint.rates import parse_rate
+from checkpoint.limits.book import RATE_ROW, LimitBook
+from checkpoint.limits.rates import parse_rate
 from checkpoint.retries import STANDALONE, Budget
 from checkpoint.storage import Storage
 from checkpoint.store import CheckpointStore
@@ -51,8 +51,8 @@ class Waiting:
         now = self.clock.monotonic()
         lease = Lease("ul-jobs", "m-1", "r-1", LEASE_SECONDS, acquired_at=now, visible_at=now + 999)
         self.stopping = threading.Event()
-        self.quotas = QuotaBook(backend.storage.records, self.clock)
-        admission = Admission(QuotaBook(storage.records, self.clock), self.clock, "me", [self.cls])
+        self.quotas = LimitBook(backend.storage.records, self.clock)
+        admission = Admission(LimitBook(storage.records, self.clock), self.clock, "me", [self.cls])
         self.control = LimitedControl(
             store,
             claimed,

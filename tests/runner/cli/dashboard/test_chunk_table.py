@@ -10,12 +10,12 @@ from typing import Any
 import pytest
 
 from checkpoint import layout
-from checkpoint.chunk_pages import ChunkCursor
 from checkpoint.clock import FakeClock
 from checkpoint.errors import ConfigurationError
 from checkpoint.records import CHECKPOINT_ON, SPILL_BYTES, Progress
 from checkpoint.storage import ANY_ETAG, PropertyValue, Storage
 from checkpoint.store import CheckpointStore
+from checkpoint.tasks.chunk_pages import ChunkCursor
 from runner.cli.dashboard.chunk_table import (
     DEFAULT_PAGE_CHUNKS,
     PAYLOAD_CHARS,

@@ -19,7 +19,7 @@ from checkpoint.records import TaskRecord
 from checkpoint.retries import TRANSIENT, Budget
 from checkpoint.settle import WRITER, token_of
 from checkpoint.storage import BatchOp, Record, Storage
-from checkpoint.task_records import BATCH_ROWS
+from checkpoint.tasks.task_records import BATCH_ROWS
 from checkpoint.values import Values, refused
 
 #: The counts a shard's counter row holds.

@@ -1,12 +1,12 @@
 """The job records' queries that must not grow with the jobs retained
-(checkpoint/job_records.py), on both backends."""
+(checkpoint/catalogue/job_records.py), on both backends."""
 
 from __future__ import annotations
 
 import uuid
 
 from checkpoint import layout
-from checkpoint.job_records import UNDER_WAY_WHERE
+from checkpoint.catalogue.job_records import UNDER_WAY_WHERE
 from checkpoint.records import JOB_STATES
 from checkpoint.storage import PropertyValue
 from checkpoint.store import CheckpointStore

@@ -201,7 +201,7 @@ class TaskRecords:
         large). Raises CodecError if a value cannot be stored.
 
         A chunk's final write is built here too, apart from its batch
-        (:mod:`checkpoint.counting`), so a value that cannot be stored fails in the
+        (:mod:`checkpoint.tasks.counting`), so a value that cannot be stored fails in the
         chunk's own thread, where the failure is recorded on the chunk."""
         merged = {**changes, "updated_on": self._clock.now(), WRITER: token or settle.one_off()}
         for field, value in values.items():

@@ -1,6 +1,6 @@
-"""The checkpoint throttle: at most one write of a running chunk's state per interval.
+"""Checkpoint coalescing: at most one write of a running chunk's state per interval.
 
-``chunk.checkpoint`` may be called in a tight loop. Each call only hands the throttle
+``chunk.checkpoint`` may be called in a tight loop. Each call only hands the coalescer
 the newest state (a memory store, not a round trip); a write is due once the checkpoint
 interval has passed since the last one. Offers are coalesced: only the newest unwritten
 state is kept, so a write stores what the chunk said last, never a backlog, and a flush
@@ -9,7 +9,9 @@ state is kept, so a write stores what the chunk said last, never a backlog, and 
 The runner's ``TaskControl`` (:mod:`runner.worker.control`) and the test harness users get,
 ``ChunkEnvironment`` (:mod:`jobs.chunk_environment`), both keep their states here, so
 the harness cannot drift from the runner. Each makes its own writes (a fenced write of
-the task record; a list of durable states) and tells the throttle when one was made.
+the task record; a list of durable states) and tells the coalescer when one was made.
+Called coalescing, not throttling: it limits nothing a user set, and a throttled
+request is Azure's refusal (:class:`~checkpoint.errors.Throttled`).
 Not locked: its owner calls it under the owner's own lock.
 """
 
@@ -23,7 +25,7 @@ from checkpoint.records import Progress
 _NOTHING: Any = object()
 
 
-class CheckpointThrottle:
+class CheckpointCoalescer:
     """The newest unwritten state of one running task, and when it is due to be written.
 
     Args:

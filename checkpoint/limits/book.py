@@ -1,9 +1,9 @@
 """Rate and concurrency limits shared by every worker, kept in the shared record store.
 
 One partition per limit name holds its ``rate`` row (a token bucket) and its
-``running`` row (slots with holders); a catalogue partition names every limit, so a
+``running`` row (slots and their takers); a catalogue partition names every limit, so a
 listing reads one partition. Every change is a compare-and-swap: read the row, compute
-the new row (:mod:`checkpoint.quota_records`), replace it If-Match its ETag; a 412
+the new row (:mod:`checkpoint.limits.rows`), replace it If-Match its ETag; a 412
 (someone else wrote in between) means read again and compute again.
 
 **Ambiguous writes.** A replace can be applied while we see it fail. Every write puts a
@@ -25,8 +25,8 @@ from typing import TypeVar
 from checkpoint import layout
 from checkpoint.clock import Clock
 from checkpoint.errors import AlreadyExists, BadRecord, Conflict, NotFound
-from checkpoint.quota_records import BY_HAND, Bucket, Slots, default_burst
-from checkpoint.rates import Rate, check_limit_name
+from checkpoint.limits.rates import Rate, check_limit_name
+from checkpoint.limits.rows import BY_HAND, Bucket, Slots, default_burst
 from checkpoint.retries import Budget
 from checkpoint.settle import WRITER, one_off
 from checkpoint.storage import ANY_ETAG, PropertyValue, Record, RecordStore
@@ -65,7 +65,7 @@ class _Again(Exception):
     """Internal: someone else wrote the row in between; read it and compute again."""
 
 
-class QuotaBook:
+class LimitBook:
     """The limits table. Every call takes a :class:`~checkpoint.retries.Budget`."""
 
     def __init__(self, records: RecordStore, clock: Clock):
@@ -88,7 +88,7 @@ class QuotaBook:
     def take_slots(
         self, name: str, worker: str, wanted: int, lease_seconds: float, budget: Budget
     ) -> Taken | None:
-        """Take up to ``wanted`` of ``name``'s slots for ``worker``, held for a lease
+        """Take up to ``wanted`` of ``name``'s slots for ``worker``, kept for a lease
         unless renewed; None if ``name`` has no running limit."""
 
         def change(row: Record | None) -> tuple[dict[str, PropertyValue] | None, Taken | None]:
@@ -98,25 +98,25 @@ class QuotaBook:
             got = max(0, min(wanted, slots.max_running - slots.in_use(now)))
             if got == 0:
                 return None, Taken(0)
-            mine = slots.held_by(worker, now) + got
-            return slots.holding(worker, mine, now, lease_seconds).properties(), Taken(got)
+            mine = slots.taken_by(worker, now) + got
+            return slots.kept(worker, mine, now, lease_seconds).properties(), Taken(got)
 
         return self._change(name, RUNNING_ROW, change, budget)
 
-    def hold_slots(
+    def keep_slots(
         self, name: str, worker: str, count: int, lease_seconds: float, budget: Budget
     ) -> int:
-        """Say ``worker`` holds ``count`` of ``name``'s slots (0: none), until a lease
-        from now: a release and a renewal both. A holder whose entry expired meanwhile
-        gets back only what is free. Returns what it holds now."""
+        """Say ``worker`` keeps ``count`` of ``name``'s slots (0: none), until a lease
+        from now: a release and a renewal both. A taker whose entry expired meanwhile
+        gets back only what is free. Returns what it keeps now."""
 
         def change(row: Record | None) -> tuple[dict[str, PropertyValue] | None, int]:
             if row is None:
                 return None, 0
             now, slots = self._clock.now(), Slots.from_record(name, row)
-            mine = slots.held_by(worker, now)
+            mine = slots.taken_by(worker, now)
             kept = min(count, mine + max(0, slots.max_running - slots.in_use(now)))
-            return slots.holding(worker, kept, now, lease_seconds).properties(), kept
+            return slots.kept(worker, kept, now, lease_seconds).properties(), kept
 
         return self._change(name, RUNNING_ROW, change, budget)
 
@@ -166,7 +166,7 @@ class QuotaBook:
         return self._change(name, RATE_ROW, change, budget)
 
     def set_running(self, name: str, max_running: int, budget: Budget) -> Slots:
-        """``runner limit NAME --running 20``: set by hand, holders kept."""
+        """``runner limit NAME --running 20``: set by hand, takers kept."""
 
         def change(row: Record | None) -> tuple[dict[str, PropertyValue] | None, Slots]:
             found = Slots(name, max_running, BY_HAND)

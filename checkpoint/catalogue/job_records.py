@@ -11,9 +11,11 @@ import secrets
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
-from checkpoint import deletion, job_index, layout, retries, settle
+from checkpoint import deletion, layout, retries, settle
+from checkpoint.catalogue import job_index
+from checkpoint.catalogue.job_index import CatalogueEntry, IndexRows, JobIndex
+from checkpoint.catalogue.job_moves import StateMoves
 from checkpoint.clock import Clock
-from checkpoint.counting import ShardCounters
 from checkpoint.deletion import Deleted
 from checkpoint.errors import (
     BadRecord,
@@ -23,12 +25,11 @@ from checkpoint.errors import (
     NotFound,
     StorageError,
 )
-from checkpoint.job_index import CatalogueEntry, IndexRows, JobIndex
-from checkpoint.job_moves import StateMoves
 from checkpoint.records import JobRecord
 from checkpoint.retries import Budget
 from checkpoint.settle import WRITER
 from checkpoint.storage import BatchOp, PropertyValue, Record, Storage, Where
+from checkpoint.tasks.counting import ShardCounters
 from checkpoint.values import Values, refused
 
 #: What a scan of the catalogue makes of each record.
@@ -217,7 +218,7 @@ class JobRecords:
 
     def read_index(self, budget: Budget | None = None) -> JobIndex | None:
         """The active jobs and the ended ones counted, in one range query; None for a
-        store that keeps no index (:mod:`checkpoint.job_index`)."""
+        store that keeps no index (:mod:`checkpoint.catalogue.job_index`)."""
         budget = retries.given(budget, self._clock)
         self._ensure(budget)
         return self._index.read(budget)

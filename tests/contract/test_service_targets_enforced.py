@@ -1,6 +1,6 @@
-"""Azure's record limits, refused alike by every backend (Azurite alone is laxer).
+"""Azure's service targets for records, refused alike by every backend (Azurite alone is laxer).
 
-Queue and blob limits are tested with their stores; these are the Table service's: keys,
+Queue and blob targets are tested with their stores; these are the Table service's: keys,
 property names, values and sizes, batch sizes. A refused write must leave nothing behind.
 """
 
@@ -11,7 +11,7 @@ from datetime import UTC, datetime
 import pytest
 
 from checkpoint.errors import InvalidRequest, TooLarge
-from checkpoint.limits import (
+from checkpoint.service_targets import (
     MAX_ENTITY_BYTES,
     MAX_KEY_BYTES,
     MAX_PROPERTIES,

@@ -1,7 +1,10 @@
-"""Azure Storage's names, limits and value rules, checked in one place for every backend.
+"""Azure Storage's service targets: its names, sizes and value rules, checked in one place
+for every backend.
 
-Azurite is laxer than Azure in places (it accepts more than 252 properties, answers 500
-to a ``/`` in a RowKey) and the embedded backend has no limits of its own, so both
+Called service targets (Azure's "scalability and performance targets"), never limits:
+a limit is the user's (``runner limit``). Azurite is laxer than
+Azure in places (it accepts more than 252 properties, answers 500 to a ``/`` in a
+RowKey) and the embedded backend checks nothing of its own, so both
 backends call these checks before each request and refuse the same input with the same
 :class:`~checkpoint.errors.InvalidRequest` or :class:`~checkpoint.errors.TooLarge`. Figures are
 Azure's published targets; sizes of strings are counted as Azure counts them, in UTF-16.

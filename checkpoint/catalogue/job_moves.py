@@ -1,5 +1,5 @@
 """A job's changes of state and its record's deletion, each in one atomic batch with the
-index rows that follow it (:mod:`checkpoint.job_index`).
+index rows that follow it (:mod:`checkpoint.catalogue.job_index`).
 
 The job record is written on the ETag its writer read, the counts row on the ETag it
 was last read with. A batch refused for the counts row alone (another job ended
@@ -15,8 +15,15 @@ from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
 from checkpoint import layout, metering, settle
+from checkpoint.catalogue.job_index import (
+    COUNTS_ROW,
+    INDEXED,
+    IndexRows,
+    index_ops,
+    merged,
+    reopened,
+)
 from checkpoint.errors import BatchFailed, Conflict, NotFound
-from checkpoint.job_index import COUNTS_ROW, INDEXED, IndexRows, index_ops, merged, reopened
 from checkpoint.records import JobRecord, JobState
 from checkpoint.retries import TRANSIENT, Budget
 from checkpoint.settle import token_of

@@ -1,4 +1,4 @@
-"""Pages of a job's chunks on every backend (checkpoint/chunk_pages.py): a range of
+"""Pages of a job's chunks on every backend (checkpoint/tasks/chunk_pages.py): a range of
 indices in index order, or the chunks in one state shard by shard from a cursor, each
 at a number of queries, and rows read, that does not grow with the job."""
 
@@ -13,11 +13,17 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from checkpoint import layout
-from checkpoint.chunk_pages import MAX_PAGE_CHUNKS, ChunkCursor, ChunkPage, ChunkPages, shard_ranges
 from checkpoint.errors import BadRecord, ConfigurationError
 from checkpoint.records import TaskRecord
 from checkpoint.storage import ANY_ETAG, Record, RecordStore
 from checkpoint.store import CheckpointStore
+from checkpoint.tasks.chunk_pages import (
+    MAX_PAGE_CHUNKS,
+    ChunkCursor,
+    ChunkPage,
+    ChunkPages,
+    shard_ranges,
+)
 from tests.backends import Backend
 
 

@@ -8,7 +8,7 @@ Its rows sort after every job id (``~`` follows each character a job id may hold
 - ``~counts``: how many jobs ended in each ended state, and the last few that ended.
 
 Each is written in the same atomic batch as the job record whose state it follows (see
-:class:`checkpoint.job_records.JobRecords`), so whatever fails, the rows and the records
+:class:`checkpoint.catalogue.job_records.JobRecords`), so whatever fails, the rows and the records
 agree: a batch applied with its answer lost is recognised by the job record's writer
 token, and nothing is counted twice. The counts row is written on its ETag: two jobs
 ending at once each read it again after losing the race, never a job's own conflict.

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from checkpoint import layout
+from checkpoint.catalogue.job_index import COUNTS_ROW, INDEXED, JobIndex, active_row, zero_counts
 from checkpoint.errors import (
     AlreadyExists,
     BadRecord,
@@ -22,7 +23,6 @@ from checkpoint.errors import (
     NotFound,
     Unavailable,
 )
-from checkpoint.job_index import COUNTS_ROW, INDEXED, JobIndex, active_row, zero_counts
 from checkpoint.records import ENDED_JOB_STATES
 from checkpoint.storage import Record, RecordStore, Storage
 from checkpoint.store import CheckpointStore

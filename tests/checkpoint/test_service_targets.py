@@ -6,7 +6,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from checkpoint import limits
+from checkpoint import service_targets
 from checkpoint.errors import InvalidRequest, TooLarge
 
 UTC = UTC
@@ -16,9 +16,9 @@ UTC = UTC
 def test_good_queue_names(name):
     if len(name) < 3:
         with pytest.raises(InvalidRequest):
-            limits.check_queue_name(name)
+            service_targets.check_queue_name(name)
     else:
-        assert limits.check_queue_name(name) == name
+        assert service_targets.check_queue_name(name) == name
 
 
 @pytest.mark.parametrize(
@@ -26,9 +26,9 @@ def test_good_queue_names(name):
 )
 def test_bad_queue_and_container_names(name):
     with pytest.raises(InvalidRequest, match="invalid queue name"):
-        limits.check_queue_name(name)
+        service_targets.check_queue_name(name)
     with pytest.raises(InvalidRequest, match="invalid container name"):
-        limits.check_container_name(name)
+        service_targets.check_container_name(name)
 
 
 @pytest.mark.parametrize(
@@ -44,10 +44,10 @@ def test_bad_queue_and_container_names(name):
 )
 def test_table_names(name, good):
     if good:
-        assert limits.check_table_name(name) == name
+        assert service_targets.check_table_name(name) == name
     else:
         with pytest.raises(InvalidRequest, match="invalid table name"):
-            limits.check_table_name(name)
+            service_targets.check_table_name(name)
 
 
 @pytest.mark.parametrize(
@@ -62,7 +62,7 @@ def test_table_names(name, good):
     ],
 )
 def test_good_blob_names(name):
-    assert limits.check_blob_name(name) == name
+    assert service_targets.check_blob_name(name) == name
 
 
 @pytest.mark.parametrize(
@@ -82,57 +82,59 @@ def test_good_blob_names(name):
 )
 def test_bad_blob_names(name):
     with pytest.raises(InvalidRequest, match="invalid blob name"):
-        limits.check_blob_name(name)
+        service_targets.check_blob_name(name)
 
 
 def test_message_body_limit_is_48_kib_raw():
-    assert len(limits.check_message_body(b"x" * limits.MAX_MESSAGE_BYTES)) == 49_152
+    assert (
+        len(service_targets.check_message_body(b"x" * service_targets.MAX_MESSAGE_BYTES)) == 49_152
+    )
     with pytest.raises(TooLarge) as caught:
-        limits.check_message_body(b"x" * (limits.MAX_MESSAGE_BYTES + 1))
+        service_targets.check_message_body(b"x" * (service_targets.MAX_MESSAGE_BYTES + 1))
     assert (caught.value.status, caught.value.code) == (413, "RequestBodyTooLarge")
     with pytest.raises(InvalidRequest, match="bytes, not str"):
-        limits.check_message_body("text")  # type: ignore[arg-type]
+        service_targets.check_message_body("text")  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize("ttl, delay, expected", [(None, 0, 604_800), (-1, 5, -1), (10, 5, 10)])
 def test_ttl_accepted(ttl, delay, expected):
-    assert limits.check_ttl(ttl, delay) == expected
+    assert service_targets.check_ttl(ttl, delay) == expected
 
 
 @pytest.mark.parametrize("ttl, delay", [(0, 0), (-2, 0), (5, 5), (1.5, 0), (True, 0)])
 def test_ttl_refused(ttl, delay):
     with pytest.raises(InvalidRequest, match="ttl_seconds"):
-        limits.check_ttl(ttl, delay)
+        service_targets.check_ttl(ttl, delay)
 
 
 @pytest.mark.parametrize("value", [-1, 604_801, 1.5, True, "3"])
 def test_visibility_out_of_range(value):
     with pytest.raises(InvalidRequest, match="visibility_seconds must be a whole number"):
-        limits.check_whole(value, "visibility_seconds", 0)
+        service_targets.check_whole(value, "visibility_seconds", 0)
 
 
 def test_max_messages_is_1_to_32():
-    assert limits.check_max_messages(32) == 32
+    assert service_targets.check_max_messages(32) == 32
     for bad in (0, 33):
         with pytest.raises(InvalidRequest, match="max_messages must be a whole number of messages"):
-            limits.check_max_messages(bad)
+            service_targets.check_max_messages(bad)
 
 
 @pytest.mark.parametrize("key", ["a/b", "a\\b", "a#b", "a?b", "a\x00b", "a\x7fb", "a\x85b"])
 def test_forbidden_key_characters(key):
     with pytest.raises(InvalidRequest, match="forbids"):
-        limits.check_key(key, "RowKey")
+        service_targets.check_key(key, "RowKey")
 
 
 def test_key_size_counts_utf16_bytes():
-    assert limits.check_key("k" * 512, "RowKey")
+    assert service_targets.check_key("k" * 512, "RowKey")
     with pytest.raises(TooLarge):
-        limits.check_key("k" * 513, "RowKey")
+        service_targets.check_key("k" * 513, "RowKey")
 
 
 def test_entity_size_formula_matches_azure():
     # 4 + keys (2 chars each, UTF-16) + per property 8 + name + value.
-    size = limits.check_entity(
+    size = service_targets.check_entity(
         "pk",
         "rk",
         {
@@ -160,34 +162,34 @@ def test_entity_size_formula_matches_azure():
 
 
 def test_string_property_limit_is_64_kib_in_utf16():
-    limits.check_entity("p", "r", {"s": "x" * 32_768})
+    service_targets.check_entity("p", "r", {"s": "x" * 32_768})
     with pytest.raises(TooLarge, match="over the 65,536-byte limit") as caught:
-        limits.check_entity("p", "r", {"s": "x" * 32_769})
+        service_targets.check_entity("p", "r", {"s": "x" * 32_769})
     assert caught.value.code == "PropertyValueTooLarge"
 
 
 def test_binary_property_limit_is_64_kib():
-    limits.check_entity("p", "r", {"b": b"x" * 65_536})
+    service_targets.check_entity("p", "r", {"b": b"x" * 65_536})
     with pytest.raises(TooLarge):
-        limits.check_entity("p", "r", {"b": b"x" * 65_537})
+        service_targets.check_entity("p", "r", {"b": b"x" * 65_537})
 
 
 def test_entity_limit_is_1_mib():
     near = {f"p{i}": b"x" * 60_000 for i in range(17)}
-    limits.check_entity("p", "r", near)
+    service_targets.check_entity("p", "r", near)
     near["p17"] = b"x" * 60_000
     with pytest.raises(TooLarge, match="entity limit") as caught:
-        limits.check_entity("p", "r", near)
+        service_targets.check_entity("p", "r", near)
     assert caught.value.code == "EntityTooLarge"
 
 
 def test_property_count_limit_ignores_none():
     props: dict[str, object] = {f"p{i}": i for i in range(252)}
     props["absent"] = None
-    limits.check_entity("p", "r", props)
+    service_targets.check_entity("p", "r", props)
     props["one_more"] = 1
     with pytest.raises(InvalidRequest, match="over Azure's 252"):
-        limits.check_entity("p", "r", props)
+        service_targets.check_entity("p", "r", props)
 
 
 @pytest.mark.parametrize(
@@ -195,7 +197,7 @@ def test_property_count_limit_ignores_none():
 )
 def test_bad_property_names(name):
     with pytest.raises(InvalidRequest, match="invalid property name"):
-        limits.check_entity("p", "r", {name: 1})
+        service_targets.check_entity("p", "r", {name: 1})
 
 
 @pytest.mark.parametrize(
@@ -208,26 +210,26 @@ def test_bad_property_names(name):
 )
 def test_bad_property_values(value, fragment):
     with pytest.raises(InvalidRequest, match=fragment):
-        limits.check_entity("p", "r", {"v": value})
+        service_targets.check_entity("p", "r", {"v": value})
 
 
 def test_batch_bounds_and_distinct_rows():
-    limits.check_batch([str(i) for i in range(100)], [10] * 100)
+    service_targets.check_batch([str(i) for i in range(100)], [10] * 100)
     with pytest.raises(InvalidRequest, match="1 to 100"):
-        limits.check_batch([str(i) for i in range(101)], [10] * 101)
+        service_targets.check_batch([str(i) for i in range(101)], [10] * 101)
     with pytest.raises(InvalidRequest, match="1 to 100"):
-        limits.check_batch([], [])
+        service_targets.check_batch([], [])
     with pytest.raises(InvalidRequest, match="only once"):
-        limits.check_batch(["a", "a"], [1, 1])
+        service_targets.check_batch(["a", "a"], [1, 1])
     with pytest.raises(TooLarge):
-        limits.check_batch(["a", "b", "c", "d", "e"], [1024 * 1024] * 5)
+        service_targets.check_batch(["a", "b", "c", "d", "e"], [1024 * 1024] * 5)
 
 
 def test_keys_and_property_names_must_be_strings():
     with pytest.raises(InvalidRequest, match="RowKey must be a string, not int"):
-        limits.check_entity("p", 7, {})  # type: ignore[arg-type]
+        service_targets.check_entity("p", 7, {})  # type: ignore[arg-type]
     with pytest.raises(InvalidRequest, match="invalid property name"):
-        limits.check_entity("p", "r", {1: "x"})  # type: ignore[dict-item]
+        service_targets.check_entity("p", "r", {1: "x"})  # type: ignore[dict-item]
 
 
 def test_a_subclass_of_a_stored_type_is_sized_and_checked_as_its_base():
@@ -243,8 +245,10 @@ def test_a_subclass_of_a_stored_type_is_sized_and_checked_as_its_base():
     class Raw(bytes):
         pass
 
-    plain = limits.check_entity("p", "r", {"name": "abc", "count": 3, "ratio": 0.5, "raw": b"x"})
+    plain = service_targets.check_entity(
+        "p", "r", {"name": "abc", "count": 3, "ratio": 0.5, "raw": b"x"}
+    )
     subclassed = {"name": Name("abc"), "count": Count(3), "ratio": Ratio(0.5), "raw": Raw(b"x")}
-    assert limits.check_entity("p", "r", subclassed) == plain
+    assert service_targets.check_entity("p", "r", subclassed) == plain
     with pytest.raises(InvalidRequest, match="64 bits"):
-        limits.check_entity("p", "r", {"count": Count(2**63)})
+        service_targets.check_entity("p", "r", {"count": Count(2**63)})

@@ -15,12 +15,12 @@ from typing import Any
 
 from checkpoint import layout, retries
 from checkpoint.clock import Clock
-from checkpoint.counting import COUNTED_ON, COUNTERS, counts_of
 from checkpoint.errors import BadRecord, NotFound
 from checkpoint.records import CONTROL_KINDS, OUTPUTS, TASK_STATES, TaskKind, TaskRecord
 from checkpoint.retries import Budget
 from checkpoint.storage import Record, Storage, Where
-from checkpoint.task_records import task_keys
+from checkpoint.tasks.counting import COUNTED_ON, COUNTERS, counts_of
+from checkpoint.tasks.task_records import task_keys
 from checkpoint.values import Values
 
 #: Rows read per query page (each page is retried on its own). A scan of a job's chunks

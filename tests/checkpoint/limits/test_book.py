@@ -1,5 +1,5 @@
-"""Shared limits in the store (checkpoint.quotas): a token bucket's arithmetic on a fake
-clock, slots with holders that expire, compare-and-swap between two takers, and writes
+"""Shared limits in the store (checkpoint.limits.book): a token bucket's arithmetic on a fake
+clock, slots with takers whose keep expires, compare-and-swap between two takers, and writes
 applied with their answer lost, on both backends."""
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ import pytest
 from checkpoint import layout
 from checkpoint.clock import FakeClock
 from checkpoint.errors import BadRecord
-from checkpoint.quota_records import BY_HAND, Bucket
-from checkpoint.quotas import RATE_ROW, RECENT, RECENT_WRITES, RUNNING_ROW, QuotaBook, Taken
-from checkpoint.rates import parse_rate
+from checkpoint.limits.book import RATE_ROW, RECENT, RECENT_WRITES, RUNNING_ROW, LimitBook, Taken
+from checkpoint.limits.rates import parse_rate
+from checkpoint.limits.rows import BY_HAND, Bucket
 from checkpoint.retries import Budget
 from checkpoint.store import CheckpointStore
 from checkpoint.testing.faults import Fault, FaultPlan, FaultyStorage, ScriptedFaults
@@ -26,23 +26,23 @@ LEASE = 30.0
 
 
 class Limits:
-    """A QuotaBook on a backend, on a clock of its own (the bucket's arithmetic runs on
+    """A LimitBook on a backend, on a clock of its own (the bucket's arithmetic runs on
     the worker's clock, whatever the backend), and a fresh limit name."""
 
     def __init__(self, backend: Backend):
         self.backend = backend
         self.clock = FakeClock()
         CheckpointStore(backend.storage, self.clock).ensure()
-        self.book = QuotaBook(backend.storage.records, self.clock)
+        self.book = LimitBook(backend.storage.records, self.clock)
         self.name = f"l-{uuid.uuid4().hex[:10]}"
 
     def budget(self) -> Budget:
         return CheckpointStore(self.backend.storage, self.clock).budget()
 
-    def over(self, plan: FaultPlan) -> QuotaBook:
+    def over(self, plan: FaultPlan) -> LimitBook:
         """The same book over storage that fails or races as ``plan`` says."""
         faulty = FaultyStorage(self.backend.storage, plan, sleep=self.clock.sleep).storage
-        return QuotaBook(faulty.records, self.clock)
+        return LimitBook(faulty.records, self.clock)
 
     def row(self, row: str) -> dict[str, object]:
         found = self.backend.storage.records.get(layout.LIMITS_TABLE, self.name, row)
@@ -98,7 +98,7 @@ def test_a_clock_behind_the_last_refill_adds_nothing_and_never_moves_it_back():
 def test_a_name_without_records_has_no_limit(limits: Limits):
     assert limits.book.take_tokens(limits.name, 3, limits.budget()) is None
     assert limits.book.take_slots(limits.name, "w1", 3, LEASE, limits.budget()) is None
-    assert limits.book.hold_slots(limits.name, "w1", 3, LEASE, limits.budget()) == 0
+    assert limits.book.keep_slots(limits.name, "w1", 3, LEASE, limits.budget()) == 0
 
 
 def test_two_takers_racing_on_one_bucket_never_take_more_than_it_holds(limits: Limits):
@@ -154,35 +154,48 @@ def test_an_applied_take_is_recognised_even_after_another_workers_write(limits: 
     assert 1 < len(recent) <= RECENT_WRITES
 
 
-def test_slots_are_shared_up_to_max_running_and_released_by_their_holder(limits: Limits):
+def test_slots_are_shared_up_to_max_running_and_released_by_their_taker(limits: Limits):
     book, name, budget = limits.book, limits.name, limits.budget()
     book.define_running(name, 5, SOURCE, budget)
     assert book.take_slots(name, "w1", 3, LEASE, budget) == Taken(3)
     assert book.take_slots(name, "w2", 3, LEASE, budget) == Taken(2)
     assert book.take_slots(name, "w2", 1, LEASE, budget) == Taken(0)
-    assert book.hold_slots(name, "w1", 1, LEASE, budget) == 1  # w1 released two
+    assert book.keep_slots(name, "w1", 1, LEASE, budget) == 1  # w1 released two
     assert book.take_slots(name, "w2", 4, LEASE, budget) == Taken(2)
     running = book.get(name, budget).running
     assert running is not None and running.in_use(limits.clock.now()) == 5
-    assert book.hold_slots(name, "w2", 0, LEASE, budget) == 0
+    assert book.keep_slots(name, "w2", 0, LEASE, budget) == 0
     running = book.get(name, budget).running
-    assert running is not None and set(running.holders) == {"w1"}
+    assert running is not None and set(running.takers) == {"w1"}
 
 
-def test_a_dead_holders_slots_free_up_once_its_lease_passes_unless_renewed(limits: Limits):
+def test_a_dead_takers_slots_free_up_once_its_lease_passes_unless_kept(limits: Limits):
     book, name, budget = limits.book, limits.name, limits.budget()
     book.define_running(name, 2, SOURCE, budget)
     assert book.take_slots(name, "dead", 1, LEASE, budget) == Taken(1)
     assert book.take_slots(name, "alive", 1, LEASE, budget) == Taken(1)
     limits.clock.advance(LEASE * 0.7)
-    assert book.hold_slots(name, "alive", 1, LEASE, budget) == 1  # renewed
+    assert book.keep_slots(name, "alive", 1, LEASE, budget) == 1  # renewed
     assert book.take_slots(name, "new", 1, LEASE, budget) == Taken(0)
     limits.clock.advance(LEASE * 0.7)  # past the dead one's expiry, not the renewed one's
     assert book.take_slots(name, "new", 2, LEASE, budget) == Taken(1)
-    # A holder whose entry lapsed gets back only what is free.
+    # A taker whose entry lapsed gets back only what is free.
     limits.clock.advance(LEASE * 2)
     book.take_slots(name, "new", 2, LEASE, budget)
-    assert book.hold_slots(name, "alive", 1, LEASE, budget) == 0
+    assert book.keep_slots(name, "alive", 1, LEASE, budget) == 0
+
+
+def test_a_running_row_keeps_its_stored_names_whatever_the_code_calls_them(limits: Limits):
+    # Workers of an older release read and write the same row: Slots.takers is stored
+    # as "holders" (worker id to [count, expiry]), byte for byte as before the rename.
+    book, name, budget = limits.book, limits.name, limits.budget()
+    book.define_running(name, 2, SOURCE, budget)
+    book.take_slots(name, "w1", 1, LEASE, budget)
+    row = limits.row(RUNNING_ROW)
+    expiry = (limits.clock.now() + timedelta(seconds=LEASE)).timestamp()
+    assert row["holders"] == f'{{"w1": [1, {expiry}]}}'
+    assert {"kind", "max_running", "holders", "source"} <= set(row)
+    assert "takers" not in row
 
 
 def test_a_slot_take_applied_with_its_answer_lost_counts_once(limits: Limits):
@@ -191,7 +204,7 @@ def test_a_slot_take_applied_with_its_answer_lost_counts_once(limits: Limits):
     taken = limits.over(faults).take_slots(limits.name, "w1", 3, LEASE, limits.budget())
     assert taken == Taken(3) and faults.pending == []
     running = limits.book.get(limits.name, limits.budget()).running
-    assert running is not None and running.holders["w1"][0] == 3
+    assert running is not None and running.takers["w1"][0] == 3
 
 
 def test_a_class_value_creates_and_updates_its_own_limit_but_never_one_set_by_hand(
@@ -223,7 +236,7 @@ def test_a_class_value_creates_and_updates_its_own_limit_but_never_one_set_by_ha
 
 def test_a_running_limit_set_by_hand_for_a_new_name_starts_with_no_holders(limits: Limits):
     slots = limits.book.set_running(limits.name, 3, limits.budget())
-    assert (slots.max_running, slots.holders, slots.source) == (3, {}, BY_HAND)
+    assert (slots.max_running, slots.takers, slots.source) == (3, {}, BY_HAND)
     bucket = limits.book.set_rate(limits.name, parse_rate("4/s"), limits.budget())
     assert bucket.tokens == 4.0
 

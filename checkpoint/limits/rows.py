@@ -1,13 +1,13 @@
 """The two kinds of shared limit as records: a token bucket and a set of running slots.
 
 Both are pure values: what a record says, and the arithmetic of taking from it at a
-given time. :mod:`checkpoint.quotas` reads and writes them with compare-and-swap.
+given time. :mod:`checkpoint.limits.book` reads and writes them with compare-and-swap.
 
 Times are wall-clock UTC of whichever worker wrote last. Clock skew between machines
 only shifts refills: a bucket's ``refilled_on`` never moves back, so a worker whose
 clock is behind sees no new tokens until its clock passes the last refill, and the
 tokens added over a long run follow the fastest clock's elapsed time (exact to the
-skew, never more than one burst). A slot holder's expiry is judged by the reader's
+skew, never more than one burst). A slot taker's expiry is judged by the reader's
 clock, so skew must stay well under a lease (NTP keeps it to milliseconds).
 """
 
@@ -18,7 +18,7 @@ import math
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 
-from checkpoint.rates import Rate, parse_rate
+from checkpoint.limits.rates import Rate, parse_rate
 from checkpoint.records import Properties
 from checkpoint.storage import PropertyValue, Record
 
@@ -84,39 +84,40 @@ class Bucket:
 
 @dataclass(frozen=True)
 class Slots:
-    """At most ``max_running`` held at once: ``holders`` maps a worker id to how many it
-    holds and until when (its expiry, renewed by the worker while it holds them)."""
+    """At most ``max_running`` taken at once: ``takers`` maps a worker id to how many it
+    has taken and until when (their expiry, put off by the worker while it keeps them).
+    Stored as the property ``holders``, its name at rest since the first release."""
 
     name: str
     max_running: int
     source: str
-    holders: dict[str, tuple[int, datetime]] = field(default_factory=dict)
+    takers: dict[str, tuple[int, datetime]] = field(default_factory=dict)
 
     def live(self, now: datetime) -> Slots:
-        """Without holders whose expiry passed (a worker that died frees its slots)."""
-        alive = {who: held for who, held in self.holders.items() if held[1] > now}
-        return replace(self, holders=alive)
+        """Without takers whose expiry passed (a worker that died frees its slots)."""
+        alive = {who: taken for who, taken in self.takers.items() if taken[1] > now}
+        return replace(self, takers=alive)
 
     def in_use(self, now: datetime) -> int:
-        return sum(count for count, _ in self.live(now).holders.values())
+        return sum(count for count, _ in self.live(now).takers.values())
 
-    def held_by(self, worker: str, now: datetime) -> int:
-        return self.live(now).holders.get(worker, (0, now))[0]
+    def taken_by(self, worker: str, now: datetime) -> int:
+        return self.live(now).takers.get(worker, (0, now))[0]
 
-    def holding(self, worker: str, count: int, now: datetime, lease_seconds: float) -> Slots:
-        """``worker`` holding ``count`` (none: removed) until a lease from ``now``."""
-        holders = dict(self.live(now).holders)
-        holders.pop(worker, None)
+    def kept(self, worker: str, count: int, now: datetime, lease_seconds: float) -> Slots:
+        """``worker`` keeping ``count`` (none: removed) until a lease from ``now``."""
+        takers = dict(self.live(now).takers)
+        takers.pop(worker, None)
         if count > 0:
-            holders[worker] = (count, now + timedelta(seconds=lease_seconds))
-        return replace(self, holders=holders)
+            takers[worker] = (count, now + timedelta(seconds=lease_seconds))
+        return replace(self, takers=takers)
 
     def properties(self) -> dict[str, PropertyValue]:
-        holders = {who: [count, until.timestamp()] for who, (count, until) in self.holders.items()}
+        takers = {who: [count, until.timestamp()] for who, (count, until) in self.takers.items()}
         return {
             "kind": "running",
             "max_running": self.max_running,
-            "holders": json.dumps(holders, sort_keys=True),
+            "holders": json.dumps(takers, sort_keys=True),
             "source": self.source,
         }
 
@@ -126,10 +127,10 @@ class Slots:
         max_running = p.count("max_running", required=True)
         try:
             raw = json.loads(p.text("holders") or "{}")
-            holders = {
+            takers = {
                 str(who): (int(count), datetime.fromtimestamp(float(until), tz=UTC))
                 for who, (count, until) in raw.items()
             }
         except (ValueError, TypeError, AttributeError) as bad:
             raise p.bad(f"holders cannot be read: {bad}") from bad
-        return cls(name, max_running, p.text("source"), holders)
+        return cls(name, max_running, p.text("source"), takers)
