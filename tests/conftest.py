@@ -58,6 +58,16 @@ def azurite() -> Iterator[azurite_process.Azurite]:
     yield from started_azurite()
 
 
+@pytest.fixture(scope="module")
+def own_azurite() -> Iterator[azurite_process.Azurite]:
+    """A private Azurite for one module, which takes it as its ``azurite`` (a fixture of
+    that name in the module, returning this one): a module whose views list the store's
+    jobs. Such a listing reads every active job in full, and the session's Azurite holds
+    every other test's by then: hundreds late in a run, a test of a few seconds alone
+    taking minutes. Starting one costs about 2 s."""
+    yield from started_azurite()
+
+
 # --------------------------------------------------------------------------- Spark cluster
 
 #: The fixtures of the shared loopback Spark cluster (tests/shared_cluster.py).

@@ -38,6 +38,14 @@ from tests.e2e.processes import ROOT
 from tests.planted_secrets import PLANTED, REFUSED
 from tests.runner.cli.invoke import ENTRY, run_runner
 
+
+@pytest.fixture(scope="module")
+def azurite(own_azurite: Azurite) -> Azurite:
+    """This module's own Azurite (tests/conftest.py ``own_azurite``):
+    the views list every active job of the store, each read in full."""
+    return own_azurite
+
+
 #: Every command, with the arguments it needs (the location is added to each).
 COMMANDS = [
     ["check"],
