@@ -58,6 +58,16 @@ def azurite() -> Iterator[azurite_process.Azurite]:
     yield from started_azurite()
 
 
+@pytest.fixture(scope="module")
+def own_azurite() -> Iterator[azurite_process.Azurite]:
+    """A private Azurite for one module, which takes it as its ``azurite`` (a fixture of
+    that name in the module, returning this one): a module whose views list the store's
+    jobs. Such a listing reads every active job in full, and the session's Azurite holds
+    every other test's by then: hundreds late in a run, a test of a few seconds alone
+    taking minutes. Starting one costs about 2 s."""
+    yield from started_azurite()
+
+
 # --------------------------------------------------------------------------- Spark cluster
 
 #: The fixtures of the shared loopback Spark cluster (tests/shared_cluster.py).
@@ -215,15 +225,28 @@ def backend(request: pytest.FixtureRequest, tmp_path) -> Iterator[Backend]:
         storage.close()
 
 
+#: Modules far longer than the others whose tests make nothing once per module: each
+#: test function (its parametrised cases together) is a unit of its own, spread over
+#: the workers. As one unit, tests/runner/worker/test_feed.py alone kept a worker busy
+#: for 14 minutes of a loaded run (-n 2, runner/worker with checkpoint, contract and
+#: project: 850 s of 2,658 s).
+SPREAD_MODULES = frozenset({"tests/runner/worker/test_feed.py"})
+
+
 class ModuleGroupScheduling(LoadScopeScheduling):  # type: ignore[misc]  # xdist is untyped
     """xdist's ``loadfile`` with the modules of :data:`SPARK_MODULES` joined into one
-    unit: a module's fixtures (a demo run, a Spark session) are made once, on one
-    worker, and all the Spark work runs one module at a time. The units go out in the
-    order of the run (``--no-loadscope-reorder``), the Spark unit first."""
+    unit (those of :data:`SPREAD_MODULES` split by test function): a module's fixtures
+    (a demo run, a Spark session) are made once, on one worker, and all the Spark work
+    runs one module at a time. The units go out in the order of the run
+    (``--no-loadscope-reorder``), the Spark unit first."""
 
     def _split_scope(self, nodeid: str) -> str:
         module = nodeid.split("::", 1)[0]
-        return SPARK_GROUP if module in SPARK_MODULES else module
+        if module in SPARK_MODULES:
+            return SPARK_GROUP
+        if module in SPREAD_MODULES:
+            return nodeid.split("[", 1)[0]
+        return module
 
 
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> ModuleGroupScheduling:

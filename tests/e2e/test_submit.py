@@ -11,9 +11,19 @@ from collections import Counter
 import pytest
 
 from checkpoint.errors import NotFound
+from tests.azurite import Azurite
 from tests.e2e.harness import Cluster
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]
+
+
+@pytest.fixture(scope="module")
+def azurite(own_azurite: Azurite) -> Azurite:
+    """This module's own Azurite (tests/conftest.py ``own_azurite``): a status lists the
+    store's planning jobs, each read in full, and the session's holds every other test's;
+    the delay's half-way look must come back well inside the delay."""
+    return own_azurite
+
 
 #: Long enough that a slow `runner submit` (seconds, on a loaded machine) still leaves
 #: the half-way look inside the delay.

@@ -32,7 +32,16 @@ from runner.cli import commands as cli
 from runner.cli.json_form import user_value, utc
 from runner.cli.render import render_report
 from runner.cli.status import REPORT_COLUMNS, failure_report
+from tests.azurite import Azurite
 from tests.runner.world import Verdicts, World
+
+
+@pytest.fixture(scope="module")
+def azurite(own_azurite: Azurite) -> Azurite:
+    """This module's own Azurite (tests/conftest.py ``own_azurite``):
+    ``status --json`` reads every active job of its store in full."""
+    return own_azurite
+
 
 SNAKE_CASE = re.compile(r"[a-z][a-z0-9]*(?:_[a-z0-9]+)*")
 UTC_TIME = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{6}Z")

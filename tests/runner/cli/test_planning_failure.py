@@ -4,12 +4,21 @@ the job failed in planning, with the error's one line; never ``0/0+ (planning) d
 
 from __future__ import annotations
 
+import pytest
 from starlette.testclient import TestClient
 
 from runner.cli.dashboard.app import DashboardSettings, build_app
 from runner.cli.render import render_status
 from runner.cli.snapshot import read_report
+from tests.azurite import Azurite
 from tests.runner.world import World
+
+
+@pytest.fixture(scope="module")
+def azurite(own_azurite: Azurite) -> Azurite:
+    """This module's own Azurite (tests/conftest.py ``own_azurite``):
+    its dashboard lists the jobs of the store."""
+    return own_azurite
 
 
 def _status(world: World, job_id: str) -> str:

@@ -26,7 +26,16 @@ from checkpoint.store import CheckpointStore
 from runner.cli.selection import Listing, select_jobs
 from runner.cli.snapshot import read_listed, read_snapshot
 from runner.cli.status_types import JobStatus
+from tests.azurite import Azurite
 from tests.backends import Backend
+
+
+@pytest.fixture(scope="module")
+def azurite(own_azurite: Azurite) -> Azurite:
+    """This module's own Azurite (tests/conftest.py ``own_azurite``):
+    a listing reads every active job of its store in full."""
+    return own_azurite
+
 
 T0 = datetime(2026, 11, 28, 12, tzinfo=UTC)
 _OLDEST = datetime.min.replace(tzinfo=UTC)

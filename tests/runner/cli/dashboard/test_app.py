@@ -32,6 +32,7 @@ from runner.cli.json_form import to_json
 from runner.cli.selection import Listing
 from runner.cli.snapshot import read_report
 from runner.cli.status import poisoned_chunks
+from tests.azurite import Azurite
 from tests.backends import Backend
 from tests.runner.cli.dashboard.stores import (
     POISONED,
@@ -43,6 +44,14 @@ from tests.runner.cli.dashboard.stores import (
     populate,
 )
 from tests.runner.cli.invoke import run_runner
+
+
+@pytest.fixture(scope="module")
+def azurite(own_azurite: Azurite) -> Azurite:
+    """This module's own Azurite (tests/conftest.py ``own_azurite``):
+    its pages list every active job of the store, each read in full."""
+    return own_azurite
+
 
 TOKEN = "s3cret-token-for-tests"
 ESCAPED_SCRIPT = "&lt;script&gt;alert(&#39;owned&#39;)&lt;/script&gt;"
