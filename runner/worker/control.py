@@ -31,9 +31,9 @@ from checkpoint.store import CheckpointStore
 from checkpoint.throttle import CheckpointThrottle
 from jobs.chunk import Takeover
 from jobs.errors import ChunkStopped, JobCancelled, JobDeleted, JobPaused
+from runner.worker.hooks import Checkpoints, Hooks
 from runner.worker.lease import Lease
 from runner.worker.record_changes import TaskChanges
-from runner.worker.recorder import SILENT, Checkpoints
 
 T = TypeVar("T")
 log = logging.getLogger(__name__)
@@ -67,7 +67,7 @@ class TaskControl:
         checkpoints: Checkpoints | None = None,
     ):
         self._store = store
-        self._checkpoints = checkpoints or Checkpoints(SILENT, "", clock)
+        self._checkpoints = checkpoints or Checkpoints(Hooks(), "", clock)
         self.taken_over = taken_over
         self._outputs: dict[str, Any] | None = None  # read from the record when first asked
         #: Why the job stopped wanting this task ("cancelled", "paused"), or None:

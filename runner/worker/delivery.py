@@ -26,6 +26,7 @@ from runner.worker.chunk_finisher import Finisher
 from runner.worker.chunk_times import ChunkTimes
 from runner.worker.heartbeat import RunningTasks
 from runner.worker.holds import HoldWatcher
+from runner.worker.hooks import Hooks
 from runner.worker.job_cache import JobCache
 from runner.worker.job_completion import Completion
 from runner.worker.lease import Lease, LeaseKeeper
@@ -60,8 +61,10 @@ class Context:
     stopping: threading.Event = field(default_factory=threading.Event)
     rng: random.Random = field(default_factory=random.Random)
     running: RunningTasks = field(default_factory=RunningTasks)
-    #: Told what happens (metrics), or silent.
+    #: Told of a lease's renewals and loss (metrics), or silent.
     recorder: Recorder = SILENT
+    #: The concerns hooked on the points of a message's life (:mod:`runner.worker.hooks`).
+    hooks: Hooks = field(default_factory=Hooks)
     #: How long each job type's chunks take here (whether their messages move).
     chunk_times: ChunkTimes = field(default_factory=ChunkTimes)
 

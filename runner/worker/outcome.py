@@ -51,7 +51,9 @@ def succeeded(delivery: Delivery, control: TaskControl, outcome: Any) -> None:
         worker.finisher.add(Ended(task, final, lease, delivery.job.job_type, seconds))
         return
     task = control.write(done, kind.done_values(outcome))
-    log.info(finished_line(task, worker.clock.monotonic() - control.started_at))
+    seconds = worker.clock.monotonic() - control.started_at
+    log.info(finished_line(task, seconds))
+    worker.hooks.succeeded(delivery.job.job_type, task.kind, seconds)
     # Marked done before the message is deleted: a crash in between re-delivers a message
     # that is deleted unrun, after after_done has run again.
     kind.after_done(worker, delivery.job_id, task, delivery.budget(retries.BOOKKEEPING))
@@ -88,7 +90,7 @@ def failed(delivery: Delivery, control: TaskControl, error: BaseException, trace
     except LeaseLost:
         worker.keeper.drop(delivery.lease)
         return
-    worker.recorder.task_failed(delivery.job.job_type, task.kind)
+    worker.hooks.failed(delivery.job.job_type, task.kind)
     worker.keeper.release(delivery.lease, wait)
 
 
@@ -112,7 +114,7 @@ def stopped(
         log.warning("handing back %s %s failed: %s", task.kind, task.index, error)
         keeper.drop(lease)
         return
-    delivery.worker.recorder.task_handed_back(delivery.job.job_type, control.task.kind)
+    delivery.worker.hooks.handed_back(delivery.job.job_type, control.task.kind)
     if then is None:
         keeper.release(lease, 0)
     else:

@@ -17,11 +17,11 @@ from jobs.errors import ChunkStopped, JobCancelled, JobDeleted, JobPaused
 from runner.worker.control import TaskControl
 from runner.worker.delivery import Delivery
 from runner.worker.feed import FeedStep, NextStep, feed_later
+from runner.worker.hooks import Checkpoints
 from runner.worker.logs import TASK_LOGGER
 from runner.worker.observe import resumes, task_running
 from runner.worker.outcome import failed, poison_task, stopped, succeeded
 from runner.worker.parking import park
-from runner.worker.recorder import Checkpoints, attempt
 from runner.worker.takeover import takeover_of
 from runner.worker.task_kinds import kind_of
 from runner.worker.unit_limits import LimitedControl
@@ -44,17 +44,20 @@ def start(
         worker.stopping,
         writer,
         taken_over=takeover_of(before, worker.workers, worker.clock, delivery.budget(retries.READ)),
-        checkpoints=Checkpoints(worker.recorder, delivery.job.job_type, worker.clock),
+        checkpoints=Checkpoints(worker.hooks, delivery.job.job_type, worker.clock),
         admission=worker.admission,
         job_class=delivery.job_class,
     )
     kind_of(claimed.kind).watch_lease(lease, control)
     with (
         task_running(worker.worker_id, worker.running, claimed, before),
-        attempt(worker.recorder, delivery.job.job_type, claimed.kind, resumes(before)),
         worker.holds.watching(delivery.job_id, control),
     ):
-        _execute(delivery, control)
+        worker.hooks.started(delivery.job, control, resumes(before))
+        try:
+            _execute(delivery, control)
+        finally:
+            worker.hooks.left(delivery.job, control)
 
 
 def _execute(delivery: Delivery, control: LimitedControl) -> None:

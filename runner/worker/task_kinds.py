@@ -106,7 +106,7 @@ class Kind:
         planning, feeding or finalize cannot run cannot end well."""
         store, budget = delivery.worker.store, delivery.budget(retries.TASK_WRITE)
         store.write_task(task, changes.properties(), values, token=writer.next(), budget=budget)
-        delivery.worker.recorder.task_poisoned(delivery.job.job_type, self.name)
+        delivery.worker.hooks.poisoned(delivery.job.job_type, self.name)
         error = f"{self.name} poisoned: {reason}"
         set_job(store, delivery.job_id, budget, state="failed", error=error)
 
@@ -201,7 +201,7 @@ class ChunkKind(Kind):
         store.count_chunk(
             task, changes.properties(), values, "poisoned", token=token, budget=budget
         )
-        delivery.worker.recorder.task_poisoned(delivery.job.job_type, self.name)
+        delivery.worker.hooks.poisoned(delivery.job.job_type, self.name)
 
     def after_poisoned(self, worker: Context, job_id: str, index: int, budget: Budget) -> None:
         worker.completion.check(job_id, budget, layout.shard_of(index), poisoned=True)
