@@ -122,7 +122,7 @@ def assemble(
     holds = HoldWatcher(job_cache, clock)
     completion = Completion(store, storage.queues, classes, failed=holds.job_changed)
     # The concerns on the points of a message's life, called in this order.
-    hooks = HookChain(Metrics(recorder))
+    hooks = HookChain(Metrics(recorder), holds)
     return Context(
         store=store,
         queues=storage.queues,

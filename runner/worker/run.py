@@ -49,10 +49,7 @@ def start(
         job_class=delivery.job_class,
     )
     kind_of(claimed.kind).watch_lease(lease, control)
-    with (
-        task_running(worker.worker_id, worker.running, claimed, before),
-        worker.holds.watching(delivery.job_id, control),
-    ):
+    with task_running(worker.worker_id, worker.running, claimed, before):
         worker.hooks.started(delivery.job, control, resumes(before))
         try:
             _execute(delivery, control)

@@ -27,9 +27,9 @@ from checkpoint.store import CheckpointStore
 from checkpoint.testing.faults import FaultyStorage, ScriptedFaults
 from jobs.errors import ChunkStopped
 from runner.worker.control import TaskControl
+from runner.worker.hooks import Hooks
 from runner.worker.lease import Lease, LeaseKeeper
 from runner.worker.outcome import stopped
-from runner.worker.hooks import Hooks
 
 LEASE_SECONDS = 30
 
