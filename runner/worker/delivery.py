@@ -80,14 +80,13 @@ class Delivery:
     task_message: TaskMessage
     job_class: type[ChunkedJob]
     job: JobRecord
+    #: The task message's kind and index, copied: the path reads them at most steps.
+    kind: TaskKind = field(init=False)
+    index: int = field(init=False)
 
-    @property
-    def kind(self) -> TaskKind:
-        return self.task_message.kind
-
-    @property
-    def index(self) -> int:
-        return self.task_message.index
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "kind", self.task_message.kind)
+        object.__setattr__(self, "index", self.task_message.index)
 
     @property
     def job_id(self) -> str:
@@ -104,4 +103,5 @@ class Delivery:
 
     def budget(self, policy: retries.RetryPolicy) -> Budget:
         """Retries of ``policy`` for as long as the message's lease lasts."""
-        return self.lease.budget(policy, self.worker.clock)
+        lease = self.lease
+        return Budget(policy, self.worker.clock, deadline=lambda: lease.visible_at)

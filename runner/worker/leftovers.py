@@ -16,7 +16,7 @@ from checkpoint.records import JobRecord, TaskRecord
 from runner.worker.delivery import Context
 from runner.worker.lease import Lease
 from runner.worker.logs import TASK_LOGGER
-from runner.worker.task_kinds import kind_of
+from runner.worker.task_kinds import KINDS
 
 log = logging.getLogger(TASK_LOGGER)
 
@@ -78,7 +78,7 @@ def _job_now(
     remembered record condemns: it may be of a job deleted and submitted again since.
     """
     budget = lease.budget(retries.READ, worker.clock)
-    fresh = fresh or not kind_of(task_message.kind).trusts_cached_job
+    fresh = fresh or not KINDS[task_message.kind].trusts_cached_job
     try:
         job = worker.job_cache.job(task_message.job_id, budget, fresh=fresh)
         if not fresh and leftover_reason(task_message, job) is not None:

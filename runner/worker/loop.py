@@ -122,7 +122,8 @@ def assemble(
     holds = HoldWatcher(job_cache, clock)
     completion = Completion(store, storage.queues, classes, failed=holds.job_changed)
     # The concerns on the points of a message's life, called in this order.
-    hooks = HookChain(Metrics(recorder), holds)
+    metrics = () if recorder is SILENT else (Metrics(recorder),)  # off: no concern at all
+    hooks = HookChain(*metrics, holds)
     return Context(
         store=store,
         queues=storage.queues,

@@ -11,7 +11,7 @@ from __future__ import annotations
 from checkpoint.records import JobRecord, TaskKind
 from runner.worker.hooks import Hooks, Running
 from runner.worker.recorder import Recorder
-from runner.worker.task_kinds import kind_of
+from runner.worker.task_kinds import KINDS
 
 
 class Metrics(Hooks):
@@ -31,7 +31,7 @@ class Metrics(Hooks):
 
     def succeeded(self, job_type: str, kind: TaskKind, seconds: float) -> None:
         # The recorder's done events are the chunks' (their rate and durations).
-        if kind_of(kind).in_chunk_metrics:
+        if KINDS[kind].in_chunk_metrics:
             self.recorder.chunk_done(job_type, seconds)
 
     def failed(self, job_type: str, kind: TaskKind) -> None:

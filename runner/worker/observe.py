@@ -24,7 +24,7 @@ from checkpoint.errors import BadRecord
 from checkpoint.records import CHECKPOINT_ON, Progress, TaskRecord
 from runner.worker.heartbeat import RunningTasks
 from runner.worker.logs import TASK_LOGGER, TaskIds, task_ids
-from runner.worker.task_kinds import kind_of
+from runner.worker.task_kinds import KINDS
 
 log = logging.getLogger(TASK_LOGGER)
 
@@ -79,4 +79,4 @@ def finished_line(task: TaskRecord, seconds: float) -> str:
 
 
 def task_name(task: TaskRecord) -> str:
-    return kind_of(task.kind).title(task.job_id, task.index)
+    return KINDS[task.kind].title(task.job_id, task.index)

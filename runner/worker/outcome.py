@@ -25,7 +25,7 @@ from runner.worker.delivery import Delivery
 from runner.worker.logs import TASK_LOGGER
 from runner.worker.observe import finished_line
 from runner.worker.record_changes import TaskChanges
-from runner.worker.task_kinds import kind_of
+from runner.worker.task_kinds import KINDS
 from runner.worker.verdict import Verdict, failure_verdict
 
 log = logging.getLogger(TASK_LOGGER)
@@ -34,7 +34,7 @@ log = logging.getLogger(TASK_LOGGER)
 def succeeded(delivery: Delivery, control: TaskControl, outcome: Any) -> None:
     worker, lease = delivery.worker, delivery.lease
     task, done = control.task, TaskChanges(state="done", owner="", done_on=worker.clock.now())
-    kind = kind_of(task.kind)
+    kind = KINDS[task.kind]
     if kind.ends_in_finisher:
         # From here the finisher writes the record: a renewal must not change its ETag.
         task = control.end()
@@ -139,7 +139,7 @@ def poison_task(
     current = control.end() if control else task
     writer = control.writer if control else Writer()
     try:
-        kind_of(task.kind).write_poisoned(delivery, current, changes, values, reason, writer)
+        KINDS[task.kind].write_poisoned(delivery, current, changes, values, reason, writer)
     except (Conflict, NotFound):
         log.warning(
             "%s %s of %s changed while poisoning; left to its owner",
@@ -152,4 +152,4 @@ def poison_task(
     log.error("%s %s of %s poisoned: %s", task.kind, task.index, job_id, reason)
     worker.poison.move(delivery.lease, delivery.message.body, reason, delivery.home_queue)
     budget = delivery.budget(retries.TASK_WRITE)
-    kind_of(task.kind).after_poisoned(worker, job_id, task.index, budget)
+    KINDS[task.kind].after_poisoned(worker, job_id, task.index, budget)

@@ -23,7 +23,7 @@ from runner.worker.observe import resumes, task_running
 from runner.worker.outcome import failed, poison_task, stopped, succeeded
 from runner.worker.parking import park
 from runner.worker.takeover import takeover_of
-from runner.worker.task_kinds import kind_of
+from runner.worker.task_kinds import KINDS
 from runner.worker.unit_limits import LimitedControl
 from runner.worker.verdict import Verdict
 
@@ -48,7 +48,7 @@ def start(
         admission=worker.admission,
         job_class=delivery.job_class,
     )
-    kind_of(claimed.kind).watch_lease(lease, control)
+    KINDS[claimed.kind].watch_lease(lease, control)
     with task_running(worker.worker_id, worker.running, claimed, before):
         worker.hooks.started(delivery.job, control, resumes(before))
         try:
@@ -61,7 +61,7 @@ def _execute(delivery: Delivery, control: LimitedControl) -> None:
     worker, lease, job, task = delivery.worker, delivery.lease, delivery.job, control.task
     after = NextStep(delivery)  # a feed step's next message (runner.worker.feed)
     try:
-        outcome = kind_of(task.kind).run(delivery, control, after)
+        outcome = KINDS[task.kind].run(delivery, control, after)
     except LeaseLost as lost:
         log.warning("%s %s of %s stopped: lease lost (%s)", task.kind, task.index, job.job_id, lost)
         worker.keeper.drop(lease)

@@ -20,6 +20,7 @@ What differs, kind by kind:
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, ClassVar
 
 from checkpoint import layout, retries
@@ -228,11 +229,13 @@ class FinalKind(Kind):
         set_job(worker.store, job_id, budget, state="done", only_from=("running", "finalizing"))
 
 
-_KINDS: dict[str, Kind] = {
+#: The kind each name stands for (the one place a kind's name is looked at): a lookup,
+#: not a call, as the path looks a kind up at most of its steps.
+KINDS: Mapping[str, Kind] = {
     each.name: each for each in (PlanKind(), FeedKind(), ChunkKind(), FinalKind())
 }
 
 
 def kind_of(name: TaskKind) -> Kind:
     """The kind a record or message names (the one place a kind's name is looked at)."""
-    return _KINDS[name]
+    return KINDS[name]

@@ -42,7 +42,7 @@ from runner.worker.leftovers import leftover
 from runner.worker.parking import held_back
 from runner.worker.resume import copy_to_resume, discard, follow
 from runner.worker.run import start
-from runner.worker.task_kinds import kind_of
+from runner.worker.task_kinds import KINDS
 
 
 def hold(worker: Context, queue: str, message: QueueMessage, received_at: float) -> Lease:
@@ -129,7 +129,7 @@ def _job(worker: Context, job_id: str, lease: Lease) -> JobRecord:
 
 def _run_task(delivery: Delivery) -> bool:
     """Decide, claim and run the task; True if it was a chunk that ran."""
-    kind = kind_of(delivery.kind)
+    kind = KINDS[delivery.kind]
     if not kind.takes_slot:
         # Planning and finalize are not chunks: they hold no running slot.
         delivery.worker.admission.ended(delivery.message)
@@ -169,7 +169,7 @@ def _timed(delivery: Delivery, run: Callable[[], None]) -> None:
     clock = delivery.worker.clock
     started = clock.monotonic()
     run()
-    if kind_of(delivery.kind).takes_slot:
+    if KINDS[delivery.kind].takes_slot:
         delivery.worker.chunk_times.observe(
             delivery.job_class.job_type(), clock.monotonic() - started
         )
