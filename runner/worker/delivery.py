@@ -80,13 +80,9 @@ class Delivery:
     task_message: TaskMessage
     job_class: type[ChunkedJob]
     job: JobRecord
-    #: The task message's kind and index, copied: the path reads them at most steps.
-    kind: TaskKind = field(init=False)
-    index: int = field(init=False)
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "kind", self.task_message.kind)
-        object.__setattr__(self, "index", self.task_message.index)
+    #: The task message's kind and index (the path reads them at most steps).
+    kind: TaskKind
+    index: int
 
     @property
     def job_id(self) -> str:

@@ -27,8 +27,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Protocol
 
-from checkpoint.clock import Clock
-from checkpoint.errors import LeaseLost, StorageError
 from checkpoint.records import JobRecord, TaskKind, TaskRecord
 
 #: The points, in the order a message meets them.
@@ -105,23 +103,3 @@ def _in_order(bound: tuple[Callable[..., None], ...]) -> Callable[..., None]:
             hook(*args)
 
     return call
-
-
-class Checkpoints:
-    """The checkpoint writes of one task, timed on ``clock``, each told to ``hooks`` as
-    :meth:`Hooks.checkpointed`."""
-
-    def __init__(self, hooks: Hooks, job_type: str, clock: Clock):
-        self._hooks, self._job_type, self._clock = hooks, job_type, clock
-
-    def write(self, write: Callable[[], None]) -> None:
-        """Make the write; a fenced one is the lease's loss, told as such, not here."""
-        started = self._clock.monotonic()
-        try:
-            write()
-        except LeaseLost:
-            raise
-        except StorageError:
-            self._hooks.checkpointed(self._job_type, self._clock.monotonic() - started, False)
-            raise
-        self._hooks.checkpointed(self._job_type, self._clock.monotonic() - started, True)

@@ -47,7 +47,8 @@ def task_running(
     """
     ids = ids_of(claimed)
     with task_ids(ids, worker_id), running.running(ids):
-        log.info(start_line(claimed, before))
+        if log.isEnabledFor(logging.INFO):  # the line is not made for nobody
+            log.info(start_line(claimed, before))
         yield
 
 

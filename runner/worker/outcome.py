@@ -46,13 +46,15 @@ def succeeded(delivery: Delivery, control: TaskControl, outcome: Any) -> None:
         # CodecError (a result or state that cannot be stored): the attempt failed.
         final = worker.store.final_changes(task, done.properties(), values, token)
         seconds = worker.clock.monotonic() - control.started_at
-        log.info(finished_line(task, seconds))
+        if log.isEnabledFor(logging.INFO):  # the line is not made for nobody
+            log.info(finished_line(task, seconds))
         lease.handed_over = True
         worker.finisher.add(Ended(task, final, lease, delivery.job.job_type, seconds))
         return
     task = control.write(done, kind.done_values(outcome))
     seconds = worker.clock.monotonic() - control.started_at
-    log.info(finished_line(task, seconds))
+    if log.isEnabledFor(logging.INFO):
+        log.info(finished_line(task, seconds))
     worker.hooks.succeeded(delivery.job.job_type, task.kind, seconds)
     # Marked done before the message is deleted: a crash in between re-delivers a message
     # that is deleted unrun, after after_done has run again.

@@ -17,7 +17,6 @@ from jobs.errors import ChunkStopped, JobCancelled, JobDeleted, JobPaused
 from runner.worker.control import TaskControl
 from runner.worker.delivery import Delivery
 from runner.worker.feed import FeedStep, NextStep, feed_later
-from runner.worker.hooks import Checkpoints
 from runner.worker.logs import TASK_LOGGER
 from runner.worker.observe import resumes, task_running
 from runner.worker.outcome import failed, poison_task, stopped, succeeded
@@ -43,14 +42,19 @@ def start(
         delivery.job_class.checkpoint_interval_seconds,
         worker.stopping,
         writer,
-        taken_over=takeover_of(before, worker.workers, worker.clock, delivery.budget(retries.READ)),
-        checkpoints=Checkpoints(worker.hooks, delivery.job.job_type, worker.clock),
+        # A planned claim (``before`` None) takes nothing over.
+        taken_over=None
+        if before is None
+        else takeover_of(before, worker.workers, worker.clock, delivery.budget(retries.READ)),
+        hooks=worker.hooks,
+        job_type=delivery.job.job_type,
         admission=worker.admission,
         job_class=delivery.job_class,
     )
     KINDS[claimed.kind].watch_lease(lease, control)
+    resumed = resumes(before)
     with task_running(worker.worker_id, worker.running, claimed, before):
-        worker.hooks.started(delivery.job, control, resumes(before))
+        worker.hooks.started(delivery.job, control, resumed)
         try:
             _execute(delivery, control)
         finally:
