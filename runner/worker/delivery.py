@@ -31,7 +31,6 @@ from runner.worker.job_cache import JobCache
 from runner.worker.job_completion import Completion
 from runner.worker.lease import Lease, LeaseKeeper
 from runner.worker.poison import PoisonRouter
-from runner.worker.recorder import SILENT, Recorder
 
 
 @dataclass
@@ -61,8 +60,6 @@ class Context:
     stopping: threading.Event = field(default_factory=threading.Event)
     rng: random.Random = field(default_factory=random.Random)
     running: RunningTasks = field(default_factory=RunningTasks)
-    #: Told of a lease's renewals and loss (metrics), or silent.
-    recorder: Recorder = SILENT
     #: The concerns hooked on the points of a message's life (:mod:`runner.worker.hooks`).
     hooks: Hooks = field(default_factory=Hooks)
     #: How long each job type's chunks take here (whether their messages move).

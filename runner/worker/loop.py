@@ -116,7 +116,7 @@ def assemble(
     hold watcher and the finisher are not started: the loop starts them (a test may
     drive them by hand). ``recorder`` is told what happens (metrics)."""
     store = CheckpointStore(storage, clock)
-    keeper = LeaseKeeper(storage.queues, clock)
+    keeper = LeaseKeeper(storage.queues, clock, recorder=recorder)
     classes = {cls.job_type(): cls for cls in job_classes}
     job_cache = JobCache(store, clock)
     holds = HoldWatcher(job_cache, clock)
@@ -139,7 +139,6 @@ def assemble(
         holds=holds,
         admission=Admission(QuotaBook(storage.records, clock), clock, worker_id, job_classes),
         workers=WorkerBook(storage.records),
-        recorder=recorder,
         hooks=hooks,
     )
 

@@ -52,7 +52,6 @@ def hold(worker: Context, queue: str, message: QueueMessage, received_at: float)
         received_at=received_at,
         max_seconds=queue_class.max_chunk_seconds,
         job_type=queue_class.job_type(),
-        recorder=worker.recorder,
     )
 
 
