@@ -22,6 +22,11 @@ step in a module of its own, given the message in hand as one
    chunks the slot hands that to the :class:`~runner.worker.chunk_finisher.Finisher`,
    which does it for many chunks at once. Failure: record the error and make the message
    visible again after a backoff, or poison it on the last attempt.
+
+What is not the message's fate is not written here: metrics and job control (a running
+task told of a cancel or a pause) hook on the named points of its life
+(:mod:`runner.worker.hooks`: started, checkpointed, succeeded, failed, handed back,
+poisoned, left), each one module.
 """
 
 from __future__ import annotations
