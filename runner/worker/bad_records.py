@@ -18,7 +18,7 @@ from runner.worker.job_completion import set_job
 from runner.worker.lease import Lease
 from runner.worker.logs import TASK_LOGGER
 from runner.worker.record_changes import TaskChanges
-from runner.worker.task_kinds import kind_of
+from runner.worker.task_kinds import KINDS
 from runner.worker.verdict import Verdict
 
 log = logging.getLogger(TASK_LOGGER)
@@ -66,7 +66,7 @@ def poison_unreadable(delivery: Delivery, bad: BadRecord) -> None:
     (done or poisoned) was counted then: only its message is poisoned.
     """
     worker, lease, index = delivery.worker, delivery.lease, delivery.index
-    kind = kind_of(delivery.kind)
+    kind = KINDS[delivery.kind]
     reason = str(bad)
     try:
         found = worker.store.task_as_found(delivery.job_id, kind.name, index)

@@ -31,10 +31,10 @@ from checkpoint.errors import BadRecord, StorageError
 from checkpoint.records import TaskRecord
 from checkpoint.retries import Budget
 from checkpoint.store import CheckpointStore
+from runner.worker.hooks import Hooks
 from runner.worker.job_completion import Completion, set_job
 from runner.worker.lease import Lease, LeaseKeeper
 from runner.worker.logs import in_context
-from runner.worker.recorder import SILENT, Recorder
 
 log = logging.getLogger(__name__)
 
@@ -64,7 +64,7 @@ def group_wait(size: int, now: float, opened_at: float, last_added_at: float) ->
 class Ended:
     """A chunk that finished: its record as last written, its final properties
     (:meth:`~checkpoint.store.CheckpointStore.final_changes`), its message's lease, and
-    for the recorder its job type and how long its attempt ran."""
+    for the hooks its job type and how long its attempt ran."""
 
     task: TaskRecord
     final: dict[str, Any]
@@ -83,10 +83,10 @@ class Finisher:
         keeper: LeaseKeeper,
         completion: Completion,
         clock: Clock,
-        recorder: Recorder = SILENT,
+        hooks: Hooks | None = None,
     ):
         self._store = store
-        self._recorder = recorder
+        self._hooks = hooks or Hooks()
         self._keeper = keeper
         self._completion = completion
         self._clock = clock
@@ -246,7 +246,7 @@ class Finisher:
                 self._keeper.drop(ended.lease)
             else:
                 done.append(ended.lease)
-                self._recorder.chunk_done(ended.job_type, ended.ran_seconds)
+                self._hooks.succeeded(ended.job_type, ended.task.kind, ended.ran_seconds)
         if not done:
             return []
         try:

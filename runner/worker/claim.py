@@ -25,7 +25,7 @@ from runner.worker.leftovers import leftover, recorded_for_another
 from runner.worker.logs import TASK_LOGGER
 from runner.worker.outcome import poison_task
 from runner.worker.record_changes import TaskChanges
-from runner.worker.task_kinds import kind_of
+from runner.worker.task_kinds import KINDS
 from runner.worker.verdict import Verdict
 
 log = logging.getLogger(TASK_LOGGER)
@@ -82,7 +82,7 @@ def claimable(delivery: Delivery) -> TaskRecord | None:
         _leave_to_its_holder(delivery, task)
         return None
     why = verdict(delivery, task)
-    if why is not None and kind_of(delivery.kind).waits_while_running and task.state == "running":
+    if why is not None and KINDS[delivery.kind].waits_while_running and task.state == "running":
         _wait_for_the_step(delivery, why)
         return None
     if why is not None:
@@ -99,7 +99,7 @@ def _read_task(delivery: Delivery) -> TaskRecord | None:
     """The task's record (planning's and finalize's recorded if missing); None if it
     cannot be had and the message was dealt with."""
     try:
-        return kind_of(delivery.kind).read(delivery)
+        return KINDS[delivery.kind].read(delivery)
     except NotFound:
         if not leftover(delivery.worker, delivery.task_message, delivery.lease, fresh=True):
             poison_missing(delivery)
@@ -141,7 +141,7 @@ def _delete_unrun(delivery: Delivery, task: TaskRecord, why: Verdict) -> None:
         delivery.job_id,
         why.reason,
     )
-    kind = kind_of(task.kind)
+    kind = KINDS[task.kind]
     if task.state == "done" and not kind.followed_already(delivery.job):
         # The last holder may have died between marking done and what follows it.
         budget = delivery.budget(retries.BOOKKEEPING)

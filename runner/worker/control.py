@@ -9,6 +9,7 @@ wrote the record, the write fails, the lease is marked lost and ``LeaseLost`` is
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 from collections.abc import Callable, Mapping
@@ -31,9 +32,9 @@ from checkpoint.settle import Writer
 from checkpoint.store import CheckpointStore
 from jobs.chunk import Takeover
 from jobs.errors import ChunkStopped, JobCancelled, JobDeleted, JobPaused
+from runner.worker.hooks import Hooks
 from runner.worker.lease import Lease
 from runner.worker.record_changes import TaskChanges
-from runner.worker.recorder import SILENT, Checkpoints
 
 T = TypeVar("T")
 log = logging.getLogger(__name__)
@@ -51,7 +52,8 @@ class TaskControl:
         writer: the claim's writer tokens (its own applied writes are recognised by
             them, so it never mistakes one for another worker's).
         taken_over: the attempt the claim took the task over from, if known.
-        checkpoints: what times and tells the task's checkpoint writes (none: untold).
+        hooks: told of each checkpoint write (:meth:`Hooks.checkpointed`), under
+            ``job_type``.
     """
 
     def __init__(
@@ -64,10 +66,11 @@ class TaskControl:
         worker_stopping: threading.Event,
         writer: Writer | None = None,
         taken_over: Takeover | None = None,
-        checkpoints: Checkpoints | None = None,
+        hooks: Hooks | None = None,
+        job_type: str = "",
     ):
         self._store = store
-        self._checkpoints = checkpoints or Checkpoints(SILENT, "", clock)
+        self._checkpointed = functools.partial((hooks or Hooks()).checkpointed, job_type)
         self.taken_over = taken_over
         self._outputs: dict[str, Any] | None = None  # read from the record when first asked
         #: Why the job stopped wanting this task ("cancelled", "paused"), or None:
@@ -198,7 +201,7 @@ class TaskControl:
 
     def lease_budget(self, policy: retries.RetryPolicy = retries.TASK_WRITE) -> Budget:
         """Retries of ``policy`` for as long as the lease lasts (renewals extend it)."""
-        return self.lease.budget(policy, self._clock)
+        return Budget(policy, self._clock, deadline=lambda: self.lease.visible_at)
 
     def _name(self) -> tuple[str, int]:
         return self.task.kind, self.task.index
@@ -234,8 +237,10 @@ class TaskControl:
         with self._lock:
             if self._throttle.unwritten:
                 budget = self.lease_budget()
-                self._checkpoints.write(
-                    lambda: self._fenced({}, {"progress": self._throttle.newest}, budget)
+                timed(
+                    self._clock,
+                    self._checkpointed,
+                    lambda: self._fenced({}, {"progress": self._throttle.newest}, budget),
                 )
 
     def write(self, changes: TaskChanges, values: dict[str, Any] | None = None) -> TaskRecord:
@@ -297,7 +302,11 @@ class TaskControl:
         # failure path must still flush it. Not retried in place: the user's thread goes
         # on, and the next due checkpoint writes the newest state.
         once = retries.once(self._clock)
-        self._checkpoints.write(lambda: self._fenced({}, {"progress": self._throttle.newest}, once))
+        timed(
+            self._clock,
+            self._checkpointed,
+            lambda: self._fenced({}, {"progress": self._throttle.newest}, once),
+        )
 
     def _fenced(
         self,
@@ -331,6 +340,20 @@ class TaskControl:
     def _lease_until(self, visible_at: float) -> datetime:
         remaining = max(0.0, visible_at - self._clock.monotonic())
         return self._clock.now() + timedelta(seconds=remaining)
+
+
+def timed(clock: Clock, tell: Callable[[float, bool], None], write: Callable[[], None]) -> None:
+    """A checkpoint write, timed on ``clock`` and told (its seconds, whether it was
+    made); a fenced one is the lease's loss, told as such, not here."""
+    started = clock.monotonic()
+    try:
+        write()
+    except LeaseLost:
+        raise
+    except StorageError:
+        tell(clock.monotonic() - started, False)
+        raise
+    tell(clock.monotonic() - started, True)
 
 
 def runner_side(action: Callable[[], T], what: str) -> T:

@@ -26,11 +26,11 @@ from runner.worker.chunk_finisher import Finisher
 from runner.worker.chunk_times import ChunkTimes
 from runner.worker.heartbeat import RunningTasks
 from runner.worker.holds import HoldWatcher
+from runner.worker.hooks import Hooks
 from runner.worker.job_cache import JobCache
 from runner.worker.job_completion import Completion
 from runner.worker.lease import Lease, LeaseKeeper
 from runner.worker.poison import PoisonRouter
-from runner.worker.recorder import SILENT, Recorder
 
 
 @dataclass
@@ -60,8 +60,8 @@ class Context:
     stopping: threading.Event = field(default_factory=threading.Event)
     rng: random.Random = field(default_factory=random.Random)
     running: RunningTasks = field(default_factory=RunningTasks)
-    #: Told what happens (metrics), or silent.
-    recorder: Recorder = SILENT
+    #: The concerns hooked on the points of a message's life (:mod:`runner.worker.hooks`).
+    hooks: Hooks = field(default_factory=Hooks)
     #: How long each job type's chunks take here (whether their messages move).
     chunk_times: ChunkTimes = field(default_factory=ChunkTimes)
 
@@ -77,14 +77,9 @@ class Delivery:
     task_message: TaskMessage
     job_class: type[ChunkedJob]
     job: JobRecord
-
-    @property
-    def kind(self) -> TaskKind:
-        return self.task_message.kind
-
-    @property
-    def index(self) -> int:
-        return self.task_message.index
+    #: The task message's kind and index (the path reads them at most steps).
+    kind: TaskKind
+    index: int
 
     @property
     def job_id(self) -> str:
@@ -101,4 +96,5 @@ class Delivery:
 
     def budget(self, policy: retries.RetryPolicy) -> Budget:
         """Retries of ``policy`` for as long as the message's lease lasts."""
-        return self.lease.budget(policy, self.worker.clock)
+        lease = self.lease
+        return Budget(policy, self.worker.clock, deadline=lambda: lease.visible_at)

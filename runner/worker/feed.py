@@ -187,13 +187,13 @@ def as_planned(index: int, found: TaskRecord | BadRecord | None) -> PlannedChunk
     return PlannedChunk(index)
 
 
+@dataclass
 class NextStep:
     """Sends the message of a job's next feed step, once per step (midway, or at its end
     if it sent nothing or the midway send failed)."""
 
-    def __init__(self, delivery: Delivery):
-        self._delivery = delivery
-        self.sent = False
+    _delivery: Delivery
+    sent: bool = False
 
     def send(self, cursor: int, delay_seconds: int = 0) -> bool:
         """Send it unless sent already; False if that failed (the failure is logged)."""

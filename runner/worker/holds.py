@@ -24,6 +24,7 @@ from typing import Protocol
 
 from checkpoint.clock import Clock
 from checkpoint.records import JobRecord
+from runner.worker.hooks import Hooks, Running
 from runner.worker.job_cache import JobCache
 from runner.worker.lease import KEEPER_STOP_SECONDS
 from runner.worker.logs import in_context
@@ -47,8 +48,10 @@ class Holdable(Protocol):
         this is news to the task."""
 
 
-class HoldWatcher:
-    """Tells a worker's running tasks when their job is cancelled or paused."""
+class HoldWatcher(Hooks):
+    """Tells a worker's running tasks when their job is cancelled or paused: the job
+    control concern on the hooks of a message's life (a task is watched from
+    :meth:`started` to :meth:`left`)."""
 
     def __init__(
         self,
@@ -68,23 +71,35 @@ class HoldWatcher:
         self._stopped = threading.Event()
         self._thread: threading.Thread | None = None
 
+    def started(self, job: JobRecord, running: Running, resumed: bool) -> None:
+        self._watch(job.job_id, running)
+
+    def left(self, job: JobRecord, running: Running) -> None:
+        self._unwatch(job.job_id, running)
+
     @contextmanager
     def watching(self, job_id: str, task: Holdable) -> Iterator[None]:
         """``task`` of ``job_id`` runs in this block and is told if the job stops."""
+        self._watch(job_id, task)
+        try:
+            yield
+        finally:
+            self._unwatch(job_id, task)
+
+    def _watch(self, job_id: str, task: Holdable) -> None:
         with self._guard:
             # A job's first look comes MAX_AGE_SECONDS after its first task started: the
             # record its delivery went by may have been up to FRESH_SECONDS old then.
             first_look = self._clock.monotonic() - self.check_seconds + self._max_age_seconds
             self._looked_at.setdefault(job_id, first_look)
             self._running.setdefault(job_id, []).append(task)
-        try:
-            yield
-        finally:
-            with self._guard:
-                tasks = self._running[job_id]
-                tasks.remove(task)
-                if not tasks:
-                    del self._running[job_id], self._looked_at[job_id]
+
+    def _unwatch(self, job_id: str, task: Holdable) -> None:
+        with self._guard:
+            tasks = self._running[job_id]
+            tasks.remove(task)
+            if not tasks:
+                del self._running[job_id], self._looked_at[job_id]
 
     def job_changed(self, job: JobRecord) -> None:
         """This worker wrote ``job`` (failed it past its tolerated failures): its next

@@ -215,6 +215,7 @@ class LeaseKeeper:
         clock: monotonic time for the leases (waits between passes are real time).
         renewal_threads: renewals made at once.
         refresh_threads: ``on_renewed`` hooks run at once.
+        recorder: told of each held lease's renewals and loss (metrics), or silent.
     """
 
     def __init__(
@@ -223,9 +224,9 @@ class LeaseKeeper:
         clock: Clock,
         renewal_threads: int = RENEWAL_THREADS,
         refresh_threads: int = REFRESH_THREADS,
+        recorder: Recorder = SILENT,
     ):
-        self._queues = queues
-        self._clock = clock
+        self._queues, self._clock, self._recorder = queues, clock, recorder
         self._leases: set[Lease] = set()
         self._guard = threading.Lock()
         self._wake = threading.Event()
@@ -250,10 +251,9 @@ class LeaseKeeper:
         max_seconds: float | None = None,
         on_renewed: Callable[[Lease], None] | None = None,
         job_type: str = "",
-        recorder: Recorder = SILENT,
     ) -> Lease:
         """Start renewing a message received at ``received_at`` (monotonic); its
-        renewals and its loss are told to ``recorder`` under ``job_type``."""
+        renewals and its loss are told to the keeper's recorder under ``job_type``."""
         assert message.pop_receipt is not None, "only a received message can be held"
         lease = Lease(
             queue,
@@ -266,7 +266,7 @@ class LeaseKeeper:
             on_renewed=on_renewed,
             next_renewal_at=received_at + renew_after_seconds(lease_seconds),
             job_type=job_type,
-            recorder=recorder,
+            recorder=self._recorder,
         )
         with self._guard:
             self._leases.add(lease)

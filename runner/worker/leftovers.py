@@ -13,10 +13,11 @@ from checkpoint import retries
 from checkpoint.errors import JobNotFound
 from checkpoint.messages import TaskMessage
 from checkpoint.records import JobRecord, TaskRecord
+from checkpoint.retries import Budget
 from runner.worker.delivery import Context
 from runner.worker.lease import Lease
 from runner.worker.logs import TASK_LOGGER
-from runner.worker.task_kinds import kind_of
+from runner.worker.task_kinds import KINDS
 
 log = logging.getLogger(TASK_LOGGER)
 
@@ -26,12 +27,20 @@ def leftover(worker: Context, task_message: TaskMessage, lease: Lease, fresh: bo
 
     ``fresh``: judge by the job record as stored now, not as this worker remembers it.
     """
+    return judged(worker, task_message, lease, fresh)[0]
+
+
+def judged(
+    worker: Context, task_message: TaskMessage, lease: Lease, fresh: bool = False
+) -> tuple[bool, JobRecord | None]:
+    """As :func:`leftover`, with the job record it judged by (None: no job): the
+    delivery goes on with that record, not a second read."""
     job = _job_now(worker, task_message, lease, fresh)
     why = leftover_reason(task_message, job)
     if why is None:
         if job is not None:
             worker.completion.observe(job)
-        return False
+        return False, job
     log.info(
         "%s %s of %s: %s; message deleted unrun",
         task_message.kind,
@@ -40,7 +49,7 @@ def leftover(worker: Context, task_message: TaskMessage, lease: Lease, fresh: bo
         why,
     )
     worker.keeper.delete(lease)
-    return True
+    return True, job
 
 
 def leftover_reason(task_message: TaskMessage, job: JobRecord | None) -> str | None:
@@ -77,8 +86,8 @@ def _job_now(
     record their task anew for a job gone: ``ensure_task``), and so is a chunk the
     remembered record condemns: it may be of a job deleted and submitted again since.
     """
-    budget = lease.budget(retries.READ, worker.clock)
-    fresh = fresh or not kind_of(task_message.kind).trusts_cached_job
+    budget = Budget(retries.READ, worker.clock, deadline=lambda: lease.visible_at)
+    fresh = fresh or not KINDS[task_message.kind].trusts_cached_job
     try:
         job = worker.job_cache.job(task_message.job_id, budget, fresh=fresh)
         if not fresh and leftover_reason(task_message, job) is not None:

@@ -35,10 +35,12 @@ from runner.worker.chunk_finisher import Finisher
 from runner.worker.delivery import Context
 from runner.worker.heartbeat import BEAT_SECONDS, Heartbeat, Identity
 from runner.worker.holds import HoldWatcher
+from runner.worker.hooks import HookChain
 from runner.worker.job_cache import JobCache
 from runner.worker.job_completion import Completion
 from runner.worker.lease import Lease, LeaseKeeper
 from runner.worker.logs import in_context, worker_ids
+from runner.worker.metrics_hooks import Metrics
 from runner.worker.poison import PoisonRouter
 from runner.worker.polling import served_queues
 from runner.worker.prefetch import OutOfTurn, Prefetch
@@ -114,11 +116,14 @@ def assemble(
     hold watcher and the finisher are not started: the loop starts them (a test may
     drive them by hand). ``recorder`` is told what happens (metrics)."""
     store = CheckpointStore(storage, clock)
-    keeper = LeaseKeeper(storage.queues, clock)
+    keeper = LeaseKeeper(storage.queues, clock, recorder=recorder)
     classes = {cls.job_type(): cls for cls in job_classes}
     job_cache = JobCache(store, clock)
     holds = HoldWatcher(job_cache, clock)
     completion = Completion(store, storage.queues, classes, failed=holds.job_changed)
+    # The concerns on the points of a message's life, called in this order.
+    metrics = () if recorder is SILENT else (Metrics(recorder),)  # off: no concern at all
+    hooks = HookChain(*metrics, holds)
     return Context(
         store=store,
         queues=storage.queues,
@@ -129,12 +134,12 @@ def assemble(
         by_queue=served_queues(job_classes, ()),
         poison=PoisonRouter(storage.queues, keeper, clock),
         completion=completion,
-        finisher=Finisher(store, keeper, completion, clock, recorder),
+        finisher=Finisher(store, keeper, completion, clock, hooks),
         job_cache=job_cache,
         holds=holds,
         admission=Admission(LimitBook(storage.records, clock), clock, worker_id, job_classes),
         workers=WorkerBook(storage.records),
-        recorder=recorder,
+        hooks=hooks,
     )
 
 

@@ -17,7 +17,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from checkpoint.metering import Outcome
 from checkpoint.records import TaskKind
-from runner.worker.task_kinds import kind_of
+from runner.worker.task_kinds import KINDS
 
 PREFIX = "chunkrunner"
 #: A chunk takes from a fraction of a second to an hour or so.
@@ -92,14 +92,14 @@ class PrometheusRecorder:
     # ------------------------------------------------------------------ Recorder
 
     def task_started(self, job_type: str, kind: TaskKind, resumed: bool) -> None:
-        if kind_of(kind).in_chunk_metrics:
+        if KINDS[kind].in_chunk_metrics:
             self.started.labels(job_type).inc()
             if resumed:
                 self.resumed.labels(job_type).inc()
             self.in_flight.labels(job_type).inc()
 
     def task_left(self, job_type: str, kind: TaskKind) -> None:
-        if kind_of(kind).in_chunk_metrics:
+        if KINDS[kind].in_chunk_metrics:
             self.in_flight.labels(job_type).dec()
 
     def chunk_done(self, job_type: str, seconds: float) -> None:
@@ -107,15 +107,15 @@ class PrometheusRecorder:
         self.chunk_seconds.labels(job_type).observe(seconds)
 
     def task_failed(self, job_type: str, kind: TaskKind) -> None:
-        if kind_of(kind).in_chunk_metrics:
+        if KINDS[kind].in_chunk_metrics:
             self.failed.labels(job_type).inc()
 
     def task_poisoned(self, job_type: str, kind: TaskKind) -> None:
-        if kind_of(kind).in_chunk_metrics:
+        if KINDS[kind].in_chunk_metrics:
             self.poisoned.labels(job_type).inc()
 
     def task_handed_back(self, job_type: str, kind: TaskKind) -> None:
-        if kind_of(kind).in_chunk_metrics:
+        if KINDS[kind].in_chunk_metrics:
             self.handed_back.labels(job_type).inc()
 
     def lease_renewed(self, job_type: str) -> None:

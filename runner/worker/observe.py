@@ -24,7 +24,7 @@ from checkpoint.errors import BadRecord
 from checkpoint.records import CHECKPOINT_ON, Progress, TaskRecord
 from runner.worker.heartbeat import RunningTasks
 from runner.worker.logs import TASK_LOGGER, TaskIds, task_ids
-from runner.worker.task_kinds import kind_of
+from runner.worker.task_kinds import KINDS
 
 log = logging.getLogger(TASK_LOGGER)
 
@@ -47,7 +47,8 @@ def task_running(
     """
     ids = ids_of(claimed)
     with task_ids(ids, worker_id), running.running(ids):
-        log.info(start_line(claimed, before))
+        if log.isEnabledFor(logging.INFO):  # the line is not made for nobody
+            log.info(start_line(claimed, before))
         yield
 
 
@@ -79,4 +80,4 @@ def finished_line(task: TaskRecord, seconds: float) -> str:
 
 
 def task_name(task: TaskRecord) -> str:
-    return kind_of(task.kind).title(task.job_id, task.index)
+    return KINDS[task.kind].title(task.job_id, task.index)

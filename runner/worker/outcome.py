@@ -25,7 +25,7 @@ from runner.worker.delivery import Delivery
 from runner.worker.logs import TASK_LOGGER
 from runner.worker.observe import finished_line
 from runner.worker.record_changes import TaskChanges
-from runner.worker.task_kinds import kind_of
+from runner.worker.task_kinds import KINDS
 from runner.worker.verdict import Verdict, failure_verdict
 
 log = logging.getLogger(TASK_LOGGER)
@@ -34,7 +34,7 @@ log = logging.getLogger(TASK_LOGGER)
 def succeeded(delivery: Delivery, control: TaskControl, outcome: Any) -> None:
     worker, lease = delivery.worker, delivery.lease
     task, done = control.task, TaskChanges(state="done", owner="", done_on=worker.clock.now())
-    kind = kind_of(task.kind)
+    kind = KINDS[task.kind]
     if kind.ends_in_finisher:
         # From here the finisher writes the record: a renewal must not change its ETag.
         task = control.end()
@@ -46,12 +46,16 @@ def succeeded(delivery: Delivery, control: TaskControl, outcome: Any) -> None:
         # CodecError (a result or state that cannot be stored): the attempt failed.
         final = worker.store.final_changes(task, done.properties(), values, token)
         seconds = worker.clock.monotonic() - control.started_at
-        log.info(finished_line(task, seconds))
+        if log.isEnabledFor(logging.INFO):  # the line is not made for nobody
+            log.info(finished_line(task, seconds))
         lease.handed_over = True
         worker.finisher.add(Ended(task, final, lease, delivery.job.job_type, seconds))
         return
     task = control.write(done, kind.done_values(outcome))
-    log.info(finished_line(task, worker.clock.monotonic() - control.started_at))
+    seconds = worker.clock.monotonic() - control.started_at
+    if log.isEnabledFor(logging.INFO):
+        log.info(finished_line(task, seconds))
+    worker.hooks.succeeded(delivery.job.job_type, task.kind, seconds)
     # Marked done before the message is deleted: a crash in between re-delivers a message
     # that is deleted unrun, after after_done has run again.
     kind.after_done(worker, delivery.job_id, task, delivery.budget(retries.BOOKKEEPING))
@@ -88,7 +92,7 @@ def failed(delivery: Delivery, control: TaskControl, error: BaseException, trace
     except LeaseLost:
         worker.keeper.drop(delivery.lease)
         return
-    worker.recorder.task_failed(delivery.job.job_type, task.kind)
+    worker.hooks.failed(delivery.job.job_type, task.kind)
     worker.keeper.release(delivery.lease, wait)
 
 
@@ -112,7 +116,7 @@ def stopped(
         log.warning("handing back %s %s failed: %s", task.kind, task.index, error)
         keeper.drop(lease)
         return
-    delivery.worker.recorder.task_handed_back(delivery.job.job_type, control.task.kind)
+    delivery.worker.hooks.handed_back(delivery.job.job_type, control.task.kind)
     if then is None:
         keeper.release(lease, 0)
     else:
@@ -137,7 +141,7 @@ def poison_task(
     current = control.end() if control else task
     writer = control.writer if control else Writer()
     try:
-        kind_of(task.kind).write_poisoned(delivery, current, changes, values, reason, writer)
+        KINDS[task.kind].write_poisoned(delivery, current, changes, values, reason, writer)
     except (Conflict, NotFound):
         log.warning(
             "%s %s of %s changed while poisoning; left to its owner",
@@ -150,4 +154,4 @@ def poison_task(
     log.error("%s %s of %s poisoned: %s", task.kind, task.index, job_id, reason)
     worker.poison.move(delivery.lease, delivery.message.body, reason, delivery.home_queue)
     budget = delivery.budget(retries.TASK_WRITE)
-    kind_of(task.kind).after_poisoned(worker, job_id, task.index, budget)
+    KINDS[task.kind].after_poisoned(worker, job_id, task.index, budget)

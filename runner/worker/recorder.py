@@ -1,8 +1,10 @@
 """What the engine tells whoever measures it: a :class:`Recorder`, silent unless metrics
 are on.
 
-The engine calls a recorder where things happen (a chunk starts, is done, fails, a lease
-is renewed or lost, a checkpoint is written) and knows nothing of what records them:
+The engine tells a recorder what happens through the metrics concern on the hooks of a
+message's life (:mod:`runner.worker.metrics_hooks`: a chunk starts, is done, fails, a
+checkpoint is written) and from the lease keeper (a lease is renewed or lost), and knows
+nothing of what records them:
 :data:`SILENT` records nothing, :class:`runner.worker.metrics.PrometheusRecorder` keeps
 Prometheus metrics. Calls are cheap and never raise into the engine's work; they only
 observe, after the fact, what the engine decided.
@@ -14,12 +16,8 @@ a job and would only blur the chunk rates).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from typing import Protocol
 
-from checkpoint.clock import Clock
-from checkpoint.errors import LeaseLost, StorageError
 from checkpoint.records import TaskKind
 
 
@@ -104,33 +102,3 @@ class Silent:
 
 
 SILENT: Recorder = Silent()
-
-
-@contextmanager
-def attempt(recorder: Recorder, job_type: str, kind: TaskKind, resumed: bool) -> Iterator[None]:
-    """The block in which a task's attempt runs, told to ``recorder`` as it starts and
-    as it leaves (whatever way it ends)."""
-    recorder.task_started(job_type, kind, resumed)
-    try:
-        yield
-    finally:
-        recorder.task_left(job_type, kind)
-
-
-class Checkpoints:
-    """The checkpoint writes of one task, timed on ``clock`` and told to ``recorder``."""
-
-    def __init__(self, recorder: Recorder, job_type: str, clock: Clock):
-        self._recorder, self._job_type, self._clock = recorder, job_type, clock
-
-    def write(self, write: Callable[[], None]) -> None:
-        """Make the write; a fenced one is the lease's loss, told as such, not here."""
-        started = self._clock.monotonic()
-        try:
-            write()
-        except LeaseLost:
-            raise
-        except StorageError:
-            self._recorder.checkpoint_failed(self._job_type, self._clock.monotonic() - started)
-            raise
-        self._recorder.checkpoint_written(self._job_type, self._clock.monotonic() - started)

@@ -46,7 +46,7 @@ from checkpoint.storage import NEVER_EXPIRES, QueueMessage
 from jobs.job import ChunkedJob
 from runner.worker.chunk_times import ChunkTimes
 from runner.worker.delivery import Delivery
-from runner.worker.task_kinds import kind_of
+from runner.worker.task_kinds import KINDS
 
 log = logging.getLogger(__name__)
 
@@ -112,7 +112,7 @@ def copy_to_resume(delivery: Delivery) -> Moved | None:
     queue; None if it needs none (not a chunk, in the resume queue already, a class that
     opts out) or the send failed (the chunk then runs from the message it came in)."""
     cls, lease = delivery.job_class, delivery.lease
-    if not kind_of(delivery.kind).moves_to_resume or lease.queue == cls.resume_queue():
+    if not KINDS[delivery.kind].moves_to_resume or lease.queue == cls.resume_queue():
         return None
     if not moves_here(cls, delivery.worker.chunk_times):
         return None  # quick chunks: a dead worker's costs the job's tail only as long

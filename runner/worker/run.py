@@ -21,9 +21,8 @@ from runner.worker.logs import TASK_LOGGER
 from runner.worker.observe import resumes, task_running
 from runner.worker.outcome import failed, poison_task, stopped, succeeded
 from runner.worker.parking import park
-from runner.worker.recorder import Checkpoints, attempt
 from runner.worker.takeover import takeover_of
-from runner.worker.task_kinds import kind_of
+from runner.worker.task_kinds import KINDS
 from runner.worker.unit_limits import LimitedControl
 from runner.worker.verdict import Verdict
 
@@ -43,25 +42,30 @@ def start(
         delivery.job_class.checkpoint_interval_seconds,
         worker.stopping,
         writer,
-        taken_over=takeover_of(before, worker.workers, worker.clock, delivery.budget(retries.READ)),
-        checkpoints=Checkpoints(worker.recorder, delivery.job.job_type, worker.clock),
+        # A planned claim (``before`` None) takes nothing over.
+        taken_over=None
+        if before is None
+        else takeover_of(before, worker.workers, worker.clock, delivery.budget(retries.READ)),
+        hooks=worker.hooks,
+        job_type=delivery.job.job_type,
         admission=worker.admission,
         job_class=delivery.job_class,
     )
-    kind_of(claimed.kind).watch_lease(lease, control)
-    with (
-        task_running(worker.worker_id, worker.running, claimed, before),
-        attempt(worker.recorder, delivery.job.job_type, claimed.kind, resumes(before)),
-        worker.holds.watching(delivery.job_id, control),
-    ):
-        _execute(delivery, control)
+    KINDS[claimed.kind].watch_lease(lease, control)
+    resumed = resumes(before)
+    with task_running(worker.worker_id, worker.running, claimed, before):
+        worker.hooks.started(delivery.job, control, resumed)
+        try:
+            _execute(delivery, control)
+        finally:
+            worker.hooks.left(delivery.job, control)
 
 
 def _execute(delivery: Delivery, control: LimitedControl) -> None:
     worker, lease, job, task = delivery.worker, delivery.lease, delivery.job, control.task
     after = NextStep(delivery)  # a feed step's next message (runner.worker.feed)
     try:
-        outcome = kind_of(task.kind).run(delivery, control, after)
+        outcome = KINDS[task.kind].run(delivery, control, after)
     except LeaseLost as lost:
         log.warning("%s %s of %s stopped: lease lost (%s)", task.kind, task.index, job.job_id, lost)
         worker.keeper.drop(lease)

@@ -20,6 +20,7 @@ What differs, kind by kind:
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, ClassVar
 
 from checkpoint import layout, retries
@@ -106,7 +107,7 @@ class Kind:
         planning, feeding or finalize cannot run cannot end well."""
         store, budget = delivery.worker.store, delivery.budget(retries.TASK_WRITE)
         store.write_task(task, changes.properties(), values, token=writer.next(), budget=budget)
-        delivery.worker.recorder.task_poisoned(delivery.job.job_type, self.name)
+        delivery.worker.hooks.poisoned(delivery.job.job_type, self.name)
         error = f"{self.name} poisoned: {reason}"
         set_job(store, delivery.job_id, budget, state="failed", error=error)
 
@@ -201,7 +202,7 @@ class ChunkKind(Kind):
         store.count_chunk(
             task, changes.properties(), values, "poisoned", token=token, budget=budget
         )
-        delivery.worker.recorder.task_poisoned(delivery.job.job_type, self.name)
+        delivery.worker.hooks.poisoned(delivery.job.job_type, self.name)
 
     def after_poisoned(self, worker: Context, job_id: str, index: int, budget: Budget) -> None:
         worker.completion.check(job_id, budget, layout.shard_of(index), poisoned=True)
@@ -228,11 +229,13 @@ class FinalKind(Kind):
         set_job(worker.store, job_id, budget, state="done", only_from=("running", "finalizing"))
 
 
-_KINDS: dict[str, Kind] = {
+#: The kind each name stands for (the one place a kind's name is looked at): a lookup,
+#: not a call, as the path looks a kind up at most of its steps.
+KINDS: Mapping[str, Kind] = {
     each.name: each for each in (PlanKind(), FeedKind(), ChunkKind(), FinalKind())
 }
 
 
 def kind_of(name: TaskKind) -> Kind:
     """The kind a record or message names (the one place a kind's name is looked at)."""
-    return _KINDS[name]
+    return KINDS[name]

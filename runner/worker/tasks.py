@@ -22,27 +22,28 @@ step in a module of its own, given the message in hand as one
    chunks the slot hands that to the :class:`~runner.worker.chunk_finisher.Finisher`,
    which does it for many chunks at once. Failure: record the error and make the message
    visible again after a backoff, or poison it on the last attempt.
+
+What is not the message's fate is not written here: metrics and job control (a running
+task told of a cancel or a pause) hook on the named points of its life
+(:mod:`runner.worker.hooks`: started, checkpointed, succeeded, failed, handed back,
+poisoned, left), each one module.
 """
 
 from __future__ import annotations
 
-import functools
-from collections.abc import Callable
-
-from checkpoint import messages, retries
-from checkpoint.errors import BadMessage, BadRecord, JobNotFound
-from checkpoint.records import JobRecord
+from checkpoint import messages
+from checkpoint.errors import BadMessage, BadRecord
 from checkpoint.settle import Writer
 from checkpoint.storage import QueueMessage
 from runner.worker.bad_records import poison_bad_message, unreadable_after_all
 from runner.worker.claim import claim, claim_planned, claimable
 from runner.worker.delivery import Context, Delivery
 from runner.worker.lease import Lease
-from runner.worker.leftovers import leftover
+from runner.worker.leftovers import judged
 from runner.worker.parking import held_back
 from runner.worker.resume import copy_to_resume, discard, follow
 from runner.worker.run import start
-from runner.worker.task_kinds import kind_of
+from runner.worker.task_kinds import KINDS
 
 
 def hold(worker: Context, queue: str, message: QueueMessage, received_at: float) -> Lease:
@@ -56,7 +57,6 @@ def hold(worker: Context, queue: str, message: QueueMessage, received_at: float)
         received_at=received_at,
         max_seconds=queue_class.max_chunk_seconds,
         job_type=queue_class.job_type(),
-        recorder=worker.recorder,
     )
 
 
@@ -96,9 +96,13 @@ def _delivery(worker: Context, lease: Lease, message: QueueMessage) -> Delivery 
     task_message, job_type = None, None
     try:
         task_message = messages.decode(message.body)
-        if leftover(worker, task_message, lease):
+        # The job's record, fresh within a second (runner.worker.job_cache): a cancel or
+        # a pause counts at once.
+        left, job = judged(worker, task_message, lease)
+        if left:
             return None
-        job = _job(worker, task_message.job_id, lease)
+        if job is None:
+            raise BadMessage(f"no job {task_message.job_id!r} in the checkpoint store")
         job_type = job.job_type
         job_class = worker.job_classes.get(task_message.job_type)
         # A type is run only from the queues this worker serves it on (its resume
@@ -113,23 +117,14 @@ def _delivery(worker: Context, lease: Lease, message: QueueMessage) -> Delivery 
         )
         poison_bad_message(worker, lease, message, bad, of_job)
         return None
-    return Delivery(worker, lease, message, task_message, job_class, job)
-
-
-def _job(worker: Context, job_id: str, lease: Lease) -> JobRecord:
-    # Fresh within a second (runner.worker.job_cache): a cancel or a pause counts at once.
-    try:
-        return worker.job_cache.job(job_id, lease.budget(retries.READ, worker.clock))
-    except JobNotFound as missing:
-        raise BadMessage(f"no job {job_id!r} in the checkpoint store") from missing
-    except BadRecord as bad:
-        # Nothing can be written to a job nobody can read: poison the message only.
-        raise BadMessage(str(bad)) from bad
+    return Delivery(
+        worker, lease, message, task_message, job_class, job, task_message.kind, task_message.index
+    )
 
 
 def _run_task(delivery: Delivery) -> bool:
     """Decide, claim and run the task; True if it was a chunk that ran."""
-    kind = kind_of(delivery.kind)
+    kind = KINDS[delivery.kind]
     if not kind.takes_slot:
         # Planning and finalize are not chunks: they hold no running slot.
         delivery.worker.admission.ended(delivery.message)
@@ -145,31 +140,24 @@ def _run_task(delivery: Delivery) -> bool:
     writer = Writer()
     moved = copy_to_resume(delivery)  # a chunk's message waits in its resume queue
     message_id = moved.copy.id if moved is not None else None
+    before = None  # the record as read before the claim (none for a planned claim)
     claimed = claim_planned(delivery, writer, message_id)
-    if claimed is not None:
-        follow(delivery, moved)
-        _timed(delivery, functools.partial(start, delivery, claimed, writer))
-        return kind.takes_slot
-    task = claimable(delivery)
-    if task is None:
-        discard(delivery, moved)
-        return False
-    claimed = claim(delivery, task, writer, message_id)
     if claimed is None:
-        discard(delivery, moved)
-        delivery.worker.keeper.release(delivery.lease, delivery.job_class.lease_seconds)
-        return False
+        before = claimable(delivery)
+        if before is None:
+            discard(delivery, moved)
+            return False
+        claimed = claim(delivery, before, writer, message_id)
+        if claimed is None:
+            discard(delivery, moved)
+            delivery.worker.keeper.release(delivery.lease, delivery.job_class.lease_seconds)
+            return False
     follow(delivery, moved)
-    _timed(delivery, functools.partial(start, delivery, claimed, writer, before=task))
-    return kind.takes_slot
-
-
-def _timed(delivery: Delivery, run: Callable[[], None]) -> None:
-    """Run the claimed task; a chunk's time, whatever its outcome, is noted for its type."""
     clock = delivery.worker.clock
     started = clock.monotonic()
-    run()
-    if kind_of(delivery.kind).takes_slot:
+    start(delivery, claimed, writer, before)
+    if kind.takes_slot:  # a chunk's time, whatever its outcome, is noted for its type
         delivery.worker.chunk_times.observe(
             delivery.job_class.job_type(), clock.monotonic() - started
         )
+    return kind.takes_slot

@@ -27,9 +27,9 @@ from checkpoint.store import CheckpointStore
 from checkpoint.testing.faults import FaultyStorage, ScriptedFaults
 from jobs.errors import ChunkStopped
 from runner.worker.control import TaskControl
+from runner.worker.hooks import Hooks
 from runner.worker.lease import Lease, LeaseKeeper
 from runner.worker.outcome import stopped
-from runner.worker.recorder import SILENT
 
 LEASE_SECONDS = 30
 
@@ -302,7 +302,7 @@ def test_a_handed_back_chunk_keeps_its_state_and_spends_no_attempt(faulty: Fault
     with pytest.raises(ChunkStopped, match="handed back"):
         control.raise_if_stopped()
     keeper = LeaseKeeper(faulty.store.storage.queues, clock)
-    worker = SimpleNamespace(keeper=keeper, recorder=SILENT)
+    worker = SimpleNamespace(keeper=keeper, hooks=Hooks())
     job = SimpleNamespace(job_type="tests:Job")
     stopped(SimpleNamespace(worker=worker, lease=lease, job=job), control)  # type: ignore[arg-type]
 
