@@ -20,6 +20,7 @@ What differs, kind by kind:
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
@@ -37,7 +38,7 @@ from runner.worker.unit_limits import LimitedControl
 from runner.worker.user_code import run_chunk, run_finalize
 
 
-class Kind:
+class Kind(ABC):
     """What every kind does alike; each subclass overrides the steps it does its own way.
 
     The flags are class constants, so a step's test reads as the decision it makes.
@@ -77,20 +78,24 @@ class Kind:
         """Tell the lease what to write when it renews: the record's ``lease_until``."""
         lease.on_renewed = control.on_renewed
 
+    @abstractmethod
     def run(self, delivery: Delivery, control: LimitedControl, after: NextStep) -> Any:
         """Run the claimed task; return what its done mark keeps."""
-        raise NotImplementedError
+        ...
 
     def done_values(self, outcome: Any) -> dict[str, Any]:
         """The msgpack values its done mark writes beside the state."""
         return {}
 
+    @abstractmethod
     def followed_already(self, job: JobRecord) -> bool:
         """True if the job's record shows that what follows this kind done was done (a
         job's state only moves on), so a duplicate delivery costs no bookkeeping."""
-        raise NotImplementedError
+        ...
 
-    def after_done(self, worker: Context, job_id: str, task: TaskRecord, budget: Budget) -> None:
+    def after_done(  # noqa: B027 - nothing follows by default; a kind may add a step
+        self, worker: Context, job_id: str, task: TaskRecord, budget: Budget
+    ) -> None:
         """What follows the task's completion (idempotent: it may run again after a
         crash between the done mark and its message's deletion)."""
 
@@ -111,7 +116,9 @@ class Kind:
         error = f"{self.name} poisoned: {reason}"
         set_job(store, delivery.job_id, budget, state="failed", error=error)
 
-    def after_poisoned(self, worker: Context, job_id: str, index: int, budget: Budget) -> None:
+    def after_poisoned(  # noqa: B027 - nothing follows by default; a kind may add a step
+        self, worker: Context, job_id: str, index: int, budget: Budget
+    ) -> None:
         """What follows its poisoned mark beside failing the job (nothing: the job
         failed already)."""
 

@@ -266,6 +266,9 @@ def test_the_slot_keeper_renews_every_third_of_a_lease_until_stopped(served: Any
     finally:
         keeper.stop()
     assert keeper.interval_seconds == pytest.approx(0.01)
+    never_started = SlotKeeper(one.loop.admission, lease_seconds=0.03)
+    never_started.stop()  # a worker stopped before its keepers started: nothing to join
+    assert never_started._thread is None
 
 
 def test_a_slot_keeper_that_never_ends_is_given_up_on_and_said_so(
