@@ -70,35 +70,25 @@ class Recorder(Protocol):
 class Silent:
     """The recorder when metrics are off: every event is dropped."""
 
-    def task_started(self, job_type: str, kind: TaskKind, resumed: bool) -> None:
-        pass
+    def task_started(self, job_type: str, kind: TaskKind, resumed: bool) -> None: ...
 
-    def task_left(self, job_type: str, kind: TaskKind) -> None:
-        pass
+    def task_left(self, job_type: str, kind: TaskKind) -> None: ...
 
-    def chunk_done(self, job_type: str, seconds: float) -> None:
-        pass
+    def chunk_done(self, job_type: str, seconds: float) -> None: ...
 
-    def task_failed(self, job_type: str, kind: TaskKind) -> None:
-        pass
+    def task_failed(self, job_type: str, kind: TaskKind) -> None: ...
 
-    def task_poisoned(self, job_type: str, kind: TaskKind) -> None:
-        pass
+    def task_poisoned(self, job_type: str, kind: TaskKind) -> None: ...
 
-    def task_handed_back(self, job_type: str, kind: TaskKind) -> None:
-        pass
+    def task_handed_back(self, job_type: str, kind: TaskKind) -> None: ...
 
-    def lease_renewed(self, job_type: str) -> None:
-        pass
+    def lease_renewed(self, job_type: str) -> None: ...
 
-    def lease_lost(self, job_type: str) -> None:
-        pass
+    def lease_lost(self, job_type: str) -> None: ...
 
-    def checkpoint_written(self, job_type: str, seconds: float) -> None:
-        pass
+    def checkpoint_written(self, job_type: str, seconds: float) -> None: ...
 
-    def checkpoint_failed(self, job_type: str, seconds: float) -> None:
-        pass
+    def checkpoint_failed(self, job_type: str, seconds: float) -> None: ...
 
 
 SILENT: Recorder = Silent()

@@ -257,6 +257,25 @@ def test_a_done_jobs_status_reads_no_waiting_chunks(
     assert ("waiting",) not in asked and ("running",) in asked
 
 
+def test_a_garbled_shard_counter_is_shown_unreadable_and_counted_as_none(
+    store: CheckpointStore,
+):
+    # Given a job of 2 chunks whose shard counter was edited by hand
+    job_id = _waiting_job(store, 2)
+    partition = layout.shard_partition(job_id, 0)
+    store.storage.records.merge(
+        layout.TASKS_TABLE, partition, layout.COUNTS_ROW, {"done": "many"}, etag=ANY_ETAG
+    )
+
+    # When its status is read
+    status = job_status(store, store.get_job(job_id), datetime.now(UTC))
+
+    # Then the counter is named unreadable and nothing is counted done, the rest shown
+    assert [(bad.kind, bad.index) for bad in status.unreadable] == [("counter", 0)]
+    assert "is not counts" in status.unreadable[0].problem
+    assert (status.chunks.done, status.chunks.total, status.chunks.waiting) == (0, 2, 2)
+
+
 def test_a_jobs_status_reads_only_the_shards_holding_its_chunks(
     store: CheckpointStore, monkeypatch: pytest.MonkeyPatch
 ):
