@@ -496,6 +496,17 @@ def test_a_watched_list_shows_a_job_that_ends_and_counts_the_ended_ones(backend:
     assert ended == len(shown) or f"... {ended - len(shown):,} more ended" in text
 
 
+def test_a_running_chunk_with_no_lease_time_recorded_shows_a_question_mark():
+    # Given a running chunk whose record holds no lease time (a claim mid-write)
+    job = _job()
+    chunk = replace(job.running[0], lease_until=None, lease_expired=False)
+    frame = _snapshot(jobs=[replace(job, running=(chunk,))])
+
+    # When the view is rendered, then its lease column says it does not know
+    row = next(line for line in _text(render_watch(frame)).splitlines() if "#4" in line)
+    assert " ? " in row and "expired" not in row
+
+
 def test_a_watched_list_cut_to_its_limit_says_how_many_active_jobs_it_left_out():
     # Given a list of 2 active jobs shown of 5 matched, and one ended job of 4
     counts = JobCounts(
