@@ -15,7 +15,7 @@ from runner.cli.json_form import utc
 from runner.cli.pace import rate_words
 from runner.cli.render import chunk_counts
 from runner.cli.status_types import AnyJob, JobStatus, Rate, UnreadableJob, WatchFrame
-from runner.cli.watch_view import ENDED_STATES, MAX_ENDED_JOBS, ended_count
+from runner.cli.watch_view import ENDED_STATES, MAX_ENDED_JOBS, ended_count, left_out_line
 
 
 def plain_lines(frame: WatchFrame, active_before: set[str], first: bool) -> list[str]:
@@ -38,9 +38,9 @@ def plain_lines(frame: WatchFrame, active_before: set[str], first: bool) -> list
         count = ended_count(frame.snapshot.counts, len(ended))
         return [f"{when}  no job running" + (f" ({count:,} ended)" if count else "")]
     lines = [f"{when}  {job_line(job, frame.rates.get(job.job_id, Rate()))}" for job in shown]
-    counts = frame.snapshot.counts
-    if first and counts is not None and counts.left_out > 0:
-        lines.append(f"{when}  ... {counts.left_out:,} more active, older (raise --limit)")
+    left_out = left_out_line(frame.snapshot.counts)
+    if first and left_out:
+        lines.append(f"{when}  {left_out}")
     return lines
 
 

@@ -64,8 +64,8 @@ def render_watch(frame: WatchFrame) -> RenderableType:
         parts.append(Text("no jobs", style="dim"))
     for job in active:
         parts.extend([_job(job, frame.rates.get(job.job_id, Rate()), now), Text("")])
-    if snapshot.counts is not None and snapshot.counts.left_out > 0:
-        left_out = f"... {snapshot.counts.left_out:,} more active, older (raise --limit)"
+    left_out = left_out_line(snapshot.counts)
+    if left_out:
         parts.extend([Text(left_out, style="dim"), Text("")])
     if ended:
         parts.extend([_ended(ended, ended_count(snapshot.counts, len(ended))), Text("")])
@@ -73,6 +73,14 @@ def render_watch(frame: WatchFrame) -> RenderableType:
     if frame.error:
         parts.append(Text(f"last refresh failed: {frame.error}", style="red"))
     return Group(*parts)
+
+
+def left_out_line(counts: JobCounts | None) -> str | None:
+    """What the list's limit left out (``... 3 more active, older (raise --limit)``), or
+    None when nothing was."""
+    if counts is None or counts.left_out <= 0:
+        return None
+    return f"... {counts.left_out:,} more active, older (raise --limit)"
 
 
 def _header(frame: WatchFrame, now: datetime) -> Text:
