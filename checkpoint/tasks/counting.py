@@ -8,7 +8,7 @@ the shards' counters instead of reading every chunk (:mod:`runner.worker.job_com
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any, Literal
 
@@ -19,7 +19,7 @@ from checkpoint.records import TaskRecord
 from checkpoint.retries import TRANSIENT, Budget
 from checkpoint.settle import WRITER, token_of
 from checkpoint.storage import BatchOp, Record, Storage
-from checkpoint.tasks.task_records import BATCH_ROWS
+from checkpoint.tasks.task_records import BATCH_ROWS, batch_runs, wire_bytes
 from checkpoint.values import Values, refused
 
 #: The counts a shard's counter row holds.
@@ -29,8 +29,6 @@ COUNTERS = ("done", "poisoned")
 COUNTED_ON = "counted_on"
 #: A counter of a shard's row: chunks done, or poisoned.
 CounterName = Literal["done", "poisoned"]
-#: Bytes of records per batch, under Azure's 4 MiB per batch with room for the counter.
-BATCH_BYTES = 3 * 1024 * 1024
 #: Counter rows remembered at most (one per shard of the jobs a worker ends chunks of).
 REMEMBERED_ROWS = 4096
 
@@ -112,7 +110,8 @@ class ShardCounters:
         counts: dict[str, int] = {}
         budget = retries.given(budget, self._clock)
         step = -1 if take_off else 1
-        groups = list(_batches(range(len(ended)), [_size(final) for _, final in ended]))
+        # Each batch leaves a row for the shard's counter.
+        groups = list(batch_runs([wire_bytes(final) for _, final in ended], BATCH_ROWS - 1))
         for number, group in enumerate(groups):
             try:
                 counts = self._count_batch(list(ended), group, counter, step, outcome, budget)
@@ -265,23 +264,3 @@ def counts_of(record: Record, job_id: str, shard: int) -> dict[str, int]:
     if not all(checks.is_whole(value) for value in counts.values()):
         raise BadRecord(f"shard {shard} counter of job {job_id!r}: {counts!r} is not counts")
     return counts
-
-
-def _size(properties: Mapping[str, Any]) -> int:
-    """A generous estimate of a merge's size on the wire (for splitting batches)."""
-    return 1024 + sum(len(v) for v in properties.values() if isinstance(v, (bytes, str)))
-
-
-def _batches(positions: range, sizes: list[int]) -> Iterator[list[int]]:
-    """``positions`` cut into runs that fit one batch beside the counter row: at most
-    BATCH_ROWS - 1 operations and BATCH_BYTES."""
-    group: list[int] = []
-    total = 0
-    for position in positions:
-        if group and (len(group) == BATCH_ROWS - 1 or total + sizes[position] > BATCH_BYTES):
-            yield group
-            group, total = [], 0
-        group.append(position)
-        total += sizes[position]
-    if group:
-        yield group

@@ -7,13 +7,13 @@ raises :class:`~checkpoint.errors.Conflict` and the runner turns that into ``Lea
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from checkpoint import layout, retries, settle
 from checkpoint.clock import Clock
-from checkpoint.errors import CodecError, StorageError
+from checkpoint.errors import CodecError, NotFound, StorageError
 from checkpoint.records import TaskKind, TaskRecord
 from checkpoint.retries import Budget
 from checkpoint.settle import WRITER
@@ -22,6 +22,33 @@ from checkpoint.values import Values, refused
 
 #: Records written per batch (Azure allows 100 per partition batch).
 BATCH_ROWS = 100
+#: Bytes of records per batch, by :func:`wire_bytes`: under Azure's 4 MiB per batch
+#: with room for a counter row and the request's own framing.
+BATCH_BYTES = 3 * 1024 * 1024
+
+
+def wire_bytes(properties: Mapping[str, Any]) -> int:
+    """A generous estimate of one operation's bytes in a batch on the wire: binary
+    values go as base64 (4 bytes per 3), text as UTF-8, and 1 KiB for the rest."""
+    return 1024 + sum(
+        4 * (len(v) + 2) // 3 if isinstance(v, bytes) else 4 * len(v) if isinstance(v, str) else 0
+        for v in properties.values()
+    )
+
+
+def batch_runs(sizes: Sequence[int], max_rows: int) -> Iterator[list[int]]:
+    """Positions ``0 .. len(sizes) - 1`` cut, in order, into runs of at most ``max_rows``
+    whose sizes add up to at most :data:`BATCH_BYTES` (a run of one may be larger)."""
+    run: list[int] = []
+    total = 0
+    for position, size in enumerate(sizes):
+        if run and (len(run) == max_rows or total + size > BATCH_BYTES):
+            yield run
+            run, total = [], 0
+        run.append(position)
+        total += size
+    if run:
+        yield run
 
 
 @dataclass(frozen=True)
@@ -124,9 +151,14 @@ class TaskRecords:
         budget: Budget | None = None,
         incarnation: str | None = None,
     ) -> TaskRecord:
-        """The planning or finalize record of a job, created waiting (for the job's
-        ``incarnation``) if absent."""
+        """The planning, feed or finalize record of a job, created waiting (for the
+        job's ``incarnation``) if absent. Read first: a job's feed record is taken again
+        at every step of its feeding, and one read costs less than an insert refused."""
         budget = retries.given(budget, self._clock)
+        try:
+            return self.get_task(job_id, kind, 0, budget)
+        except NotFound:
+            pass
         partition, row = task_keys(job_id, kind, 0)
         properties = {
             "state": "waiting",
@@ -212,12 +244,13 @@ class TaskRecords:
 def _planning_pages(
     job_id: str, ops: list[tuple[int, BatchOp]]
 ) -> list[tuple[str, list[tuple[int, BatchOp]]]]:
-    """``(partition, page)`` of the chunk inserts: by shard, at most BATCH_ROWS a page."""
+    """``(partition, page)`` of the chunk inserts: by shard, each page one batch (at most
+    BATCH_ROWS rows and BATCH_BYTES)."""
     by_shard: dict[int, list[tuple[int, BatchOp]]] = {}
     for index, op in ops:
         by_shard.setdefault(layout.shard_of(index), []).append((index, op))
     return [
-        (layout.shard_partition(job_id, shard), indexed[start : start + BATCH_ROWS])
+        (layout.shard_partition(job_id, shard), [indexed[i] for i in run])
         for shard, indexed in by_shard.items()
-        for start in range(0, len(indexed), BATCH_ROWS)
+        for run in batch_runs([wire_bytes(op.properties) for _, op in indexed], BATCH_ROWS)
     ]

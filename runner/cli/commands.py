@@ -200,7 +200,7 @@ def _json_params(text: str) -> object:
     default=None,
     help="Messages received ahead of a free slot, leased while they wait "
     "[default: adapts to chunk length, keeping about 1 s of work waiting: none for "
-    "long chunks, up to 32 for chunks of tens of milliseconds].",
+    "long chunks, up to 64 for chunks of milliseconds].",
 )
 @click.option(
     "--burst",

@@ -38,26 +38,38 @@ from runner.worker.logs import in_context
 
 log = logging.getLogger(__name__)
 
-#: Finished chunks waiting to be written before a slot handing over another waits.
-MAX_PENDING = 64
 #: A group this large is written at once; a smaller one waits for more while chunks go
 #: on finishing (each within LINGER_SECONDS of the one before, GROUP_WAIT_SECONDS at
 #: most), so that quick chunks share their writes: a group costs about as much as a
 #: chunk to write. With a fixed 5 ms, a trivial chunk on Azurite (10-30 ms) found a
 #: group of one or two: 0.13-0.2 batches per chunk. A chunk of a second or more still
 #: waits LINGER_SECONDS only; none waits more than GROUP_WAIT_SECONDS for its done mark.
-GROUP_CHUNKS = 32
+#: A group is also written as soon as a chunk ending its block comes (the last of
+#: SHARD_BLOCK consecutive chunks, which share a shard): chunks ending in order then
+#: fill one batch a block, where groups cut by time straddled two blocks' shards (0.067
+#: batches per trivial chunk on Azurite; a block a batch is 1/32, 0.031).
+GROUP_CHUNKS = 2 * layout.SHARD_BLOCK
 LINGER_SECONDS = 0.05
-GROUP_WAIT_SECONDS = 0.25
+GROUP_WAIT_SECONDS = 0.5
+#: Finished chunks waiting to be written before a slot handing over another waits.
+MAX_PENDING = 2 * GROUP_CHUNKS
 
 
-def group_wait(size: int, now: float, opened_at: float, last_added_at: float) -> float | None:
+def group_wait(
+    size: int, now: float, opened_at: float, last_added_at: float, ends_block: bool = False
+) -> float | None:
     """Seconds a group of ``size`` chunks, begun at ``opened_at`` and last added to at
-    ``last_added_at``, waits for more now (monotonic times); None: write it now."""
-    if size >= GROUP_CHUNKS:
+    ``last_added_at``, waits for more now (monotonic times); None: write it now.
+    ``ends_block``: the newest chunk is the last of its block."""
+    if size >= GROUP_CHUNKS or ends_block:
         return None
     left = min(last_added_at + LINGER_SECONDS, opened_at + GROUP_WAIT_SECONDS) - now
     return left if left > 0 else None
+
+
+def ends_block(index: int) -> bool:
+    """Whether chunk ``index`` is the last of its block (checkpoint.layout)."""
+    return index % layout.SHARD_BLOCK == layout.SHARD_BLOCK - 1
 
 
 @dataclass
@@ -97,8 +109,9 @@ class Finisher:
         #: The thread takes what is handed over: set when it starts, cleared (under
         #: ``_changed``) as it decides to exit, so nothing is queued after that decision.
         self._taking = False
-        #: When the newest chunk was handed over (monotonic).
+        #: When the newest chunk was handed over (monotonic), and whether it ended its block.
         self._last_added = 0.0
+        self._block_ended = False
         self._thread: threading.Thread | None = None
 
     def add(self, ended: Ended) -> None:
@@ -111,8 +124,9 @@ class Finisher:
             if self._taking:
                 self._pending.append(ended)
                 self._last_added = time.monotonic()
-                if len(self._pending) in (1, GROUP_CHUNKS):  # worth waking it for
-                    self._changed.notify_all()
+                self._block_ended = ends_block(ended.task.index)
+                if self._block_ended or len(self._pending) in (1, GROUP_CHUNKS):
+                    self._changed.notify_all()  # worth waking it for
                 return
         try:
             self.finish([ended])
@@ -165,7 +179,11 @@ class Finisher:
                 opened_at = time.monotonic()
                 while not self._stopping:
                     left = group_wait(
-                        len(self._pending), time.monotonic(), opened_at, self._last_added
+                        len(self._pending),
+                        time.monotonic(),
+                        opened_at,
+                        self._last_added,
+                        self._block_ended,
                     )
                     if left is None:
                         break

@@ -70,18 +70,25 @@ class FeedStep:
 def run_feed(
     store: CheckpointStore,
     queues: QueueStore,
-    job_id: str,
+    job: JobRecord,
     window: int,
     first: int,
     control: TaskControl,
     midway: Callable[[int], object],
 ) -> FeedStep:
-    """One step of the job's feed task (``first``: where its cursor starts if its record
-    holds none; ``window``: the job class's ``feed_window``); ``midway(cursor)`` is called
-    once the first half of what it sends is sent and its cursor written."""
+    """One step of the job's feed task (``job``: its record as its delivery was judged,
+    read from the store then; ``first``: where its cursor starts if its record holds
+    none; ``window``: the job class's ``feed_window``); ``midway(cursor)`` is called once
+    the first half of what it sends is sent and its cursor written.
+
+    The last page's cursor is not written here: the step's end writes it (the record
+    set waiting by :func:`feed_later`, or its done mark), one write fewer a step. A
+    step stopped right after its last page (a cancel, a pause, a lost lease) leaves it
+    unwritten: the next step sends that page again, and the claim deletes those
+    duplicates unrun (§5)."""
     read = control.lease_budget(retries.READ)
     send = control.lease_budget(retries.PLANNING)
-    job = runner_side(lambda: store.get_job(job_id, read), "reading the job")
+    job_id = job.job_id
     stored = control.newest_state
     cursor = int(stored) if stored is not None else first
     recorded = runner_side(lambda: _recorded(store, job, read), "reading the chunks planned")
@@ -102,10 +109,11 @@ def run_feed(
             "feeding a page of chunks",
         )
         cursor, fed = cursor + count, fed + count
-        runner_side(
-            lambda: control.write(TaskChanges(), {"progress": cursor}),  # noqa: B023
-            "writing the feed cursor",
-        )
+        if first_page or (cursor < recorded and cursor - ended < window):
+            runner_side(
+                lambda: control.write(TaskChanges(), {"progress": cursor}),  # noqa: B023
+                "writing the feed cursor",
+            )
         if first_page:
             midway(cursor)
         control.raise_if_stopped()
@@ -229,7 +237,7 @@ def feed_later(delivery: Delivery, control: TaskControl, step: FeedStep, after: 
     try:
         # Waiting before this message goes: the next step's message, received by another
         # worker, must find the record free to claim.
-        control.write(TaskChanges(state="waiting", owner="", attempt=0))
+        control.write(TaskChanges(state="waiting", owner="", attempt=0), {"progress": step.cursor})
     except LeaseLost:
         worker.keeper.drop(lease)
         return

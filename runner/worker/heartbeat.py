@@ -2,10 +2,12 @@
 
 One thread per worker process writes it every :data:`BEAT_SECONDS` (an upsert of a few
 hundred bytes: 12 writes a minute) with what the worker runs now (:class:`RunningTasks`),
-sooner when that changes (but never two beats within :data:`MIN_GAP_SECONDS`: at most 60
-writes a minute while tasks start and end, where each task costs several writes of its
-own anyway), and once more when the worker stops (``stopped``), so ``runner status`` can
-show idle workers and tell a worker that exited from one that vanished. Beats never hold up work:
+sooner when the jobs or kinds of task it runs change or it goes idle or busy (but never
+two beats within :data:`MIN_GAP_SECONDS`), and once more when the worker stops
+(``stopped``), so ``runner status`` can show idle workers and tell a worker that exited
+from one that vanished. One chunk following another of the same job waits for the beat
+when due: a worker of quick chunks wrote a beat a second before (0.01 requests per
+trivial chunk on Azurite), 12 a minute now. Beats never hold up work:
 a failed one is not retried in place (the next one writes the newest record anyway), and
 nothing else waits for them. About every :data:`SWEEP_SECONDS` the thread also removes
 records of workers gone for an hour (:meth:`checkpoint.workers.WorkerBook.remove_stale`).
@@ -45,7 +47,7 @@ class RunningTasks:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._tasks: dict[int, str] = {}
+        self._tasks: dict[int, tuple[str, str]] = {}  # key -> (JOB#INDEX, JOB:kind)
         self._next = 0
         #: Called (outside the lock) when a task starts or ends: the heartbeat's wake-up.
         self.on_change: Callable[[], None] = lambda: None
@@ -56,7 +58,7 @@ class RunningTasks:
         where = f"#{ids.index}" if ids.kind == "chunk" else f":{ids.kind}"
         with self._lock:
             key, self._next = self._next, self._next + 1
-            self._tasks[key] = f"{ids.job_id}{where}"
+            self._tasks[key] = (f"{ids.job_id}{where}", f"{ids.job_id}:{ids.kind}")
         self.on_change()
         try:
             yield
@@ -68,7 +70,13 @@ class RunningTasks:
     def now(self) -> tuple[str, ...]:
         """``JOB#INDEX`` (or ``JOB:plan``, ``JOB:final``) of each running task."""
         with self._lock:
-            return tuple(self._tasks.values())
+            return tuple(label for label, _ in self._tasks.values())
+
+    def shape(self) -> frozenset[str]:
+        """``JOB:kind`` of each running task, without its index: what a beat sooner than
+        due is for (a chunk following another of its job changes nothing here)."""
+        with self._lock:
+            return frozenset(kind for _, kind in self._tasks.values())
 
 
 @dataclass(frozen=True)
@@ -115,6 +123,8 @@ class Heartbeat:
         self._failing = False
         self._swept_at: float | None = None
         self.beats = 0
+        #: The state and task shape the last beat wrote (None: none written yet).
+        self._written: tuple[WorkerState, frozenset[str]] | None = None
         running.on_change = self._wake.set
 
     def record(self) -> WorkerRecord:
@@ -142,6 +152,7 @@ class Heartbeat:
     def beat(self) -> bool:
         """Write the heartbeat once, now; False if it could not be written (logged once
         per outage, not per beat)."""
+        shape = (self._state, self._running.shape())
         try:
             self._book.beat(self.record(), retries.once(self._clock))
         except StorageError as error:
@@ -154,6 +165,7 @@ class Heartbeat:
         if self._failing:
             log.info("heartbeat written again")
         self._failing = False
+        self._written = shape
         self.beats += 1
         return True
 
@@ -200,7 +212,17 @@ class Heartbeat:
             self.beat()
             self.sweep()
             # Real waits, as the lease keeper's: a FakeClock would spin through beats.
-            beaten_at = time.monotonic()
-            if self._wake.wait(self.beat_seconds):
-                # Woken by a change: tasks churning cost at most a beat per gap.
-                self._stop.wait(MIN_GAP_SECONDS - (time.monotonic() - beaten_at))
+            self._wait_for_news(time.monotonic())
+
+    def _wait_for_news(self, beaten_at: float) -> None:
+        """Until the next beat is due: ``beat_seconds`` after the last, or sooner (at
+        least MIN_GAP_SECONDS after it) once what a beat says has changed."""
+        while not self._stop.is_set():
+            left = self.beat_seconds - (time.monotonic() - beaten_at)
+            if left <= 0 or not self._wake.wait(left):
+                return
+            self._stop.wait(MIN_GAP_SECONDS - (time.monotonic() - beaten_at))
+            self._wake.clear()  # before looking: a change from now on wakes it again
+            if (self._state, self._running.shape()) != self._written:
+                return
+            # Only which chunks of the same jobs: the beat when due says it.

@@ -71,7 +71,7 @@ class WorkerSettings:
         concurrency: chunks run at once in this process (threads).
         prefetch: messages received ahead of a free slot (leased and renewed while they
             wait). None: adapt to how long chunks take (:mod:`runner.worker.prefetch`): none
-            for long chunks, so idle workers elsewhere can take the work, up to 32 for
+            for long chunks, so idle workers elsewhere can take the work, up to 64 for
             chunks of milliseconds, so one receive feeds many of them.
         poll_max_seconds: longest wait between receives while the queues are empty
             (waits start short and double up to this).

@@ -15,7 +15,7 @@ import itertools
 from collections.abc import Callable
 from typing import Any
 
-from checkpoint import messages, retries
+from checkpoint import layout, messages, retries
 from checkpoint.messages import INLINE_PAYLOAD_BYTES
 from checkpoint.records import JobRecord
 from checkpoint.retries import Budget
@@ -25,8 +25,11 @@ from checkpoint.tasks.task_records import PlannedChunk
 from jobs.job import ChunkedJob
 from runner.worker.control import TaskControl, runner_side
 
-#: Chunks recorded and enqueued per step (16 shards x 25 rows per batch).
-PAGE_CHUNKS = 400
+#: Chunks recorded and enqueued per step: two rounds of the shards' blocks, so each
+#: shard's batch holds two blocks (64 rows) and recording costs 1/64 of a request per
+#: chunk (1/32 with pages of 400, 0.032 requests per trivial chunk on Azurite). Planning
+#: holds one page of payloads: 1,024 of them, whatever the job's size.
+PAGE_CHUNKS = 2 * layout.SHARDS * layout.SHARD_BLOCK
 
 
 def run_plan(
@@ -115,7 +118,7 @@ def feed_message(job: JobRecord, first: int) -> bytes:
 def sender_of_unsent(queues: QueueStore, queue: str, bodies: list[bytes]) -> Callable[[], None]:
     """One try at sending what is not sent yet: a retry sends again only the messages
     whose send failed, so passing trouble on a few does not send the whole page twice
-    (with sends refused now and then, a page of 400 rarely goes through whole).
+    (with sends refused now and then, a page of a thousand rarely goes through whole).
     A failure that was applied with its answer lost still leaves a duplicate: the claim
     turns it into one run (docs/semantics.md §5)."""
     unsent = list(bodies)

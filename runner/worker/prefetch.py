@@ -4,7 +4,9 @@ A prefetched message is leased (renewed while it waits) but nobody works on it, 
 right depth depends on how long chunks take:
 
 - chunks of milliseconds: a receive costs as much as several chunks, so take many at
-  once (up to the 32 a receive may return) and keep the slots busy between receives;
+  once and keep the slots busy between receives: up to 64 ahead, so that a receive of
+  the 32 it may return is made while 32 still wait (the loop refills once half the
+  buffer is free);
 - chunks of seconds or minutes: a message waiting behind a long chunk is work that an
   idle worker elsewhere could be doing, so take none ahead.
 
@@ -32,8 +34,10 @@ from runner.worker.lease import Lease
 
 log = logging.getLogger(__name__)
 
-#: The most messages taken ahead of the slots (a receive returns at most 32).
-MAX_PREFETCH = 32
+#: The most messages taken ahead of the slots: two receives' worth (a receive returns at
+#: most 32), so trivial chunks are received 32 at a time, not 16 (0.069 receives per
+#: chunk on Azurite with 32 ahead, 0.047 with 64).
+MAX_PREFETCH = 64
 #: Work kept waiting ahead of the slots, in seconds of slot time: long enough to hide a
 #: receive round trip and that chunks of tens of milliseconds (a trivial chunk on Azure:
 #: its claim's round trip) are received 16 to 32 at a time, not a receive per few chunks

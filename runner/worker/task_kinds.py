@@ -156,7 +156,7 @@ class FeedKind(Kind):
         worker, window = delivery.worker, delivery.job_class.feed_window
         first = delivery.index
         return run_feed(
-            worker.store, worker.queues, delivery.job_id, window, first, control, after.send
+            worker.store, worker.queues, delivery.job, window, first, control, after.send
         )
 
     def done_values(self, outcome: Any) -> dict[str, Any]:

@@ -21,6 +21,7 @@ from checkpoint.errors import (
     JobNotFound,
     NotFound,
 )
+from checkpoint.metering import metered
 from checkpoint.records import SPILL_BYTES
 from checkpoint.storage import ANY_ETAG, Storage
 from checkpoint.store import CheckpointStore
@@ -233,6 +234,19 @@ def test_add_chunks_again_with_large_payloads_leaves_one_blob_per_chunk(
         assert store.value(task.properties, "payload") == BIG
 
 
+def test_add_chunks_of_large_inline_payloads_fit_azures_batch_size(store: CheckpointStore):
+    # Three rounds of the shards' blocks: 96 chunks to each shard, each payload just
+    # under what stays inline (SPILL_BYTES). In one batch a shard's 96 would be about
+    # 4.4 MiB (5.9 MB as base64 on the wire), over Azure's 4 MiB for an entity group transaction.
+    job_id = _new_job(store)
+    count = 3 * layout.SHARDS * layout.SHARD_BLOCK
+    inline = b"x" * (SPILL_BYTES - 1024)
+    store.add_chunks(job_id, 0, [inline] * count)
+    assert sum(1 for _ in store.chunks(job_id)) == count
+    assert _blobs(store, job_id) == []  # inline, not spilled
+    assert store.value(store.get_task(job_id, "chunk", count - 1).properties, "payload") == inline
+
+
 def test_get_task_of_an_unrecorded_chunk_is_not_found(store: CheckpointStore):
     job_id = _new_job(store, chunks=2)
     with pytest.raises(NotFound):
@@ -246,6 +260,25 @@ def test_ensure_task_creates_planning_and_finalize_records_once(store: Checkpoin
     claimed = store.write_task(plan, {"state": "running"})
     assert store.ensure_task(job_id, "plan").etag == claimed.etag
     assert store.ensure_task(job_id, "final").state == "waiting"
+
+
+def test_ensure_task_of_a_record_that_exists_is_one_read(backend: Backend):
+    # A feed step takes its job's one feed record many times over a job: each must cost
+    # one request, not an insert refused and then a read
+    calls: list[str] = []
+
+    class Meter:
+        def request(self, operation: str, outcome: str, seconds: float | None) -> None:
+            if seconds is not None:  # a request, not a follow-up of one
+                calls.append(operation)
+
+    store = CheckpointStore(metered(backend.storage, Meter()))
+    job_id = _new_job(store)
+    store.ensure_task(job_id, "feed")
+    calls.clear()
+
+    assert store.ensure_task(job_id, "feed").state == "waiting"
+    assert calls == ["record_get"]
 
 
 # --------------------------------------------------------------------------- fencing

@@ -20,6 +20,7 @@ from jobs.chunk import Chunk
 from jobs.job import ChunkedJob
 from jobs.summary import JobSummary
 from jobs.testing import CrashAt, JobDidNotFinish, JobRun, run_job
+from runner.worker.plan import PAGE_CHUNKS
 from tests.jobs.harness_jobs import CallsApi, CountRows, Publishes, SaysProgress
 
 
@@ -276,8 +277,9 @@ def test_a_crash_in_planning_runs_split_again_and_each_chunk_once():
 
 
 def test_a_crash_in_planning_after_a_page_was_enqueued():
-    # Given planning killed after its first page of 400 chunks was recorded and sent
-    run = run_job(Tiny, {"chunks": 450}, crash=CrashAt.planning(payloads=420))
+    # Given planning killed after its first page of chunks was recorded and sent
+    total = PAGE_CHUNKS + 50
+    run = run_job(Tiny, {"chunks": total}, crash=CrashAt.planning(payloads=PAGE_CHUNKS + 20))
 
     # Then the first window of those chunks ran while planning waited for its lease (the
     # feeder has nothing more to send until planning says what it recorded); planning
@@ -285,9 +287,9 @@ def test_a_crash_in_planning_after_a_page_was_enqueued():
     # recorded page and sent the window's messages again: the duplicates were deleted
     # unrun
     plans = [call for call in run.calls if call.kind == "plan"]
-    assert [call.passed for call in plans] == [420, 450]
-    assert run.assert_done().total == 450
-    assert run.results == list(range(450))
+    assert [call.passed for call in plans] == [PAGE_CHUNKS + 20, total]
+    assert run.assert_done().total == total
+    assert run.results == list(range(total))
     assert {chunk.runs for chunk in run.chunks} == {1}
     first_chunk = next(i for i, call in enumerate(run.calls) if call.kind == "chunk")
     assert run.calls[first_chunk + Tiny.feed_window].kind == "plan"  # after the window

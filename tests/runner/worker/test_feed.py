@@ -311,6 +311,47 @@ def test_a_feed_step_reads_no_counter_where_its_worker_saw_them_leave_room(
     _each_chunk_ran_once(world, run, job_id, run.window * 3)
 
 
+def test_a_feed_step_reads_no_job_record_and_writes_its_own_at_most_thrice(
+    world: World, run: Run, monkeypatch: pytest.MonkeyPatch
+):
+    # Given a job of three windows and the requests its feed steps make
+    records = world.backend.storage.records
+    get, query, merge, during_feed = records.get, records.query, records.merge, Counter[str]()
+
+    def watched_get(table: str, partition_key: str, row_key: str) -> Any:
+        if current_ids().get("task") == "feed" and table == layout.JOBS_TABLE:
+            during_feed["job reads"] += 1
+        return get(table, partition_key, row_key)
+
+    def watched_query(table: str, partition_key: str, *args: Any, **kwargs: Any) -> Any:
+        if current_ids().get("task") == "feed" and partition_key == layout.JOBS_PARTITION:
+            during_feed["steps"] += 1  # each step asks for the jobs above it once
+        return query(table, partition_key, *args, **kwargs)
+
+    def watched_merge(table: str, partition_key: str, row_key: str, *args: Any, **kw: Any) -> Any:
+        if row_key == layout.FEED_ROW:
+            during_feed["feed record writes"] += 1
+        return merge(table, partition_key, row_key, *args, **kw)
+
+    monkeypatch.setattr(records, "get", watched_get)
+    monkeypatch.setattr(records, "query", watched_query)
+    monkeypatch.setattr(records, "merge", watched_merge)
+    job_id = run.submit(run.window * 3)
+
+    # When it runs to its end
+    run.until_ended(job_id)
+
+    # Then no step read the job's record again to feed (its delivery was judged by the
+    # stored record moments before: that one serves), and each wrote its record at most
+    # three times: its claim, the first page's cursor before the next step's message
+    # went out, and the last page's cursor with its end (waiting, or done)
+    steps = during_feed["steps"]
+    assert steps >= 3
+    assert during_feed["job reads"] == 0, during_feed
+    assert 2 * steps <= during_feed["feed record writes"] <= 3 * steps, during_feed
+    _each_chunk_ran_once(world, run, job_id, run.window * 3)
+
+
 def test_status_shows_the_priority(world: World, run: Run):
     job_id = run.submit(3, priority=-2)
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 import uuid
 from datetime import timedelta
 from pathlib import Path
@@ -19,7 +20,7 @@ import pytest
 
 from checkpoint import layout
 from checkpoint.backends import open_storage
-from checkpoint.clock import FakeClock
+from checkpoint.clock import FakeClock, SystemClock
 from checkpoint.errors import BadRecord
 from checkpoint.storage import Record
 from checkpoint.store import CheckpointStore
@@ -36,7 +37,7 @@ from jobs.job import ChunkedJob
 from jobs.submit import submit
 from runner.cli.json_form import to_json, utc
 from runner.cli.snapshot import read_report, read_snapshot, read_workers
-from runner.worker.heartbeat import Heartbeat, Identity, RunningTasks
+from runner.worker.heartbeat import MIN_GAP_SECONDS, Heartbeat, Identity, RunningTasks
 from runner.worker.logs import TaskIds
 from runner.worker.loop import WorkerLoop, WorkerSettings
 from tests.backends import Backend
@@ -235,6 +236,44 @@ def test_a_worker_loop_beats_while_it_serves_and_says_stopped_at_the_end(tmp_pat
     (after,) = book.scan(CheckpointStore(storage).budget())
     assert isinstance(after, WorkerRecord) and after.state == "stopped"
     storage.close()
+
+
+def test_chunks_following_each_other_wait_for_the_beat_a_new_job_does_not(tmp_path: Path):
+    # Given a worker's heartbeat (real time, a beat every 5 s), written once at start
+    storage = open_storage(str(tmp_path / "store"))
+    CheckpointStore(storage).ensure()
+    running = RunningTasks()
+    identity = Identity("h:1:abcd", ("q",), ("tests:Job",), 1)
+    heartbeat = Heartbeat(WorkerBook(storage.records), identity, running, SystemClock(), BEAT)
+    heartbeat.start()
+
+    def run(job_id: str, index: int) -> None:
+        with running.running(TaskIds(job_id, "chunk", index, 1)):
+            threading.Event().wait(0.005)
+
+    try:
+        # When it runs quick chunks of one job for 3 s, one after another
+        run("job-a", 0)
+        busy_from = time.monotonic()
+        index = 1
+        while time.monotonic() - busy_from < 3.0:
+            run("job-a", index)
+            index += 1
+        # Then going busy was worth a beat (MIN_GAP_SECONDS after the first), but one
+        # chunk following another of the same job was not: the beat when due says it
+        assert heartbeat.beats == 2
+
+        # When a chunk of another job runs beside them
+        with running.running(TaskIds("job-b", "chunk", 0, 1)):
+            deadline = time.monotonic() + 3 * MIN_GAP_SECONDS
+            while heartbeat.beats == 2 and time.monotonic() < deadline:
+                run("job-a", index)
+                index += 1
+        # Then that is written before the beat is due
+        assert heartbeat.beats == 3
+    finally:
+        heartbeat.stop()
+        storage.close()
 
 
 def _worker_record(**changes: Any) -> WorkerRecord:

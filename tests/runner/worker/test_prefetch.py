@@ -7,6 +7,7 @@ watching how many messages each receive asks for.
 
 from __future__ import annotations
 
+import statistics
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -55,7 +56,8 @@ def test_quick_chunks_grow_the_depth_by_doubling_up_to_the_cap():
     for _ in range(7):
         prefetch.observe(0.0002)
         depths.append(prefetch.depth)
-    assert depths == [1, 3, 7, 15, 31, 32, 32]
+    assert depths == [1, 3, 7, 15, 31, 63, MAX_PREFETCH]
+    assert MAX_PREFETCH == 64
 
 
 def test_one_quick_chunk_among_long_ones_takes_at_most_one_ahead():
@@ -147,7 +149,8 @@ def test_a_worker_takes_many_quick_chunks_at_once(tmp_path: Path):
 
     # Then the receives grew to take many at a time, so there were few of them
     assert loop.prefetch.depth == MAX_PREFETCH
-    assert max(asked) > 16
+    # as many as a receive returns (32), with a receive's worth still waiting ahead
+    assert statistics.median(asked) == 32
     assert len(asked) < 40
 
 
@@ -155,8 +158,9 @@ def test_chunks_of_tens_of_milliseconds_are_received_many_at_once(tmp_path: Path
     # Given 200 chunks of 25 ms each, as a trivial chunk takes on Azure (its claim)
     loop, asked = _run(tmp_path, chunks=200, seconds=0.025)
 
-    # Then a receive takes many: a receive a chunk would cost a request a chunk
-    assert loop.prefetch.depth == MAX_PREFETCH
+    # Then a second of them is kept ahead (40; the sleeps make it a little less) and a
+    # receive takes many: a receive a chunk would cost a request a chunk
+    assert 32 <= loop.prefetch.depth <= 40
     assert len(asked) < 40
 
 
