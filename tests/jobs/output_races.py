@@ -18,7 +18,7 @@ from typing import Any
 
 from checkpoint.errors import LeaseLost
 from jobs import Chunk, ChunkedJob
-from jobs.chunk_output import (
+from jobs.spark.chunk_output import (
     ATTEMPTS_DIR,
     ChunkCommit,
     content_checksum,
