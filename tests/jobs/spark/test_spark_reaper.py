@@ -1,7 +1,7 @@
 """The reaper's decisions, in process: fakes for the joined session and the clock.
 
 What it does on a real Spark Connect server (a SIGKILLed worker's action cut short, a
-released session refused) is in tests/jobs/test_spark_connect.py.
+released session refused) is in tests/jobs/spark/test_spark_connect.py.
 """
 
 from __future__ import annotations

@@ -2,7 +2,8 @@
 (jobs.spark.chunk_output), its files on a local disk (jobs.spark.output_files), and the sweeps.
 
 What Spark writes is stood in for by folders with a file in them; the Spark side of the
-same steps runs in tests/jobs/test_spark.py and tests/jobs/test_spark_connect.py.
+same steps runs in tests/jobs/spark/test_spark.py and
+tests/jobs/spark/test_spark_connect.py.
 """
 
 from __future__ import annotations

@@ -29,7 +29,7 @@ from jobs.spark import (
 )
 from jobs.spark.chunk_output import COMMIT_MARKER, ChunkCommit, chunk_output_path, read_commit
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 # --------------------------------------------------------------------------- split_files
 
