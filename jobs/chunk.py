@@ -30,7 +30,7 @@ class Takeover:
         owner: the worker id that leased the chunk (``host:pid:hex``), or "" if unknown.
         claim: that attempt's claim token (:attr:`Chunk.claim`), or "" if unknown.
         spark_session: the Spark Connect session it recorded (JSON text of
-            :class:`jobs.spark_reaper.ConnectSession`), or None if it recorded none.
+            :class:`jobs.spark.reaper.ConnectSession`), or None if it recorded none.
         owner_gone: True if that worker's heartbeat says it is gone (or stopped), so
             nothing of it can be legitimately running any more.
     """
@@ -146,7 +146,7 @@ class Chunk:
         A write conditional on the chunk's record, as a checkpoint's, made at once: it
         succeeds only while this attempt still holds the chunk, so an attempt that lost
         it (a stalled or dead worker, a lost lease) can never publish over the attempt
-        that took over. :func:`jobs.chunk_output.write_chunk_output` calls it; call it
+        that took over. :func:`jobs.spark.chunk_output.write_chunk_output` calls it; call it
         yourself for output of your own.
 
         Args:
@@ -166,7 +166,7 @@ class Chunk:
 
     def record_spark_session(self, session: str) -> None:
         """Record with the claim the Spark Connect session this attempt's Spark work
-        runs in (JSON text of :func:`jobs.spark_session.connect_session_text`), so an
+        runs in (JSON text of :func:`jobs.spark.session.connect_session_text`), so an
         attempt taking the chunk over can cut that work short. :mod:`jobs.spark` does
         it before the attempt's first Spark work; a fenced write, skipped if the same
         session is recorded already.

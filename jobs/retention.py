@@ -23,9 +23,9 @@ from checkpoint.errors import BadRecord, ConfigurationError, JobNotEnded
 from checkpoint.records import ENDED_JOB_STATES, OUTPUTS, JobRecord
 from checkpoint.storage import Storage
 from checkpoint.store import CheckpointStore
-from jobs.chunk_output import sweep_attempts
 from jobs.errors import JobEnded
 from jobs.manage import cancel
+from jobs.spark.chunk_output import sweep_attempts
 
 log = logging.getLogger(__name__)
 
@@ -137,7 +137,7 @@ def _check_states(states: Iterable[str]) -> frozenset[str]:
 
 def _sweep_outputs(store: CheckpointStore, job_id: str) -> None:
     """Remove what dead attempts left beside the job's published chunk outputs
-    (:func:`jobs.chunk_output.sweep_attempts`), before the records naming them go."""
+    (:func:`jobs.spark.chunk_output.sweep_attempts`), before the records naming them go."""
     removed = 0
     for _, task in store.scan_chunks(job_id):
         if isinstance(task, BadRecord):

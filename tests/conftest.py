@@ -144,9 +144,9 @@ SPARK_GROUP = "spark"
 SPARK_MODULES = frozenset(
     {
         "tests/samples/test_spark_cluster.py",
-        "tests/jobs/test_spark_connect.py",
+        "tests/jobs/spark/test_spark_connect.py",
         "tests/samples/test_migration_cluster.py",
-        "tests/jobs/test_spark.py",
+        "tests/jobs/spark/test_spark.py",
         "tests/samples/test_migration_sample.py",
         "tests/bench/test_cluster.py",
         "tests/bench/test_streaming.py",
@@ -256,7 +256,7 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> ModuleGroupS
 # --------------------------------------------------------------------------- local Spark
 
 #: The fixture of the run's one local SparkSession (the migration sample's settings, which
-#: tests/jobs/test_spark.py's jobs share so that they find it and start no other).
+#: tests/jobs/spark/test_spark.py's jobs share so that they find it and start no other).
 LOCAL_SPARK = "local_spark"
 LOCAL_SPARK_SETTINGS = SparkSettings.for_job(MigrateOrders, environ={})
 #: The modules of tests asking for it (set at collection).

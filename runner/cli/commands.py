@@ -33,7 +33,7 @@ from jobs.errors import InvalidParams
 from jobs.retention import delete as delete_job
 from jobs.retention import parse_age
 from jobs.retention import purge as purge_jobs
-from jobs.spark_settings import CONF_ENV, MASTER_ENV, REMOTE_ENV, check_remote
+from jobs.spark.settings import CONF_ENV, MASTER_ENV, REMOTE_ENV, check_remote
 from jobs.submit import PRIORITY_RANGE, record_submission
 from runner.cli.checking import check_location
 from runner.cli.dashboard.command import dashboard

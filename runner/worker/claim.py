@@ -17,7 +17,7 @@ from checkpoint import retries
 from checkpoint.errors import BadRecord, Conflict, NotFound
 from checkpoint.records import LEASE_ON_RECORD, TaskRecord
 from checkpoint.settle import Writer
-from jobs.spark_session import connect_session_text
+from jobs.spark.session import connect_session_text
 from runner.worker.bad_records import poison_missing, poison_unreadable
 from runner.worker.delivery import Delivery
 from runner.worker.feed import FEED_IDLE_SECONDS

@@ -39,7 +39,7 @@ from typing import Any
 
 from checkpoint.backends import open_storage
 from jobs.planning import split_files
-from jobs.spark_settings import CONF_ENV, conf_strings
+from jobs.spark.settings import CONF_ENV, conf_strings
 from samples.migration.demo import job_params
 from samples.migration.generate import Generated, generate
 from samples.migration.processes import JOB, ROOT, Runner

@@ -29,7 +29,7 @@ import uuid
 from pathlib import Path
 
 from jobs.chunk import Takeover
-from jobs.spark_reaper import claim_tag, reap
+from jobs.spark.reaper import claim_tag, reap
 from samples.migration.cluster import CONNECT_ABANDONED_CONF, LoopbackCluster, free_port
 from tests.jobs.connect_jobs import tagged_active_tasks
 

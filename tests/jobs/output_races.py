@@ -3,8 +3,8 @@
 Each scenario runs two attempts of one chunk (ChunkEnvironments: the second is the
 first's ``next_attempt``, holding what the first published) against one output path,
 stops the first at a chosen point, lets the second run to the end, then lets the first
-go on, and returns what a reader then finds. Used by tests/jobs/test_spark.py (a
-classic local session) and tests/jobs/test_spark_connect.py (a Connect client of the
+go on, and returns what a reader then finds. Used by tests/jobs/spark/test_spark.py (a
+classic local session) and tests/jobs/spark/test_spark_connect.py (a Connect client of the
 loopback cluster): the same steps on both kinds of session.
 """
 
@@ -18,7 +18,7 @@ from typing import Any
 
 from checkpoint.errors import LeaseLost
 from jobs import Chunk, ChunkedJob
-from jobs.chunk_output import (
+from jobs.spark.chunk_output import (
     ATTEMPTS_DIR,
     ChunkCommit,
     content_checksum,

@@ -14,7 +14,7 @@ import pytest
 from checkpoint.backends import open_storage
 from checkpoint.errors import ConfigurationError
 from checkpoint.storage import Storage
-from jobs.spark_settings import SparkSettings
+from jobs.spark.settings import SparkSettings
 from jobs.testing import run_job
 from samples.migration import layout
 from samples.migration.job import MigrateOrders

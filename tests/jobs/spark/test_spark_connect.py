@@ -28,12 +28,10 @@ import pytest
 from pyspark.sql import Observation
 from pyspark.sql import functions as F
 
-import jobs.chunk_output
+import jobs.spark.chunk_output
 from jobs import Chunk, ChunkStopped, LeaseLost
 from jobs.chunk import Takeover
-from jobs.chunk_output import attempt_path
 from jobs.errors import MetricsUnavailable
-from jobs.output_files import LocalFiles, SparkFiles, files_for
 from jobs.spark import (
     COMMIT_MARKER,
     REMOTE_ENV,
@@ -50,8 +48,10 @@ from jobs.spark import (
     stop_spark,
     write_chunk_output,
 )
-from jobs.spark_reaper import reap
-from jobs.spark_session import connect_session_text
+from jobs.spark.chunk_output import attempt_path
+from jobs.spark.output_files import LocalFiles, SparkFiles, files_for
+from jobs.spark.reaper import reap
+from jobs.spark.session import connect_session_text
 from jobs.summary import JobSummary
 from jobs.testing import ChunkEnvironment
 from samples.migration.cluster import LoopbackCluster
@@ -115,7 +115,7 @@ def test_default_parallelism_is_the_clusters_cores(spark, loopback_cluster):
 
 
 def test_conf_the_server_refuses_is_named_once_unless_only_a_drivers(caplog):
-    from jobs import spark_session as module
+    from jobs.spark import session as module
 
     settings = SparkSettings(remote="sc://example:1")
     with caplog.at_level(logging.DEBUG, logger="jobs.spark"):
@@ -310,7 +310,9 @@ def test_a_dead_attempt_never_touches_the_published_output(spark, tmp_path, stag
 def test_a_uri_without_a_file_system_is_published_by_its_marker(spark, tmp_path, monkeypatch):
     # Given a URI the client cannot reach (abfss:// on a real cluster; here a file://
     # URL reached through Spark only, as such a URI would be)
-    monkeypatch.setattr(jobs.chunk_output, "files_for", lambda path, session: SparkFiles(spark))
+    monkeypatch.setattr(
+        jobs.spark.chunk_output, "files_for", lambda path, session: SparkFiles(spark)
+    )
     path = chunk_output_path((tmp_path / "out").as_uri(), "j", 1)
     env = ChunkEnvironment(OutputJob, job_id="j", index=1)
 

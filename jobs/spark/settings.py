@@ -59,7 +59,7 @@ class SparkSettings:
         master: the Spark master URL (``local[*]``, ``spark://host:7077``, ``yarn``, ...)
             of the driver the worker runs itself; not used with ``remote``.
         conf: Spark conf, all values strings. With ``remote``, only what a Connect
-            session may change (runtime SQL conf) applies; see :mod:`jobs.spark_session`.
+            session may change (runtime SQL conf) applies; see :mod:`jobs.spark.session`.
         app_name: the application name Spark shows (a driver's; a Connect server has
             its own).
         remote: the Spark Connect URL (``sc://host:port``) when the worker is a thin

@@ -1,7 +1,7 @@
 """The reaper's decisions, in process: fakes for the joined session and the clock.
 
 What it does on a real Spark Connect server (a SIGKILLed worker's action cut short, a
-released session refused) is in tests/jobs/test_spark_connect.py.
+released session refused) is in tests/jobs/spark/test_spark_connect.py.
 """
 
 from __future__ import annotations
@@ -15,12 +15,14 @@ import pytest
 
 from checkpoint.clock import FakeClock
 from checkpoint.errors import LeaseLost
-from jobs import Chunk, ChunkStopped, spark_reaper, spark_session
-from jobs import spark as spark_module
+from jobs import Chunk, ChunkStopped
 from jobs.chunk import Takeover
 from jobs.spark import ChunkJobGroup
-from jobs.spark_interrupt import OperationTag
-from jobs.spark_reaper import (
+from jobs.spark import job as spark_module
+from jobs.spark import reaper as spark_reaper
+from jobs.spark import session as spark_session
+from jobs.spark.interrupt import OperationTag
+from jobs.spark.reaper import (
     REAP_WAIT_SECONDS,
     ConnectSession,
     claim_tag,
@@ -30,7 +32,7 @@ from jobs.spark_reaper import (
     reap,
     session_released,
 )
-from jobs.spark_settings import SparkSettings
+from jobs.spark.settings import SparkSettings
 
 SESSION = ConnectSession("10.0.0.5:15002", "7d0c3a7e-8f55-4a43-9d7e-1f2a3b4c5d6e", "alice")
 RECORDED = json.dumps(SESSION.__dict__)
@@ -98,7 +100,7 @@ def test_an_alive_owner_loses_only_the_attempts_tagged_operations(caplog):
     fake, urls, clock = FakeSession(), [], FakeClock()
 
     # When the new attempt reaps it
-    with caplog.at_level(logging.INFO, logger="jobs.spark_reaper"):
+    with caplog.at_level(logging.INFO, logger="jobs.spark.reaper"):
         reaped = reap(
             takeover(gone=False),
             REMOTE,
@@ -132,7 +134,7 @@ def test_an_alive_owner_loses_only_the_attempts_tagged_operations(caplog):
 def test_a_gone_owners_session_is_interrupted_waited_for_and_released(caplog):
     fake = FakeSession(running_for=2)
 
-    with caplog.at_level(logging.INFO, logger="jobs.spark_reaper"):
+    with caplog.at_level(logging.INFO, logger="jobs.spark.reaper"):
         reaped = reap(takeover(gone=True), REMOTE, join=joined_by(fake), clock=FakeClock())
 
     # every operation of the session, waited on until none runs, then the release
@@ -187,7 +189,7 @@ def test_the_wait_is_bounded_and_the_session_still_released(caplog):
     fake = FakeSession(running_for=10_000)  # a task that ignores the kill
     clock = FakeClock()
 
-    with caplog.at_level(logging.INFO, logger="jobs.spark_reaper"):
+    with caplog.at_level(logging.INFO, logger="jobs.spark.reaper"):
         reaped = reap(
             takeover(gone=True),
             REMOTE,
@@ -238,7 +240,7 @@ def test_nothing_recorded_nothing_reaped():
     ],
 )
 def test_an_unreadable_record_is_named_and_skipped(recorded, caplog):
-    with caplog.at_level(logging.WARNING, logger="jobs.spark_reaper"):
+    with caplog.at_level(logging.WARNING, logger="jobs.spark.reaper"):
         assert reap(takeover(gone=True, recorded=recorded), REMOTE) is None
     assert "not a recorded Connect session" in caplog.text
 
@@ -247,7 +249,7 @@ def test_a_server_out_of_reach_costs_a_warning_and_the_attempt_goes_on(caplog):
     def join(url: str) -> FakeSession:
         raise OSError("connection refused")
 
-    with caplog.at_level(logging.WARNING, logger="jobs.spark_reaper"):
+    with caplog.at_level(logging.WARNING, logger="jobs.spark.reaper"):
         assert reap(takeover(gone=True), REMOTE, join=join) is None
     assert "could not reap" in caplog.text and "connection refused" in caplog.text
 
@@ -255,7 +257,7 @@ def test_a_server_out_of_reach_costs_a_warning_and_the_attempt_goes_on(caplog):
 def test_a_failing_call_costs_a_warning_and_closes_the_client(caplog):
     fake = FakeSession(fail=RuntimeError("UNAVAILABLE: deadline exceeded"))
 
-    with caplog.at_level(logging.WARNING, logger="jobs.spark_reaper"):
+    with caplog.at_level(logging.WARNING, logger="jobs.spark.reaper"):
         assert reap(takeover(gone=True), REMOTE, join=joined_by(fake)) is None
 
     assert fake.calls == [("interrupt_all",), ("close",)]
@@ -267,7 +269,7 @@ def test_a_session_closed_already_has_nothing_to_reap(caplog):
     closed.__cause__ = RuntimeError("[INVALID_HANDLE.SESSION_CLOSED] Handle 7d0c is invalid")
     fake = FakeSession(fail=closed)
 
-    with caplog.at_level(logging.INFO, logger="jobs.spark_reaper"):
+    with caplog.at_level(logging.INFO, logger="jobs.spark.reaper"):
         reaped = reap(takeover(gone=True), REMOTE, join=joined_by(fake), clock=FakeClock())
 
     assert reaped is not None and reaped.gone and not reaped.released
@@ -417,7 +419,7 @@ def test_without_a_remote_of_its_own_the_hook_warns(hooked, monkeypatch, caplog)
     reaps, _ = hooked
     monkeypatch.setattr(spark_reaper, "connect_remote", lambda: None)
 
-    with caplog.at_level(logging.WARNING, logger="jobs.spark_reaper"):
+    with caplog.at_level(logging.WARNING, logger="jobs.spark.reaper"):
         prepare_attempt(FakeConnect(), a_chunk(FakeControl("claim-noremote", takeover(gone=True))))  # type: ignore[arg-type]
 
     assert reaps == [] and "no Spark Connect session of its own" in caplog.text

@@ -14,14 +14,14 @@ client of that session: this process's own session is left alone) and:
   session and then releases it: the server closes the session and refuses its later
   calls (``INVALID_HANDLE.SESSION_CLOSED``), a fence at the engine for a worker that
   was only stalled. Such a worker, once awake, hands its chunks back (not a failure)
-  and builds a new session (:mod:`jobs.spark`);
+  and builds a new session (:mod:`jobs.spark.job`);
 - waits, at most :data:`REAP_WAIT_SECONDS`, until none of those operations still runs,
   asking the server (``GetStatus``: an interrupted operation is running until its
   execution thread has cancelled its Spark jobs).
 
 One INFO line says what was interrupted and how long it took. A server out of reach
 only costs a warning: the attempt goes on, its output fenced per attempt
-(:mod:`jobs.chunk_output`); the reaper saves the cluster's cores, not correctness.
+(:mod:`jobs.spark.chunk_output`); the reaper saves the cluster's cores, not correctness.
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from checkpoint.clock import Clock, SystemClock
 from jobs.chunk import Chunk, Takeover
-from jobs.spark_session import connect_remote, connect_session_text
+from jobs.spark.session import connect_remote, connect_session_text
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -133,7 +133,7 @@ class ConnectSession:
 
     @classmethod
     def from_text(cls, text: str) -> ConnectSession:
-        """Parse :func:`jobs.spark_session.connect_session_text`'s JSON.
+        """Parse :func:`jobs.spark.session.connect_session_text`'s JSON.
 
         Raises:
             ValueError: it is not such a record.

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Protocol
 
-from jobs.spark_session import is_connect
+from jobs.spark.session import is_connect
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -78,7 +78,7 @@ class OperationTag:
     so cancelling the outer one cuts it short too, as with nested job groups in
     effect. Leaving removes only this tag. ``attempt_tag`` (the same for every block
     of one attempt of a chunk) is what an attempt taking the chunk over interrupts,
-    knowing it from the chunk's record (:mod:`jobs.spark_reaper`); it is never
+    knowing it from the chunk's record (:mod:`jobs.spark.reaper`); it is never
     cancelled by this block, and an inner block leaves the outer one's in place.
     """
 

@@ -20,10 +20,9 @@ from pyspark.sql import Observation
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-import jobs.output_metrics
+import jobs.spark.output_metrics
 from jobs import Chunk, ChunkStopped, LeaseLost
 from jobs.errors import MetricsUnavailable
-from jobs.output_files import HadoopFiles, SparkFiles
 from jobs.spark import (
     COMMIT_MARKER,
     EXACT_FORMATS,
@@ -35,6 +34,7 @@ from jobs.spark import (
     read_commit,
     write_chunk_output,
 )
+from jobs.spark.output_files import HadoopFiles, SparkFiles
 from jobs.summary import JobSummary
 from jobs.testing import ChunkEnvironment
 from samples.migration.job import SPARK_CONF
@@ -490,7 +490,7 @@ def test_metrics_spark_does_not_deliver_are_read_back(spark, tmp_path, monkeypat
     def undelivered(observation, timeout_seconds=0):
         raise MetricsUnavailable("dropped (simulated by the test)")
 
-    monkeypatch.setattr(jobs.output_metrics, "observed_metrics", undelivered)
+    monkeypatch.setattr(jobs.spark.output_metrics, "observed_metrics", undelivered)
     orders = orders_frame(spark, 0, 50)
 
     commit = write_chunk_output(orders, str(tmp_path / "out"), chunk=attempt())

@@ -51,8 +51,8 @@ from checkpoint import checks
 from checkpoint.errors import ConfigurationError
 from checkpoint.layout import check_job_id
 from jobs.chunk import Chunk
-from jobs.output_files import LocalFiles, OutputFiles, files_for, is_uri
-from jobs.output_metrics import (
+from jobs.spark.output_files import LocalFiles, OutputFiles, files_for, is_uri
+from jobs.spark.output_metrics import (
     EXACT_FORMATS,
     OBSERVED_METRICS_WAIT_SECONDS,
     content_checksum,

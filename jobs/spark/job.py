@@ -1,31 +1,6 @@
-"""Spark inside chunks: one SparkSession per worker process, one job group per chunk.
-
-PySpark is the ``spark`` extra (``make venv`` installs it): it is imported
-only when a session is first wanted, so ``import jobs.spark`` and the rest of the
-project never need it. ::
-
-    from jobs.spark import (SparkChunkedJob, chunk_output_path, finalize_outputs,
-                            write_chunk_output)
-
-    class MigrateOrders(SparkChunkedJob):
-        spark_conf = {"spark.sql.shuffle.partitions": "8"}
-
-        def process(self, chunk):
-            with self.job_group(chunk):          # cancelled if the chunk must stop
-                df = self.spark.read.json(chunk.payload["files"])
-                out = chunk_output_path(chunk.params["out"], chunk.job_id, chunk.index)
-                commit = write_chunk_output(migrate(df), out, chunk=chunk)
-            return {"rows": commit.rows}
-
-        def finalize(self, params, summary):
-            manifest = list(finalize_outputs(summary, spark=self.spark))
-
-The session is built on first use with the master (or Spark Connect remote) and conf of
-:class:`SparkSettings` (the job class's ``spark_master`` / ``spark_remote`` /
-``spark_conf``, overridden by ``RUNNER_SPARK_MASTER`` / ``RUNNER_SPARK_REMOTE`` /
-``RUNNER_SPARK_CONF``) and then shared by every chunk the process runs: a driver's JVM
-starts once per worker, not once per chunk, and a Connect client (no JVM at all) keeps
-one server-side session.
+"""A Spark job class and its chunks' job groups: :class:`SparkChunkedJob` (``self.spark``,
+the worker process's session) and :class:`ChunkJobGroup`, a chunk's Spark work cut short
+as soon as the chunk must stop. Imported from :mod:`jobs.spark`.
 """
 
 from __future__ import annotations
@@ -39,72 +14,16 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from checkpoint.errors import ConfigurationError, LeaseLost
 from jobs.chunk import Chunk
-from jobs.chunk_output import (
-    ATTEMPTS_DIR,
-    COMMIT_MARKER,
-    EXACT_FORMATS,
-    ChunkCommit,
-    attempt_path,
-    chunk_output_path,
-    content_checksum,
-    finalize_outputs,
-    is_committed,
-    observed_metrics,
-    read_commit,
-    write_chunk_output,
-)
 from jobs.errors import ChunkStopped, JobDefinitionError
 from jobs.job import ChunkedJob
-from jobs.planning import split_files, split_key_range
-from jobs.spark_interrupt import interrupter_for
-from jobs.spark_reaper import claim_tag, prepare_attempt, session_released
-from jobs.spark_session import (
-    default_parallelism,
-    is_connect,
-    session_closed_on_server,
-    spark_session,
-    stop_spark,
-)
-from jobs.spark_settings import (
-    CONF_ENV,
-    MASTER_ENV,
-    REMOTE_ENV,
-    SparkSettings,
-    check_remote,
-    conf_strings,
-)
+from jobs.spark.interrupt import interrupter_for
+from jobs.spark.reaper import claim_tag, prepare_attempt, session_released
+from jobs.spark.session import is_connect, session_closed_on_server, spark_session
+from jobs.spark.settings import SparkSettings, check_remote, conf_strings
 from jobs.summary import JobSummary
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
-
-__all__ = [
-    "ATTEMPTS_DIR",
-    "COMMIT_MARKER",
-    "CONF_ENV",
-    "EXACT_FORMATS",
-    "ChunkCommit",
-    "ChunkJobGroup",
-    "MASTER_ENV",
-    "REMOTE_ENV",
-    "SparkChunkedJob",
-    "SparkSettings",
-    "attempt_path",
-    "chunk_output_path",
-    "content_checksum",
-    "default_parallelism",
-    "finalize_outputs",
-    "is_committed",
-    "is_connect",
-    "job_group",
-    "observed_metrics",
-    "read_commit",
-    "spark_session",
-    "split_files",
-    "split_key_range",
-    "stop_spark",
-    "write_chunk_output",
-]
 
 log = logging.getLogger(__name__)
 
@@ -120,7 +39,7 @@ class ChunkJobGroup:
 
     Use as a context manager on the chunk's own thread. Inside it every Spark action is
     marked as the chunk's: with a job group in a classic session, with an operation tag
-    in a Spark Connect session (:mod:`jobs.spark_interrupt`). A daemon thread polls
+    in a Spark Connect session (:mod:`jobs.spark.interrupt`). A daemon thread polls
     ``chunk.stopping`` every ``poll_seconds`` and, once it is true (lease lost, job
     cancelled or paused, worker stopping), cancels the group or interrupts the tag, so
     a running action fails within moments instead of running to the end; it cancels
@@ -138,7 +57,7 @@ class ChunkJobGroup:
 
     In a Connect session, entering the first block of an attempt also records the
     session with the chunk's claim and, if the chunk was taken over, cuts short what
-    the previous attempt left running on the server (:mod:`jobs.spark_reaper`). A block
+    the previous attempt left running on the server (:mod:`jobs.spark.reaper`). A block
     whose work the server refused because its session was closed (released by such a
     reaper while this worker was stalled) hands the chunk back (``ChunkStopped``, no
     attempt spent) and the process's next :func:`spark_session` builds a new session.

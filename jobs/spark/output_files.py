@@ -1,6 +1,6 @@
 """The file operations fenced chunk output needs, on each kind of storage it may live on.
 
-:mod:`jobs.chunk_output` writes each attempt of a chunk under a hidden directory of its
+:mod:`jobs.spark.chunk_output` writes each attempt of a chunk under a hidden directory of its
 own and, once the attempt has published it, renames that directory into place. Three
 ways to reach the files:
 
@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 from urllib.parse import unquote, urlparse
 
-from jobs.spark_session import is_connect, spark_session
+from jobs.spark.session import is_connect, spark_session
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

@@ -1,8 +1,9 @@
 """Fenced chunk output's file steps without Spark: putting a published attempt in place
-(jobs.chunk_output), its files on a local disk (jobs.output_files), and the sweeps.
+(jobs.spark.chunk_output), its files on a local disk (jobs.spark.output_files), and the sweeps.
 
 What Spark writes is stood in for by folders with a file in them; the Spark side of the
-same steps runs in tests/jobs/test_spark.py and tests/jobs/test_spark_connect.py.
+same steps runs in tests/jobs/spark/test_spark.py and
+tests/jobs/spark/test_spark_connect.py.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from checkpoint.errors import LeaseLost
-from jobs.chunk_output import (
+from jobs.spark.chunk_output import (
     ATTEMPTS_DIR,
     COMMIT_MARKER,
     ChunkCommit,
@@ -25,7 +26,7 @@ from jobs.chunk_output import (
     read_commit,
     sweep_attempts,
 )
-from jobs.output_files import LocalFiles, files_for, local_path
+from jobs.spark.output_files import LocalFiles, files_for, local_path
 from jobs.summary import JobSummary
 
 

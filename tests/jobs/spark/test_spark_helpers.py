@@ -15,7 +15,6 @@ import pytest
 
 from checkpoint.errors import ConfigurationError
 from jobs.chunk_environment import ChunkEnvironment
-from jobs.chunk_output import COMMIT_MARKER, ChunkCommit, chunk_output_path, read_commit
 from jobs.errors import ChunkStopped, JobDefinitionError
 from jobs.planning import split_files, split_key_range
 from jobs.spark import (
@@ -28,8 +27,9 @@ from jobs.spark import (
     is_committed,
     is_connect,
 )
+from jobs.spark.chunk_output import COMMIT_MARKER, ChunkCommit, chunk_output_path, read_commit
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 # --------------------------------------------------------------------------- split_files
 
@@ -310,7 +310,7 @@ _WITHOUT_PYSPARK = textwrap.dedent(
     for name in [m for m in sys.modules if m.partition(".")[0] in ("pyspark", "py4j")]:
         del sys.modules[name]
 
-    import jobs, jobs.spark, jobs.planning, jobs.chunk_output, jobs.testing, runner.cli.commands
+    import jobs, jobs.spark, jobs.planning, jobs.testing, runner.cli.commands
     assert not [m for m in sys.modules if m.startswith(("pyspark", "py4j"))]
     try:
         jobs.spark.spark_session()
@@ -457,7 +457,7 @@ def test_start_refuses_a_bad_spark_target_in_one_line(tmp_path, options, message
 
 
 def test_a_connect_session_without_its_client_libraries_names_the_extra(monkeypatch):
-    from jobs import spark_session as module
+    from jobs.spark import session as module
 
     monkeypatch.setitem(sys.modules, "pyspark.sql.connect.session", None)  # import fails
 

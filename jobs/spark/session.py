@@ -5,8 +5,8 @@ Spark Connect client (``SparkSettings.remote``: a gRPC client of a shared server
 in the worker). :func:`is_connect` tells which; the rest of ``jobs.spark`` works with
 both.
 
-Its own module so that :mod:`jobs.chunk_output` (which needs a session for remote
-paths) and :mod:`jobs.spark` (which imports chunk_output) both import it downward.
+Its own module so that :mod:`jobs.spark.chunk_output` (which needs a session for remote
+paths) and :mod:`jobs.spark.job` (which imports chunk_output) both import it downward.
 PySpark is imported only when a session is first wanted.
 """
 
@@ -20,7 +20,7 @@ import threading
 import weakref
 from typing import TYPE_CHECKING, Any
 
-from jobs.spark_settings import DEFAULT_CONF, SparkSettings
+from jobs.spark.settings import DEFAULT_CONF, SparkSettings
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

@@ -17,7 +17,7 @@ from jobs.errors import MetricsUnavailable
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, Observation
 
-log = logging.getLogger("jobs.chunk_output")
+log = logging.getLogger("jobs.spark.chunk_output")
 
 #: Formats whose files give back every value with its type exactly as written, so the
 #: rows and checksum observed while writing equal those of the output read back
