@@ -10,7 +10,7 @@ once, and unused tokens are kept by the worker for its next receive for at most
 them any younger; a token kept longer is dropped, which only ever errs low). When no
 token is available the queue is skipped (others are served) until the next one is due.
 
-Every message received under a slot holds it until the message ends: :meth:`ended` is
+Every message received under a slot keeps it until the message ends: :meth:`ended` is
 called once from the one place every message's handling ends (the loop's chunk slot),
 and earlier for planning and finalize messages, which are not chunks and do not count
 (a long planning run must not keep chunks of ``max_running = 1`` waiting). Slots are
@@ -18,7 +18,7 @@ renewed by :class:`runner.worker.slot_keeper.SlotKeeper`.
 
 Storage trouble here is the runner's, never a chunk's: a take that fails skips the
 queue this round; a release that fails is mended by the next renewal, which writes the
-count this worker really holds.
+count this worker really keeps.
 """
 
 from __future__ import annotations
@@ -61,20 +61,20 @@ class Admission:
 
     def __init__(
         self,
-        quotas: LimitBook,
+        book: LimitBook,
         clock: Clock,
         worker_id: str,
         job_classes: Iterable[type[ChunkedJob]],
     ):
-        self.quotas = quotas
+        self.book = book
         self._clock = clock
         self.worker_id = worker_id
         self._classes = {cls.queue: cls for cls in job_classes}
         self._lock = threading.Lock()
         self._writing: defaultdict[str, threading.Lock] = defaultdict(threading.Lock)
         self._stash: dict[str, tuple[int, float]] = {}  # queue -> tokens, taken at
-        self.held: dict[str, int] = {}  # limit name -> slots this worker holds
-        self._by_message: dict[str, str] = {}  # delivery -> name of the slot it holds
+        self.kept: dict[str, int] = {}  # limit name -> slots this worker keeps
+        self._by_message: dict[str, str] = {}  # delivery -> name of the slot it keeps
         self._pending: dict[str, int] = {}  # queue -> slots taken for the coming receive
         self._absent_until: dict[tuple[str, str], float] = {}  # (name, kind) -> monotonic
 
@@ -89,7 +89,7 @@ class Admission:
             if cls.rate_limit is not None:
                 self._define_rate(cls.queue, cls.rate_limit, source, budget)
             if cls.max_running is not None:
-                slots = self.quotas.define_running(cls.queue, cls.max_running, source, budget)
+                slots = self.book.define_running(cls.queue, cls.max_running, source, budget)
                 if slots.max_running != cls.max_running:
                     _differs(
                         cls.queue,
@@ -101,7 +101,7 @@ class Admission:
                 self._define_rate(resource, rate, source, budget)
 
     def _define_rate(self, name: str, rate: str, source: str, budget: Budget) -> None:
-        bucket = self.quotas.define_rate(name, parse_rate(rate), source, budget)
+        bucket = self.book.define_rate(name, parse_rate(rate), source, budget)
         if bucket.rate.text != parse_rate(rate).text:
             _differs(name, f"{rate!r}", bucket.rate.text, bucket.source)
 
@@ -134,52 +134,52 @@ class Admission:
     def received(
         self, cls: type[ChunkedJob], admitted: Admitted, messages: list[QueueMessage]
     ) -> None:
-        """The receive after :meth:`admit` got ``messages``: each holds a slot (if the
+        """The receive after :meth:`admit` got ``messages``: each keeps a slot (if the
         queue has a running limit) until it ends; the rest go back."""
         message_ids = [delivery_key(message) for message in messages]
         unused = admitted.count - len(message_ids)
         if unused > 0:
             self._keep(cls.queue, unused)
         with self._lock:
-            holding = self._pending.get(cls.queue, 0)
+            pending = self._pending.get(cls.queue, 0)
             self._pending[cls.queue] = 0
-            for message_id in message_ids[:holding]:
+            for message_id in message_ids[:pending]:
                 self._by_message[message_id] = cls.queue
-        if holding > len(message_ids):
-            self._release(cls.queue, holding - len(message_ids))
+        if pending > len(message_ids):
+            self._release(cls.queue, pending - len(message_ids))
 
     def ended(self, message: QueueMessage) -> None:
         """The message ended (done, failed, handed back, lost, or not a chunk): its slot,
-        if it holds one, goes back (idempotent)."""
+        if it keeps one, goes back (idempotent)."""
         with self._lock:
             name = self._by_message.pop(delivery_key(message), None)
         if name is not None:
             self._release(name, 1)
 
     def renew(self) -> None:
-        """Renew every slot this worker holds: one write per limit name, however many
-        chunks hold its slots (:class:`runner.worker.slot_keeper.SlotKeeper` calls it)."""
+        """Renew every slot this worker keeps: one write per limit name, however many
+        chunks keep its slots (:class:`runner.worker.slot_keeper.SlotKeeper` calls it)."""
         with self._lock:
-            names = [name for name, count in self.held.items() if count > 0]
+            names = [name for name, count in self.kept.items() if count > 0]
         for name in names:
             with self._writing[name]:
-                holding = self.held.get(name, 0)
+                ours = self.kept.get(name, 0)
                 try:
-                    kept = self.quotas.keep_slots(
-                        name, self.worker_id, holding, self.lease_seconds(name), self.budget()
+                    kept = self.book.keep_slots(
+                        name, self.worker_id, ours, self.lease_seconds(name), self.budget()
                     )
                 except (StorageError, BadRecord) as trouble:
                     log.warning("renewing the slots of %s failed: %s", name, trouble)
                     continue
-            if kept < holding:
+            if kept < ours:
                 # Our renewals failed for a lease and others took the slots: the chunks
                 # running here go on (stopping them would waste their work); the
                 # count in the store is over the limit until they end.
                 log.warning(
                     "limit %s: %d of this worker's %d slots lapsed while it was cut off",
                     name,
-                    holding - kept,
-                    holding,
+                    ours - kept,
+                    ours,
                 )
 
     # ----------------------------------------------------------------- inside
@@ -188,11 +188,11 @@ class Admission:
         kept = self._kept(cls.queue, wanted)
         if kept or self._absent(cls.queue, "rate"):
             return Taken(kept or wanted)
-        taken = self.quotas.take_tokens(cls.queue, wanted, self.budget())
+        taken = self.book.take_tokens(cls.queue, wanted, self.budget())
         if taken is None and cls.rate_limit is not None:
             # Cleared by hand while we run: the class value applies again.
             self._define_rate(cls.queue, cls.rate_limit, cls.job_type(), self.budget())
-            taken = self.quotas.take_tokens(cls.queue, wanted, self.budget())
+            taken = self.book.take_tokens(cls.queue, wanted, self.budget())
         if taken is None:
             self._note_absent(cls.queue, "rate")
             return Taken(wanted)
@@ -202,32 +202,30 @@ class Admission:
         if self._absent(cls.queue, "running"):
             return wanted
         with self._writing[cls.queue]:
-            taken = self.quotas.take_slots(
+            taken = self.book.take_slots(
                 cls.queue, self.worker_id, wanted, cls.lease_seconds, self.budget()
             )
             if taken is None and cls.max_running is not None:
-                self.quotas.define_running(
-                    cls.queue, cls.max_running, cls.job_type(), self.budget()
-                )
-                taken = self.quotas.take_slots(
+                self.book.define_running(cls.queue, cls.max_running, cls.job_type(), self.budget())
+                taken = self.book.take_slots(
                     cls.queue, self.worker_id, wanted, cls.lease_seconds, self.budget()
                 )
             if taken is None:
                 self._note_absent(cls.queue, "running")
                 return wanted
             with self._lock:
-                self.held[cls.queue] = self.held.get(cls.queue, 0) + taken.count
+                self.kept[cls.queue] = self.kept.get(cls.queue, 0) + taken.count
                 self._pending[cls.queue] = taken.count
         return taken.count
 
     def _release(self, name: str, count: int) -> None:
         with self._writing[name]:
             with self._lock:
-                self.held[name] = max(0, self.held.get(name, 0) - count)
-                holding = self.held[name]
+                self.kept[name] = max(0, self.kept.get(name, 0) - count)
+                ours = self.kept[name]
             try:
-                self.quotas.keep_slots(
-                    name, self.worker_id, holding, self.lease_seconds(name), self.budget()
+                self.book.keep_slots(
+                    name, self.worker_id, ours, self.lease_seconds(name), self.budget()
                 )
             except (StorageError, BadRecord) as trouble:
                 log.warning("releasing a slot of %s failed (renewal mends it): %s", name, trouble)

@@ -3,7 +3,7 @@ task running under this message (docs/semantics.md §4).
 
 A chunk whose message carries its planned record is claimed without reading it first
 (:func:`claim_planned`). Otherwise the record is read and judged: done, poisoned or a
-duplicate delivery, its message is deleted unrun; held under its record's lease, hidden
+duplicate delivery, its message is deleted unrun; leased on its record, hidden
 again; claimed ``max_attempts`` times already (or delivered far more often than that),
 poisoned. Losing the claim's race leaves the message to the caller to release.
 """

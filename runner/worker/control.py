@@ -1,4 +1,4 @@
-"""The runner's side of a running task: throttled, fenced checkpoints and the stop signal.
+"""The runner's side of a running task: coalesced, fenced checkpoints and the stop signal.
 
 Checkpoints are coalesced (:mod:`checkpoint.coalescing`): ``offer`` keeps only the newest
 state and writes it when a checkpoint interval has passed since the last write, so
@@ -41,7 +41,7 @@ log = logging.getLogger(__name__)
 
 
 class TaskControl:
-    """Checkpoints and stop signal of one task held under one lease.
+    """Checkpoints and stop signal of one task under one lease.
 
     Args:
         store: where the task record lives.
@@ -74,8 +74,8 @@ class TaskControl:
         self.taken_over = taken_over
         self._outputs: dict[str, Any] | None = None  # read from the record when first asked
         #: Why the job stopped wanting this task ("cancelled", "paused"), or None:
-        #: told by the worker's hold watcher (:mod:`runner.worker.holds`).
-        self.held: str | None = None
+        #: told by the worker's stop-order watcher (:mod:`runner.worker.stop_orders`).
+        self.stop_order: str | None = None
         self.writer = writer or Writer()
         self._clock = clock
         self._worker_stopping = worker_stopping
@@ -83,7 +83,7 @@ class TaskControl:
         self.task = task
         self.lease = lease
         #: The newest state (and how far the chunk said it got) and when it is due.
-        self._throttle = CheckpointCoalescer(clock, interval_seconds)
+        self._coalescer = CheckpointCoalescer(clock, interval_seconds)
         self.started_at = clock.monotonic()
         self._recorded_visible_at = lease.visible_at  # the claim wrote this deadline
         self.writes = 0
@@ -127,7 +127,7 @@ class TaskControl:
         # value msgpack cannot hold fails here, at the checkpoint that gave it.
         state = codec.decode(codec.encode(state, "checkpoint state"), "checkpoint state")
         with self._lock:
-            if self._throttle.offer(state, progress):
+            if self._coalescer.offer(state, progress):
                 try:
                     self._write_locked()
                 except LeaseLost:
@@ -135,7 +135,7 @@ class TaskControl:
                 except StorageError as error:
                     # A transient fault must not fail the chunk: keep the state and try
                     # again at the next checkpoint (the lease deadline still applies).
-                    self._throttle.postpone()
+                    self._coalescer.postpone()
                     log.warning(
                         "checkpoint of %s %s not written, will retry: %s", *self._name(), error
                     )
@@ -151,13 +151,13 @@ class TaskControl:
             why = self.lease.why_lost(now)
             self.lease.lose(why)  # it was, and so it is counted
             raise LeaseLost(why)
-        if self.held == "deleted":
+        if self.stop_order == "deleted":
             # Not flushed: the task's record is deleted, or about to be.
             raise JobDeleted(f"job {self.task.job_id} was deleted")
-        if self.held == "cancelled":
+        if self.stop_order == "cancelled":
             self._flush_before_stop()
             raise JobCancelled("the job was cancelled; progress saved, chunk dropped")
-        if self.held == "paused":
+        if self.stop_order == "paused":
             self._flush_before_stop()
             raise JobPaused("the job was paused; progress saved, chunk handed back")
         if self._worker_stopping.is_set():
@@ -178,15 +178,15 @@ class TaskControl:
         except StorageError as error:  # the stop path writes the newest state again
             log.warning("flushing %s %s before stopping failed: %s", *self._name(), error)
 
-    def hold(self, reason: str) -> bool:
-        """The task's job wants it stopped (``reason``: "cancelled" or "paused"):
+    def stop_for(self, order: str) -> bool:
+        """The task's job wants it stopped (``order``: "cancelled" or "paused"):
         ``stopping`` is true from now on, and the next checkpoint writes the newest state
-        and raises. The first reason stands (a paused chunk handed back and then
+        and raises. The first order stands (a paused chunk handed back and then
         cancelled is dropped at its next delivery), except a deletion: the job's records
         are going, so the task must stop without writing them. True if this is news."""
-        if self.held == reason or (self.held is not None and reason != "deleted"):
+        if self.stop_order == order or (self.stop_order is not None and order != "deleted"):
             return False
-        self.held = reason
+        self.stop_order = order
         return True
 
     @property
@@ -194,7 +194,7 @@ class TaskControl:
         now = self._clock.monotonic()
         return (
             self._worker_stopping.is_set()
-            or self.held is not None
+            or self.stop_order is not None
             or (self.lease.expired(now) and not self.lease.renewal_pending(now))
             or self.lease.must_hand_back(now)
         )
@@ -211,36 +211,36 @@ class TaskControl:
     @property
     def newest_state(self) -> Any:
         """The newest offered state, or the state the task started from."""
-        if not self._throttle.unwritten:
+        if not self._coalescer.unwritten:
             return self._store.value(self.task.properties, "progress")
-        return self._throttle.newest
+        return self._coalescer.newest
 
     @property
     def has_unwritten_state(self) -> bool:
-        return self._throttle.unwritten
+        return self._coalescer.unwritten
 
     @property
     def progress(self) -> Progress | None:
         """How far the chunk last said it got in this attempt (None: it has not said)."""
-        return self._throttle.progress
+        return self._coalescer.progress
 
     def checkpoint_changes(self) -> TaskChanges:
         """What goes with the newest state in the write that stores it: when, and how
         far the chunk said it got if that changed since the last write (a few bytes in
         the same write, never a write of their own)."""
-        progress = self._throttle.unwritten_progress()
+        progress = self._coalescer.unwritten_progress()
         return TaskChanges(checkpoint_on=self._clock.now(), how_far=progress)
 
     def flush(self) -> None:
         """Write the newest state now if it was not written yet (retried in place while
         the lease lasts)."""
         with self._lock:
-            if self._throttle.unwritten:
+            if self._coalescer.unwritten:
                 budget = self.lease_budget()
                 timed(
                     self._clock,
                     self._checkpointed,
-                    lambda: self._fenced({}, {"progress": self._throttle.newest}, budget),
+                    lambda: self._fenced({}, {"progress": self._coalescer.newest}, budget),
                 )
 
     def write(self, changes: TaskChanges, values: dict[str, Any] | None = None) -> TaskRecord:
@@ -248,8 +248,8 @@ class TaskControl:
         retried in place while the lease lasts."""
         with self._lock:
             values = dict(values or {})
-            if self._throttle.unwritten:
-                values.setdefault("progress", self._throttle.newest)
+            if self._coalescer.unwritten:
+                values.setdefault("progress", self._coalescer.newest)
             self._fenced(changes.properties(), values, self.lease_budget())
             return self.task
 
@@ -267,14 +267,14 @@ class TaskControl:
         Skipped when a checkpoint already recorded this renewal's deadline, once the
         task is ending (:meth:`end`), and for a deleted job (no record to write). Runs
         on the lease keeper's refresh pool."""
-        if self.held == "deleted" or self._recorded_visible_at >= lease.visible_at:
+        if self.stop_order == "deleted" or self._recorded_visible_at >= lease.visible_at:
             return
         try:
             with self._lock:
                 if self._ended:
                     return
-                unwritten = self._throttle.unwritten
-                values = {"progress": self._throttle.newest} if unwritten else {}
+                unwritten = self._coalescer.unwritten
+                values = {"progress": self._coalescer.newest} if unwritten else {}
                 self._fenced({}, values, retries.once(self._clock))
         except LeaseLost:
             pass  # the lease is marked lost; the chunk learns at its next checkpoint
@@ -283,8 +283,8 @@ class TaskControl:
             # checkpoint writes the newest state.
             log.warning("refreshing %s %s after a renewal failed: %s", *self._name(), error)
 
-    def hold_on_record(self, lease: Lease, until: float) -> None:
-        """Hold the task by its record alone up to ``until`` (monotonic): the lease's pop
+    def lease_on_record(self, lease: Lease, until: float) -> None:
+        """Lease the task on its record alone up to ``until`` (monotonic): the lease's pop
         receipt was lost, so ``lease_until`` and :data:`LEASE_ON_RECORD` tell a
         delivery of its message meanwhile to hide it again. Runs on the lease keeper's
         renewal pool; raises LeaseLost when fenced, StorageError when not written (the
@@ -293,8 +293,8 @@ class TaskControl:
         with self._lock:
             if self._ended:
                 return
-            unwritten = self._throttle.unwritten
-            values = {"progress": self._throttle.newest} if unwritten else {}
+            unwritten = self._coalescer.unwritten
+            values = {"progress": self._coalescer.newest} if unwritten else {}
             self._fenced({LEASE_ON_RECORD: True}, values, retries.once(self._clock), until)
 
     def _write_locked(self) -> None:
@@ -305,7 +305,7 @@ class TaskControl:
         timed(
             self._clock,
             self._checkpointed,
-            lambda: self._fenced({}, {"progress": self._throttle.newest}, once),
+            lambda: self._fenced({}, {"progress": self._coalescer.newest}, once),
         )
 
     def _fenced(
@@ -333,7 +333,7 @@ class TaskControl:
                 f"task record of {self.task.kind} {self.task.index} changed: fenced"
             ) from fenced
         # Every write carries the newest unwritten state, as "progress", if there is one.
-        self._throttle.wrote(state="progress" in values)
+        self._coalescer.wrote(state="progress" in values)
         self._recorded_visible_at = visible_at
         self.writes += 1
 

@@ -25,12 +25,12 @@ from runner.worker.admission import Admission
 from runner.worker.chunk_finisher import Finisher
 from runner.worker.chunk_times import ChunkTimes
 from runner.worker.heartbeat import RunningTasks
-from runner.worker.holds import HoldWatcher
 from runner.worker.hooks import Hooks
 from runner.worker.job_cache import JobCache
 from runner.worker.job_completion import Completion
 from runner.worker.lease import Lease, LeaseKeeper
 from runner.worker.poison import PoisonRouter
+from runner.worker.stop_orders import StopOrderWatcher
 
 
 @dataclass
@@ -52,7 +52,7 @@ class Context:
     finisher: Finisher
     job_cache: JobCache
     #: Tells running tasks of a cancelled or paused job to stop (its own thread).
-    holds: HoldWatcher
+    stop_orders: StopOrderWatcher
     #: Takes and gives back the shared rate and running limits of the job types served.
     admission: Admission
     #: Heartbeats, read when a claim takes over a chunk whose attempt ran Spark work.
@@ -68,7 +68,7 @@ class Context:
 
 @dataclass(frozen=True)
 class Delivery:
-    """One received message, held under ``lease``, decoded to ``task_message``, of an
+    """One received message, leased (``lease``), decoded to ``task_message``, of an
     existing ``job`` whose ``job_class`` this worker runs on the message's queue."""
 
     worker: Context

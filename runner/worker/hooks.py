@@ -41,9 +41,9 @@ class Running(Protocol):
         """The task's record as last written."""
         ...
 
-    def hold(self, reason: str) -> bool:
-        """The task's job wants it stopped ("deleted", "cancelled" or "paused"); True if
-        this is news to the task."""
+    def stop_for(self, order: str) -> bool:
+        """The task's job wants it stopped (``order``: "deleted", "cancelled" or
+        "paused"); True if this is news to the task."""
         ...
 
 

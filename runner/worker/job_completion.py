@@ -44,7 +44,8 @@ class Completion:
     ``failed`` is told the job's record when this worker finds it failed past its
     tolerated failures (it failed it, or found it so): the worker stops its own
     deliveries and running tasks of the job at once, before its cached record of the
-    job would let it start another chunk (:meth:`runner.worker.holds.HoldWatcher.job_changed`).
+    job would let it start another chunk
+    (:meth:`runner.worker.stop_orders.StopOrderWatcher.job_changed`).
     """
 
     def __init__(

@@ -58,7 +58,7 @@ REFRESH_THREADS = 2
 #: Longest wait between two passes of the keeper's thread (seconds, real time).
 MAX_PASS_SECONDS = 1.0
 #: How long stopping waits for the keeper's thread, and for each of the worker's other
-#: helper threads (hold watcher, heartbeat, slot keeper), before giving up on it: a
+#: helper threads (stop-order watcher, heartbeat, slot keeper), before giving up on it: a
 #: thread stuck in a call to a store that does not answer must not keep the worker
 #: from exiting (they are daemons: the process ends without them). Real seconds.
 KEEPER_STOP_SECONDS = 10.0
@@ -88,7 +88,7 @@ def end_margin_seconds(lease_seconds: float) -> float:
 
 @dataclass(eq=False)
 class Lease:
-    """A received message held invisible for ``lease_seconds`` at a time.
+    """A received message kept invisible for ``lease_seconds`` at a time.
 
     Times are on the monotonic clock. ``pop_receipt`` is always the newest; read it,
     and act on the message, only through :meth:`LeaseKeeper.finish`.
@@ -147,7 +147,7 @@ class Lease:
 
     def follow(self, queue: str, copy: QueueMessage, sent_at: float) -> tuple[str, str, str] | None:
         """Hold ``copy`` (just sent to ``queue``, hidden for a lease from ``sent_at``,
-        monotonic) in place of the message held so far; return the old message's queue,
+        monotonic) in place of the message leased so far; return the old message's queue,
         id and newest pop receipt, for its delete. None if the old one cannot be
         deleted (its receipt was lost: it comes back and is found a duplicate), and
         nothing changes if this lease is lost already."""
@@ -193,7 +193,7 @@ class Lease:
         """True once a lease that cannot be renewed is close to running out: the task
         should save its state and stop while the record is still its own."""
         if not self.receipt_lost or self.on_record is not None:
-            return False  # renewable, or held by its record from now on
+            return False  # renewable, or leased on its record from now on
         return now >= self.visible_at - end_margin_seconds(self.lease_seconds)
 
     def budget(self, policy: retries.RetryPolicy, clock: Clock) -> Budget:
@@ -207,15 +207,15 @@ class Lease:
 
 
 class LeaseKeeper:
-    """Renews every held lease of one worker process: its thread decides what is due,
+    """Renews every lease of one worker process: its thread decides what is due,
     a small pool renews, a second one refreshes (see the module's docstring).
 
     Args:
-        queues: the queues the held messages are in.
+        queues: the queues the leased messages are in.
         clock: monotonic time for the leases (waits between passes are real time).
         renewal_threads: renewals made at once.
         refresh_threads: ``on_renewed`` hooks run at once.
-        recorder: told of each held lease's renewals and loss (metrics), or silent.
+        recorder: told of each lease's renewals and loss (metrics), or silent.
     """
 
     def __init__(
@@ -232,16 +232,16 @@ class LeaseKeeper:
         self._wake = threading.Event()
         self._stopped = threading.Event()
         self._thread: threading.Thread | None = None
-        self._next_pass_at = float("inf")  # until the first pass: wake on every hold
+        self._next_pass_at = float("inf")  # until the first pass: wake on every new lease
         # Threads start on first use (daemons: a call hanging at exit is dropped).
         self._renewals = DaemonPool(renewal_threads, "lease-renewal")
         self._refreshes = Refreshes(refresh_threads)
         #: Leases handed to the renewal pool and not back yet (under ``_guard``).
         self._renewing: set[Lease] = set()
 
-    # ----------------------------------------------------------------- holding
+    # ----------------------------------------------------------------- leasing
 
-    def hold(
+    def lease(
         self,
         queue: str,
         message: QueueMessage,
@@ -254,7 +254,7 @@ class LeaseKeeper:
     ) -> Lease:
         """Start renewing a message received at ``received_at`` (monotonic); its
         renewals and its loss are told to the keeper's recorder under ``job_type``."""
-        assert message.pop_receipt is not None, "only a received message can be held"
+        assert message.pop_receipt is not None, "only a received message can be leased"
         lease = Lease(
             queue,
             message.id,
@@ -307,7 +307,7 @@ class LeaseKeeper:
         return True
 
     def delete(self, lease: Lease) -> bool:
-        """Delete the held message (the task is done or moved), retried while the lease
+        """Delete the leased message (the task is done or moved), retried while the lease
         lasts (a delete applied with its answer lost comes back as a lost lease)."""
         budget = lease.budget(retries.MESSAGE, self._clock)
         return self.finish(
@@ -319,7 +319,7 @@ class LeaseKeeper:
         )
 
     def delete_many(self, leases: list[Lease]) -> None:
-        """Delete the held messages, one call per queue (their tasks are done).
+        """Delete the leased messages, one call per queue (their tasks are done).
 
         Each lease is made inactive under its lock first, so no renewal can rotate its
         receipt once it is read; a lease found lost is left alone, as in :meth:`finish`.
@@ -334,7 +334,7 @@ class LeaseKeeper:
                     by_queue.setdefault(lease.queue, []).append(lease)
         for queue, held in by_queue.items():
             try:
-                errors = self._delete_held(queue, held)
+                errors = self._delete_leased(queue, held)
             except StorageError as error:
                 log.warning("deleting %d message(s) from %s failed: %s", len(held), queue, error)
                 continue
@@ -344,7 +344,7 @@ class LeaseKeeper:
                 elif failure is not None:
                     log.warning("deleting message %s failed: %s", lease.message_id, failure)
 
-    def _delete_held(self, queue: str, held: list[Lease]) -> list[StorageError | None]:
+    def _delete_leased(self, queue: str, held: list[Lease]) -> list[StorageError | None]:
         # Retried while the leases last; a delete applied with its answer lost is sent
         # again by the SDK and then finds the message gone: LeaseLost, harmless.
         first_to_lapse = min(held, key=lambda lease: lease.visible_at)
@@ -353,7 +353,7 @@ class LeaseKeeper:
         return budget.call(lambda: self._queues.delete_many(queue, pairs))
 
     def release(self, lease: Lease, visibility_seconds: int = 0) -> bool:
-        """Stop holding; the message becomes visible after ``visibility_seconds``."""
+        """Stop leasing; the message becomes visible after ``visibility_seconds``."""
 
         budget = lease.budget(retries.MESSAGE, self._clock)
 
@@ -373,7 +373,7 @@ class LeaseKeeper:
         with lease.lock:
             lease.active = False
 
-    def held(self) -> list[Lease]:
+    def leased(self) -> list[Lease]:
         with self._guard:
             return list(self._leases)
 
@@ -434,7 +434,7 @@ class LeaseKeeper:
         return refresh
 
     def _renew(self, lease: Lease) -> bool:
-        """Renew the lease now if it is still held; True if it was renewed."""
+        """Renew the lease now if it is still leased; True if it was renewed."""
         with lease.lock:
             if not lease.active or lease.lost:
                 return False
@@ -446,7 +446,7 @@ class LeaseKeeper:
                 )
                 return False
             if lease.receipt_lost:
-                _hold_on_record(lease, started)
+                _lease_on_record(lease, started)
                 return False  # the record was the write: nothing to refresh after it
             lease.renewing_since = started
             try:
@@ -481,7 +481,7 @@ class LeaseKeeper:
 
     def _run(self) -> None:
         while not self._stopped.is_set():
-            # Cleared before the pass: a hold() or an ended renewal during the pass sets
+            # Cleared before the pass: a new lease or an ended renewal during the pass sets
             # it again, and since _next_pass_at is infinite meanwhile, every one does.
             self._wake.clear()
             try:
@@ -510,7 +510,7 @@ class LeaseKeeper:
 
 class Refreshes:
     """What follows the renewals: each lease's ``on_renewed`` hook, run on a pool of its
-    own (the task record's refresh, the job's hold), off the renewals' pool.
+    own (the task record's refresh), off the renewals' pool.
 
     A lease whose refresh is queued or running already gets no second one meanwhile:
     its refresh runs once more when done (it reads the lease as renewed by then), so a
@@ -564,7 +564,7 @@ def _submit(pool: DaemonPool, call: Callable[[Lease], T], lease: Lease) -> Futur
     return pool.submit(lambda: context.run(call, lease))
 
 
-def _hold_on_record(lease: Lease, started: float) -> None:
+def _lease_on_record(lease: Lease, started: float) -> None:
     """Extend a lease whose pop receipt was lost on its task's record alone (only a
     lease with ``on_record`` is ever due once its receipt is lost)."""
     assert lease.on_record is not None
@@ -572,7 +572,7 @@ def _hold_on_record(lease: Lease, started: float) -> None:
     try:
         lease.on_record(lease, until)
     except LeaseLost as lost:
-        lease.lose(f"holding the task on its record failed: {lost}")
+        lease.lose(f"leasing the task on its record failed: {lost}")
         return
     except StorageError as error:
         _renewal_failed(lease, started, error)
@@ -582,9 +582,9 @@ def _hold_on_record(lease: Lease, started: float) -> None:
 
 
 def _renewal_failed(lease: Lease, started: float, error: StorageError) -> None:
-    """A renewal (or a hold on the record) failed for the store's trouble: retried
+    """A renewal (or a lease on the record) failed for the store's trouble: retried
     shortly, unless the lease has run out meanwhile (lost) or its receipt is lost with
-    no record to hold it (no renewal can be made)."""
+    no record to lease it on (no renewal can be made)."""
     if lease.receipt_lost and lease.on_record is None:
         return
     if started >= lease.visible_at:
@@ -603,10 +603,10 @@ def _receipt_lost(lease: Lease, started: float) -> None:
     SDK then retried it with the old receipt). That renewal was made after ``started``,
     so the message stays invisible until at least ``started + lease_seconds``: the task
     keeps its lease until then, and hands the chunk back shortly before; a task that
-    cannot hand back (``on_record``) is held by its record instead, marked at once.
+    cannot hand back (``on_record``) is leased on its record instead, marked at once.
     """
     then = (
-        "the task is held by its record from now on"
+        "the task is leased on its record from now on"
         if lease.on_record is not None
         else "the chunk is handed back before the lease runs out"
     )
@@ -618,6 +618,6 @@ def _receipt_lost(lease: Lease, started: float) -> None:
     )
     lease.receipt_lost = True
     lease.visible_at = max(lease.visible_at, started + lease.lease_seconds)
-    # Never renewed again through the queue; a lease held by its record is marked there
+    # Never renewed again through the queue; a lease leased on its record is marked there
     # at once (before the message can come back), then extended on the usual schedule.
     lease.next_renewal_at = started if lease.on_record is not None else float("inf")

@@ -3,7 +3,7 @@
 One receive loop (this thread) and ``concurrency`` chunk slots (a thread each), as in
 dramatiq's worker, with helpers on threads of their own: the lease keeper (a thread that
 decides what is due and two small pools that renew and refresh, :mod:`runner.worker.lease`),
-the hold watcher, the finisher, the heartbeat and the slot keeper. Stopping is two-step:
+the stop-order watcher, the finisher, the heartbeat and the slot keeper. Stopping is two-step:
 the first request stops receiving and asks running chunks to stop at their next
 checkpoint; the loop then waits for them, and for the finisher to mark done the chunks
 that finished, up to ``stop_timeout_seconds`` in all.
@@ -34,7 +34,6 @@ from runner.worker.admission import Admission
 from runner.worker.chunk_finisher import Finisher
 from runner.worker.delivery import Context
 from runner.worker.heartbeat import BEAT_SECONDS, Heartbeat, Identity
-from runner.worker.holds import HoldWatcher
 from runner.worker.hooks import HookChain
 from runner.worker.job_cache import JobCache
 from runner.worker.job_completion import Completion
@@ -47,7 +46,8 @@ from runner.worker.prefetch import OutOfTurn, Prefetch
 from runner.worker.receive_order import Received, ReceiveOrder, receive_from
 from runner.worker.recorder import SILENT, Recorder
 from runner.worker.slot_keeper import SlotKeeper
-from runner.worker.tasks import handle, hold
+from runner.worker.stop_orders import StopOrderWatcher
+from runner.worker.tasks import handle, take_lease
 
 log = logging.getLogger(__name__)
 
@@ -113,17 +113,17 @@ def assemble(
     recorder: Recorder = SILENT,
 ) -> Context:
     """The parts one worker's tasks share, each given what it uses. The keeper, the
-    hold watcher and the finisher are not started: the loop starts them (a test may
+    stop-order watcher and the finisher are not started: the loop starts them (a test may
     drive them by hand). ``recorder`` is told what happens (metrics)."""
     store = CheckpointStore(storage, clock)
     keeper = LeaseKeeper(storage.queues, clock, recorder=recorder)
     classes = {cls.job_type(): cls for cls in job_classes}
     job_cache = JobCache(store, clock)
-    holds = HoldWatcher(job_cache, clock)
-    completion = Completion(store, storage.queues, classes, failed=holds.job_changed)
+    stop_orders = StopOrderWatcher(job_cache, clock)
+    completion = Completion(store, storage.queues, classes, failed=stop_orders.job_changed)
     # The concerns on the points of a message's life, called in this order.
     metrics = () if recorder is SILENT else (Metrics(recorder),)  # off: no concern at all
-    hooks = HookChain(*metrics, holds)
+    hooks = HookChain(*metrics, stop_orders)
     return Context(
         store=store,
         queues=storage.queues,
@@ -136,7 +136,7 @@ def assemble(
         completion=completion,
         finisher=Finisher(store, keeper, completion, clock, hooks),
         job_cache=job_cache,
-        holds=holds,
+        stop_orders=stop_orders,
         admission=Admission(LimitBook(storage.records, clock), clock, worker_id, job_classes),
         workers=WorkerBook(storage.records),
         hooks=hooks,
@@ -227,7 +227,7 @@ class WorkerLoop:
             raise
         keeper = self.context.keeper
         keeper.start()
-        self.context.holds.start()
+        self.context.stop_orders.start()
         self.context.finisher.start()
         self.heartbeat.start()
         self.slot_keeper.start()
@@ -243,7 +243,7 @@ class WorkerLoop:
             self.request_stop()
             finished = self._drain(slots)
             keeper.stop()
-            self.context.holds.stop()
+            self.context.stop_orders.stop()
             self.heartbeat.stop()
             self.slot_keeper.stop()
         return EXIT_OK if finished else EXIT_STOP_TIMEOUT
@@ -357,7 +357,7 @@ class WorkerLoop:
             out_of_turn = self._order.out_of_turn(cls)
             for queue_name, message, received_at in batch:
                 # Held at once, so a message waiting for a free slot is renewed too.
-                lease = hold(self.context, queue_name, message, received_at)
+                lease = take_lease(self.context, queue_name, message, received_at)
                 if out_of_turn:
                     self._out_of_turn.wait(cls, message, lease, self.clock.monotonic())
                 self._work.put((queue_name, message, received_at, lease))

@@ -1,5 +1,5 @@
-"""Messages of a held job: deleted unrun for a cancelled job, parked for a paused one
-(docs/semantics.md §16)."""
+"""Messages of a job with a stop order: deleted unrun for a cancelled job, parked for a
+paused one (docs/semantics.md §16)."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ PARK_MIN_SECONDS = 300
 PARK_MAX_SECONDS = 3600
 
 
-def held_back(delivery: Delivery) -> None:
+def set_aside(delivery: Delivery) -> None:
     """A message of a cancelled job is deleted unrun; one of a paused job is parked."""
     job, task = delivery.job, delivery.task_message
     what = f"{task.kind} {task.index}"

@@ -18,7 +18,7 @@ log = logging.getLogger(__name__)
 
 
 class PoisonRouter:
-    """Copies a held message to its poison queue, then deletes the original.
+    """Copies a leased message to its poison queue, then deletes the original.
 
     Copy first: a crash in between leaves the message in both queues (the original is
     then poisoned again, harmlessly), never in neither.

@@ -31,7 +31,7 @@ class TaskChanges:
 
     Attributes:
         spark_session: the attempt's Spark Connect session (JSON text), ``""`` for none.
-        lease_on_record: True while finalize is held by its record alone.
+        lease_on_record: True while finalize is leased on its record alone.
         checkpoint_on: when the newest state was written (with that state).
         how_far: how far the chunk said it got with that state.
         verdict: whether trying again could have helped (``retryable``,

@@ -51,11 +51,11 @@ class Recorder(Protocol):
         ...
 
     def lease_renewed(self, job_type: str) -> None:
-        """A held message's lease was renewed."""
+        """A message's lease was renewed."""
         ...
 
     def lease_lost(self, job_type: str) -> None:
-        """A held message's lease was lost (each lease once)."""
+        """A message's lease was lost (each lease once)."""
         ...
 
     def checkpoint_written(self, job_type: str, seconds: float) -> None:

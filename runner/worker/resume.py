@@ -156,8 +156,9 @@ def follow(delivery: Delivery, moved: Moved | None) -> None:
 
 
 def discard(delivery: Delivery, moved: Moved | None) -> None:
-    """The chunk was not claimed under the copy (claimed elsewhere, done, held): delete
-    the copy. If that fails it comes back after a lease and is found a duplicate."""
+    """The chunk was not claimed under the copy (claimed elsewhere, done, leased on its
+    record): delete the copy. If that fails it comes back after a lease and is found a
+    duplicate."""
     if moved is None:
         return
     copy, queue = moved.copy, delivery.job_class.resume_queue()

@@ -1,6 +1,6 @@
-"""One thread per worker renewing the running slots it holds (:mod:`runner.worker.admission`).
+"""One thread per worker renewing the running slots it keeps (:mod:`runner.worker.admission`).
 
-A slot is held in the store with an expiry of one lease, so a worker that dies frees
+A slot is kept in the store with an expiry of one lease, so a worker that dies frees
 its slots within a lease. This thread renews them every third of the shortest lease of
 the job types served: one write per limit name per interval, whatever the number of
 chunks, kept off the lease keeper (which renews messages, not slots).

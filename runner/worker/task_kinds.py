@@ -3,7 +3,7 @@
 The engine runs every task through the same steps (:mod:`runner.worker.tasks`); where a
 kind does a step its own way, the step asks the task's kind (:func:`kind_of`) instead of
 testing its name: what its delivery reads, whether it takes a chunk slot, how it runs,
-what follows it done or poisoned, what keeps it held. A new kind of task is a class here,
+what follows it done or poisoned, what keeps it leased. A new kind of task is a class here,
 not edits along the path.
 
 What differs, kind by kind:
@@ -15,7 +15,7 @@ What differs, kind by kind:
 - *plan*, *feed*, *final*: one record per job, created on first delivery; they hold no
   slot and are judged by the job record as stored now. Planning's end sets the job's
   total; a feed step whose successor's message is received early waits for it;
-  finalize is held by its record once its message's pop receipt is lost.
+  finalize is leased on its record once its message's pop receipt is lost.
 """
 
 from __future__ import annotations
@@ -224,7 +224,7 @@ class FinalKind(Kind):
         """Finalize has no state to hand back: once its message's pop receipt is lost,
         its record holds it (docs/semantics.md §4)."""
         super().watch_lease(lease, control)
-        lease.on_record = control.hold_on_record
+        lease.on_record = control.lease_on_record
 
     def run(self, delivery: Delivery, control: LimitedControl, after: NextStep) -> Any:
         return run_finalize(delivery.worker.store, delivery.job_class, delivery.job, control)

@@ -4,7 +4,7 @@ The order of the steps is the product's correctness, so it is spelled out here, 
 step in a module of its own, given the message in hand as one
 :class:`~runner.worker.delivery.Delivery`:
 
-1. Hold the message under a lease at once (the keeper renews it from now on).
+1. Take the message's lease at once (the keeper renews it from now on).
 2. Decode it; anything not ours goes to ``<queue>-poison`` with the reason
    (:mod:`runner.worker.bad_records`). A message left over from a deleted job (its job
    gone, being deleted, or another incarnation of that id) is deleted unrun
@@ -40,17 +40,17 @@ from runner.worker.claim import claim, claim_planned, claimable
 from runner.worker.delivery import Context, Delivery
 from runner.worker.lease import Lease
 from runner.worker.leftovers import judged
-from runner.worker.parking import held_back
+from runner.worker.parking import set_aside
 from runner.worker.resume import copy_to_resume, discard, follow
 from runner.worker.run import start
 from runner.worker.task_kinds import KINDS
 
 
-def hold(worker: Context, queue: str, message: QueueMessage, received_at: float) -> Lease:
+def take_lease(worker: Context, queue: str, message: QueueMessage, received_at: float) -> Lease:
     """Start renewing a just-received message (``received_at``: monotonic, before the
     receive call) under its job type's lease."""
     queue_class = worker.by_queue[queue]
-    return worker.keeper.hold(
+    return worker.keeper.lease(
         queue,
         message,
         queue_class.lease_seconds,
@@ -69,13 +69,13 @@ def handle(
 ) -> bool:
     """Process one received message completely; never raises for a bad message.
 
-    ``lease`` is the message's lease if :func:`hold` was called already (the message
-    waited in a prefetch buffer); else it is held now. Returns True if the message ran
+    ``lease`` is the message's lease if :func:`take_lease` was called already (the message
+    waited in a prefetch buffer); else it is taken now. Returns True if the message ran
     a chunk (the worker loop times those to choose its prefetch depth; planning,
     finalize and messages deleted unrun say nothing about the chunks to come).
     """
     if lease is None:
-        lease = hold(worker, queue, message, received_at)
+        lease = take_lease(worker, queue, message, received_at)
     try:
         delivery = _delivery(worker, lease, message)
         return delivery is not None and _run_task(delivery)
@@ -135,7 +135,7 @@ def _run_task(delivery: Delivery) -> bool:
     # For planning and finalize the job was read afresh (runner.worker.leftovers): a
     # cancel made since this worker's last read is never missed by them.
     if delivery.job.stop_order is not None:
-        held_back(delivery)
+        set_aside(delivery)
         return False
     writer = Writer()
     moved = copy_to_resume(delivery)  # a chunk's message waits in its resume queue

@@ -51,9 +51,9 @@ class LimitedControl(TaskControl):
                 self._clock.wait(self._worker_stopping, wait)
 
     def _take(self, name: str, wanted: int, rate: Rate) -> Taken:
-        quotas, budget = self._admission.quotas, self.lease_budget(retries.READ)
+        book, budget = self._admission.book, self.lease_budget(retries.READ)
         try:
-            taken = quotas.take_tokens(name, wanted, budget)
+            taken = book.take_tokens(name, wanted, budget)
         except BadRecord as bad:
             # Not the chunk's fault, so neither a failure nor poison: handed back, no
             # attempt spent, until someone mends the record.
@@ -61,6 +61,6 @@ class LimitedControl(TaskControl):
         if taken is None:
             # Cleared by hand while we run: the class value applies again, from the
             # next try on.
-            quotas.define_rate(name, rate, self._job_class.job_type(), budget)
+            book.define_rate(name, rate, self._job_class.job_type(), budget)
             return Taken(0)
         return taken

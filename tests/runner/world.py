@@ -358,7 +358,7 @@ class World:
         return (
             message.id not in self.log.deleted
             and message.id not in self.log.visibility
-            and self.worker.keeper.held() == []
+            and self.worker.keeper.leased() == []
         )
 
     def comes_back_after(self, message: QueueMessage, seconds: int) -> QueueMessage:

@@ -57,7 +57,7 @@ class Served:
         self.loop = WorkerLoop(storage, [cls], clock=self.clock, worker_id="w-test")
         self.loop._prepare()
         backend.made += [("queue", cls.queue), ("queue", cls.poison_queue())]
-        self.quotas = LimitBook(backend.storage.records, self.clock)
+        self.book = LimitBook(backend.storage.records, self.clock)
         self.received: list[QueueMessage] = []
 
     def send(self, count: int) -> None:
@@ -94,7 +94,7 @@ def served(backend: Backend) -> Iterator[Any]:
 
     yield make
     for one in made:
-        one.quotas.clear(one.cls.queue, one.budget())
+        one.book.clear(one.cls.queue, one.budget())
 
 
 def test_no_message_is_received_while_the_rate_has_no_token(served: Any):
@@ -116,15 +116,15 @@ def test_tokens_a_receive_did_not_use_serve_the_next_receive_for_a_second(served
     one = served(job_class(rate_limit="10/s"))
     one.send(1)
     assert one.receive() == 1  # took 10 tokens, used 1: 9 kept
-    bucket = one.quotas.get(one.cls.queue, one.budget()).rate
+    bucket = one.book.get(one.cls.queue, one.budget()).rate
     assert bucket is not None and bucket.tokens == 0
     one.send(3)
     assert one.receive() == 3
-    assert one.quotas.get(one.cls.queue, one.budget()).rate == bucket  # no take: kept ones
+    assert one.book.get(one.cls.queue, one.budget()).rate == bucket  # no take: kept ones
     one.clock.advance(KEEP_TOKENS_SECONDS + 0.01)  # the 6 left are dropped; the bucket refilled
     one.send(1)
     assert one.receive() == 1
-    after = one.quotas.get(one.cls.queue, one.budget()).rate
+    after = one.book.get(one.cls.queue, one.budget()).rate
     assert after is not None and after.tokens == 0  # took 10 again
 
 
@@ -141,7 +141,7 @@ def test_running_slots_cap_what_is_received_and_come_back_as_messages_end(served
     one.loop.admission.ended(one.received[0])  # idempotent
     # Then one more is received
     assert one.receive() == 1
-    slots = one.quotas.get(one.cls.queue, one.budget()).running
+    slots = one.book.get(one.cls.queue, one.budget()).running
     assert slots is not None and slots.takers["w-test"][0] == 2
 
 
@@ -149,7 +149,7 @@ def test_slots_a_receive_did_not_use_go_back_at_once(served: Any):
     one = served(job_class(max_running=5, rate_limit="100/s"))
     one.send(1)
     assert one.receive() == 1
-    slots = one.quotas.get(one.cls.queue, one.budget()).running
+    slots = one.book.get(one.cls.queue, one.budget()).running
     assert slots is not None and slots.takers["w-test"][0] == 1
 
 
@@ -161,22 +161,22 @@ def test_slots_are_renewed_and_a_dead_workers_lapse(served: Any):
     one.clock.advance(LEASE * 0.9)
     one.loop.admission.renew()
     one.clock.advance(LEASE * 0.9)
-    slots = one.quotas.get(one.cls.queue, one.budget()).running
+    slots = one.book.get(one.cls.queue, one.budget()).running
     assert slots is not None and slots.in_use(one.clock.now()) == 3
     # Another worker (this one's renewals stopped: it died) gets them after a lease.
     one.clock.advance(LEASE)
-    taken = one.quotas.take_slots(one.cls.queue, "w-other", 3, LEASE, one.budget())
+    taken = one.book.take_slots(one.cls.queue, "w-other", 3, LEASE, one.budget())
     assert taken is not None and taken.count == 3
     one.loop.admission.renew()  # the dead one, back: nothing is free
-    assert one.quotas.get(one.cls.queue, one.budget()).running.takers.keys() == {"w-other"}
+    assert one.book.get(one.cls.queue, one.budget()).running.takers.keys() == {"w-other"}
 
 
 def test_a_limit_cleared_by_hand_comes_back_from_the_class(served: Any):
     one = served(job_class(rate_limit="1/s", max_running=1))
-    one.quotas.clear(one.cls.queue, one.budget())
+    one.book.clear(one.cls.queue, one.budget())
     one.send(2)
     assert one.receive() == 1
-    limit = one.quotas.get(one.cls.queue, one.budget())
+    limit = one.book.get(one.cls.queue, one.budget())
     assert limit.rate is not None and limit.rate.rate.text == "1/s"
     assert limit.running is not None and limit.running.max_running == 1
 
@@ -185,7 +185,7 @@ def test_a_limit_set_by_hand_on_a_queue_with_none_is_honoured_within_seconds(ser
     one = served(job_class())
     one.send(4)
     assert one.receive() == 4  # no limit: nothing stored to take from
-    one.quotas.set_running(one.cls.queue, 1, one.budget())
+    one.book.set_running(one.cls.queue, 1, one.budget())
     one.send(2)
     assert one.receive() == 2  # not looked at again yet
     one.clock.advance(LOOK_AGAIN_SECONDS)
@@ -199,12 +199,12 @@ def test_a_class_value_differing_from_the_store_is_warned_of_once_and_the_store_
     backend: Backend, served: Any, caplog: pytest.LogCaptureFixture
 ):
     cls = job_class(rate_limit="50/s", max_running=4, limits={"adm-shared-db": "5/s"})
-    quotas = LimitBook(backend.storage.records, FakeClock())
+    book = LimitBook(backend.storage.records, FakeClock())
     budget = Budget(STANDALONE, FakeClock())
     CheckpointStore(backend.storage, FakeClock()).ensure()
-    quotas.set_rate(cls.queue, parse_rate("1/s"), budget)
-    quotas.set_running(cls.queue, 2, budget)
-    quotas.define_rate("adm-shared-db", parse_rate("7/s"), "another:Job", budget)
+    book.set_rate(cls.queue, parse_rate("1/s"), budget)
+    book.set_running(cls.queue, 2, budget)
+    book.define_rate("adm-shared-db", parse_rate("7/s"), "another:Job", budget)
     try:
         served(cls)
         said = [
@@ -214,7 +214,7 @@ def test_a_class_value_differing_from_the_store_is_warned_of_once_and_the_store_
         assert any("says '50/s', the store says 1/s (set by hand)" in line for line in said)
         assert any("set by another:Job" in line for line in said)
     finally:
-        quotas.clear("adm-shared-db", budget)
+        book.clear("adm-shared-db", budget)
 
 
 def test_storage_trouble_taking_a_token_skips_the_queue_this_round(served: Any):
@@ -237,10 +237,10 @@ def test_a_failed_release_is_mended_by_the_next_renewal(served: Any):
     one.loop.admission.ended(one.received[0])  # the write fails: still 2 in the store
     one.loop.admission.renew()  # and so does the renewal
     plan.busy.clear()
-    slots = one.quotas.get(one.cls.queue, one.budget()).running
+    slots = one.book.get(one.cls.queue, one.budget()).running
     assert slots is not None and slots.takers["w-test"][0] == 2
     one.loop.admission.renew()
-    slots = one.quotas.get(one.cls.queue, one.budget()).running
+    slots = one.book.get(one.cls.queue, one.budget()).running
     assert slots is not None and slots.takers["w-test"][0] == 1
 
 
@@ -251,7 +251,7 @@ def test_kept_tokens_serve_a_smaller_receive_and_the_rest_stay_kept(served: Any)
     one.send(5)
     assert one.loop._receive(2) == 2  # room for 2: 2 of the 9, 7 still kept
     assert one.loop._receive(32) == 3
-    bucket = one.quotas.get(one.cls.queue, one.budget()).rate
+    bucket = one.book.get(one.cls.queue, one.budget()).rate
     assert bucket is not None and bucket.tokens == 0  # all from the one take of 10
 
 
@@ -325,7 +325,7 @@ def test_slots_taken_for_a_receive_that_failed_go_back(served: Any):
     one.send(2)
     plan.busy.add("queues.receive")
     assert one.receive() == 0
-    slots = one.quotas.get(one.cls.queue, one.budget()).running
+    slots = one.book.get(one.cls.queue, one.budget()).running
     assert slots is not None and slots.takers == {}
     plan.busy.clear()
     assert one.receive() == 2
@@ -341,9 +341,9 @@ def test_a_message_delivered_again_holds_a_slot_per_delivery(served: Any):
     for delivery in (first, again):
         admitted = admission.admit(one.cls, 1)
         admission.received(one.cls, admitted, [delivery])
-    assert admission.held[one.cls.queue] == 2
+    assert admission.kept[one.cls.queue] == 2
     # When each ends, then each gives back its own slot
     admission.ended(first)
-    assert admission.held[one.cls.queue] == 1
+    assert admission.kept[one.cls.queue] == 1
     admission.ended(again)
-    assert admission.held[one.cls.queue] == 0
+    assert admission.kept[one.cls.queue] == 0

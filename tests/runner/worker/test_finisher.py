@@ -79,7 +79,7 @@ class Job:
         self.tasks: dict[int, TaskRecord] = {}
         for message in received:
             index = int(message.body)
-            self.leases[index] = self.keeper.hold(
+            self.leases[index] = self.keeper.lease(
                 self.queue, message, 60, received_at=self.clock.monotonic()
             )
             task = self.store.get_task(self.job_id, "chunk", index)
@@ -110,7 +110,7 @@ def test_a_group_is_marked_done_counted_and_its_messages_deleted(backend):
     assert job.left_in_queue() == 3  # chunks 1 (fenced), 3 and 4 (not finished)
     # and the fenced one is lost and no longer renewed, its record left to its writer
     assert job.leases[1].lost and not job.leases[0].lost
-    assert set(job.keeper.held()) == {job.leases[3], job.leases[4]}
+    assert set(job.keeper.leased()) == {job.leases[3], job.leases[4]}
     assert job.store.get_task(job.job_id, "chunk", 1).owner == "them"
 
 
@@ -170,7 +170,7 @@ def test_a_store_failure_keeps_the_messages_for_a_later_delivery(backend):
     # and nobody renews them any more
     assert job.store.counts(job.job_id) == {"done": 0, "poisoned": 0}
     assert job.left_in_queue() == 2
-    assert job.keeper.held() == []
+    assert job.keeper.leased() == []
 
 
 def test_a_done_mark_outlives_a_lapsed_lease_and_is_not_redone(backend):

@@ -87,13 +87,13 @@ class Harness:
         self.keeper = LeaseKeeper(self.queues, clock)  # type: ignore[arg-type]
         storage.queues.create_queue(QUEUE)
 
-    def receive(self, lease_seconds: int, **hold: Any) -> tuple[QueueMessage, Lease]:
+    def receive(self, lease_seconds: int, **options: Any) -> tuple[QueueMessage, Lease]:
         """Send one message and take it under a lease, as the worker loop does."""
         self.storage.queues.send(QUEUE, b"chunk")
         received_at = self.clock.monotonic()
         (message,) = self.storage.queues.receive(QUEUE, visibility_seconds=lease_seconds)
-        return message, self.keeper.hold(
-            QUEUE, message, lease_seconds, received_at=received_at, **hold
+        return message, self.keeper.lease(
+            QUEUE, message, lease_seconds, received_at=received_at, **options
         )
 
     def run_keeper(self, seconds: float) -> None:
@@ -139,7 +139,7 @@ def harness(tmp_path: Path, clock: FakeClock) -> Iterator[Harness]:
 
 
 def test_renews_at_seventy_percent_of_the_lease(harness: Harness):
-    # Given a message held under a 10 s lease
+    # Given a message leased for 10 s
     start = harness.clock.monotonic()
     _, lease = harness.receive(10)
     assert harness.keeper.renew_due() == pytest.approx(10 * RENEW_FRACTION)
@@ -175,7 +175,7 @@ def test_a_short_lease_is_renewed_early_enough_for_a_slow_renewal(
 
 
 def test_a_renewed_message_stays_hidden_from_other_workers(harness: Harness):
-    # Given a message held under a 4 s lease, renewed for 20 s
+    # Given a message leased for 4 s, renewed for 20 s
     _, lease = harness.receive(4)
     harness.run_keeper(20)
     # Then no other worker could take it meanwhile, nor now
@@ -191,10 +191,10 @@ def test_a_renewed_message_stays_hidden_from_other_workers(harness: Harness):
 
 
 def test_always_keeps_the_newest_pop_receipt(harness: Harness):
-    # Given a held message renewed twice
+    # Given a leased message renewed twice
     message, lease = harness.receive(10)
     renewed: list[str] = []
-    lease.on_renewed = lambda held: renewed.append(held.pop_receipt)
+    lease.on_renewed = lambda renewed_lease: renewed.append(renewed_lease.pop_receipt)
     harness.run_keeper(15)
     (_, _, first, second), (_, _, given, third) = harness.queues.updates
 
@@ -227,7 +227,7 @@ def test_renews_several_leases_each_on_its_own_schedule(harness: Harness):
     assert not short.lost and not long.lost
 
 
-def test_nothing_held_means_a_long_wait(harness: Harness):
+def test_no_lease_means_a_long_wait(harness: Harness):
     assert harness.keeper.renew_due() == 3600.0
 
 
@@ -260,7 +260,7 @@ def test_stops_renewing_past_max_seconds_and_marks_lost(harness: Harness):
 
 
 def test_a_refused_renewal_marks_the_lease_lost(harness: Harness):
-    # Given a held message whose lease ran out before the keeper got to it (a pause)
+    # Given a leased message whose lease ran out before the keeper got to it (a pause)
     message, lease = harness.receive(5)
     harness.clock.advance(6)
     assert lease.expired(harness.clock.monotonic())
@@ -352,7 +352,7 @@ def test_delete_uses_the_newest_receipt_and_ends_renewals(harness: Harness):
 
     assert harness.queues.deletes == [(harness.clock.monotonic(), harness.queues.updates[-1][3])]
     assert harness.storage.queues.approximate_length(QUEUE) == 0
-    assert harness.keeper.held() == []
+    assert harness.keeper.leased() == []
     harness.run_keeper(20)
     assert len(harness.queues.updates) == 3
 
@@ -384,7 +384,7 @@ def test_finish_does_nothing_for_a_lost_lease(harness: Harness):
     called: list[str] = []
     assert harness.keeper.finish(lease, called.append, "acting on") is False
     assert called == []
-    assert harness.keeper.held() == []
+    assert harness.keeper.leased() == []
 
 
 def test_finish_on_a_message_taken_by_another_worker_marks_lost(harness: Harness):
@@ -505,7 +505,7 @@ def test_a_cpu_bound_chunk_does_not_starve_renewals(tmp_path: Path):
         storage.queues.send(QUEUE, b"cpu-bound chunk")
         received_at = clock.monotonic()
         (message,) = storage.queues.receive(QUEUE, visibility_seconds=2)
-        lease = keeper.hold(QUEUE, message, 2, received_at=received_at)
+        lease = keeper.lease(QUEUE, message, 2, received_at=received_at)
         keeper.start()
 
         # When a chunk spins in pure Python for ~6 s (three leases) on its own thread
@@ -594,7 +594,10 @@ def test_a_hanging_refresh_does_not_hold_up_renewals_nor_other_refreshes(harness
             # Then both are renewed each time, and the other one refreshed each time
             assert _eventually(
                 lambda n=renewals: (
-                    [len(harness.update_times(start, held.message_id)) for held in (hanging, other)]
+                    [
+                        len(harness.update_times(start, lease.message_id))
+                        for lease in (hanging, other)
+                    ]
                     == [n, n]
                     and len(refreshed) == n
                 )
@@ -665,13 +668,13 @@ def test_a_renewal_that_raises_unexpectedly_is_logged_and_tried_again_later(
     assert harness.update_times(start) == pytest.approx([8])
 
 
-def test_drop_is_safe_for_a_lease_never_held(harness: Harness):
+def test_drop_is_safe_for_a_lease_never_taken(harness: Harness):
     # A lease the keeper no longer has (dropped twice, or finished first) is ignored
     _, lease = harness.receive(4)
     assert harness.keeper.delete(lease) is True
     harness.keeper.drop(lease)
     harness.keeper.drop(lease)
-    assert harness.keeper.held() == []
+    assert harness.keeper.leased() == []
 
 
 def test_deleting_an_unknown_message_is_lease_lost(harness: Harness):

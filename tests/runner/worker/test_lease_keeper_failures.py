@@ -51,13 +51,13 @@ class World:
         self.queues.append(name)
         return name
 
-    def held(self, queue: str | None = None, **hold: Any) -> Lease:
-        """A message sent and received under a lease, as the worker loop holds it."""
+    def leased(self, queue: str | None = None, **options: Any) -> Lease:
+        """A message sent and received under a lease, as the worker loop leases it."""
         queue = queue or self.queue
         self.storage.queues.send(queue, b"chunk")
         received_at = self.clock.monotonic()
         (message,) = self.storage.queues.receive(queue, visibility_seconds=LEASE_SECONDS)
-        return self.keeper.hold(queue, message, LEASE_SECONDS, received_at=received_at, **hold)
+        return self.keeper.lease(queue, message, LEASE_SECONDS, received_at=received_at, **options)
 
     def messages(self, queue: str | None = None) -> int:
         return self.storage.queues.approximate_length(queue or self.queue)
@@ -95,7 +95,7 @@ def world(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[World]:
 
 def test_a_busy_renewal_is_retried_a_tenth_of_a_lease_later_and_then_renews(world: World):
     # Given a lease due for renewal, and a store that is busy once
-    lease = world.held()
+    lease = world.leased()
     first_receipt = lease.pop_receipt
     world.faults.add("queues.update", "busy")
     world.advance_to(lease.next_renewal_at)
@@ -120,7 +120,7 @@ def test_a_busy_renewal_is_retried_a_tenth_of_a_lease_later_and_then_renews(worl
 
 def test_renewals_failing_until_the_lease_runs_out_lose_it(world: World):
     # Given a lease whose every renewal finds the store busy
-    lease = world.held()
+    lease = world.leased()
     start = lease.acquired_at
     for _ in range(4):
         world.faults.add("queues.update", "busy")
@@ -144,7 +144,7 @@ def test_renewals_failing_until_the_lease_runs_out_lose_it(world: World):
 def test_a_renewal_refused_after_the_lease_ran_out_loses_the_lease(world: World):
     # Given a worker paused past its lease: its renewal (applied, the answer lost) is
     # retried by the SDK and meets the receipt it rotated itself
-    lease = world.held()
+    lease = world.leased()
     world.advance_to(lease.visible_at + 1)
     world.faults.add("queues.update", "ambiguous")
 
@@ -158,7 +158,7 @@ def test_a_renewal_refused_after_the_lease_ran_out_loses_the_lease(world: World)
 
 
 def test_a_renewal_of_a_message_deleted_by_someone_else_loses_the_lease(world: World):
-    lease = world.held()
+    lease = world.leased()
     world.storage.queues.delete(world.queue, lease.message_id, lease.pop_receipt)
     world.advance_to(lease.next_renewal_at)
 
@@ -173,7 +173,7 @@ def test_a_renewal_of_a_message_deleted_by_someone_else_loses_the_lease(world: W
 
 def test_a_lease_whose_receipt_was_lost_is_never_renewed_again(world: World):
     # Given a renewal applied with its answer lost (the receipt is unknown now)
-    lease = world.held()
+    lease = world.leased()
     world.faults.add("queues.update", "ambiguous")
     world.advance_to(lease.next_renewal_at)
     world.keeper.renew_due()
@@ -190,7 +190,7 @@ def test_a_lease_whose_receipt_was_lost_is_never_renewed_again(world: World):
     assert not lease.expired(world.clock.monotonic())
 
 
-class RecordHold:
+class RecordLease:
     """A task's ``on_record`` hook: records each extension asked for, failing on demand."""
 
     def __init__(self) -> None:
@@ -203,60 +203,60 @@ class RecordHold:
         self.until.append(until)
 
 
-def _receipt_lost_held_on_record(world: World) -> tuple[Lease, RecordHold]:
-    hold = RecordHold()
-    lease = world.held()
-    lease.on_record = hold  # as the runner sets it for a claimed finalize
+def _receipt_lost_leased_on_record(world: World) -> tuple[Lease, RecordLease]:
+    on_record = RecordLease()
+    lease = world.leased()
+    lease.on_record = on_record  # as the runner sets it for a claimed finalize
     world.faults.add("queues.update", "ambiguous")
     world.advance_to(lease.next_renewal_at)
     world.keeper.renew_due()
     assert lease.receipt_lost and not lease.lost
-    return lease, hold
+    return lease, on_record
 
 
-def test_a_lease_held_on_its_record_is_marked_there_at_once_then_extended(world: World):
+def test_a_lease_on_its_record_is_marked_there_at_once_then_extended(world: World):
     # Given a finalize's lease whose renewal was applied with its answer lost
-    lease, hold = _receipt_lost_held_on_record(world)
+    lease, on_record = _receipt_lost_leased_on_record(world)
 
     # When the keeper's next pass comes (at once), then on the usual schedule
     marked_at = world.clock.monotonic()
     world.keeper.renew_due()
-    assert hold.until == [pytest.approx(marked_at + LEASE_SECONDS)]
+    assert on_record.until == [pytest.approx(marked_at + LEASE_SECONDS)]
     assert lease.visible_at == pytest.approx(marked_at + LEASE_SECONDS)
     world.advance_to(lease.next_renewal_at)
     extended_at = world.clock.monotonic()
     assert extended_at == pytest.approx(marked_at + LEASE_SECONDS * RENEW_FRACTION)
     world.keeper.renew_due()
 
-    # Then the record held it a lease at a time, with no UpdateMessage after the lost one,
+    # Then the record leased it a lease at a time, with no UpdateMessage after the lost one,
     # and the task is never asked to hand back: it goes on past the message's own end
-    assert hold.until[-1] == pytest.approx(extended_at + LEASE_SECONDS)
+    assert on_record.until[-1] == pytest.approx(extended_at + LEASE_SECONDS)
     assert world.calls("queues.update") == 1
     world.advance_to(marked_at + LEASE_SECONDS + 1)
     assert not lease.must_hand_back(world.clock.monotonic())
     assert not lease.expired(world.clock.monotonic()) and not lease.lost
 
 
-def test_a_lease_held_on_a_record_someone_took_over_is_lost(world: World):
-    lease, hold = _receipt_lost_held_on_record(world)
-    hold.failures.append(LeaseLost("task record changed: fenced"))
+def test_a_lease_on_a_record_someone_took_over_is_lost(world: World):
+    lease, on_record = _receipt_lost_leased_on_record(world)
+    on_record.failures.append(LeaseLost("task record changed: fenced"))
 
     world.keeper.renew_due()
 
-    assert lease.lost and "holding the task on its record failed" in (lease.lost_reason or "")
+    assert lease.lost and "leasing the task on its record failed" in (lease.lost_reason or "")
 
 
-def test_a_record_hold_the_store_refuses_is_retried_until_the_lease_runs_out(world: World):
-    lease, hold = _receipt_lost_held_on_record(world)
+def test_a_record_lease_the_store_refuses_is_retried_until_the_lease_runs_out(world: World):
+    lease, on_record = _receipt_lost_leased_on_record(world)
     end = lease.visible_at
-    hold.failures.extend(Throttled("busy") for _ in range(50))
+    on_record.failures.extend(Throttled("busy") for _ in range(50))
 
     while not lease.lost and world.clock.monotonic() < end + 1:
         world.keeper.renew_due()
         world.advance_to(lease.next_renewal_at)
 
     assert lease.lost and "renewals failed until the lease ran out" in (lease.lost_reason or "")
-    assert hold.until == []
+    assert on_record.until == []
 
 
 def test_one_lease_whose_renewal_hook_fails_does_not_cost_the_others_their_renewal(
@@ -266,8 +266,8 @@ def test_one_lease_whose_renewal_hook_fails_does_not_cost_the_others_their_renew
     def broken(lease: Lease) -> None:
         raise RuntimeError("hook failed")
 
-    bad = world.held(on_renewed=broken)
-    good = world.held()
+    bad = world.leased(on_renewed=broken)
+    good = world.leased()
     receipts = {bad: bad.pop_receipt, good: good.pop_receipt}
     world.advance_to(max(bad.next_renewal_at, good.next_renewal_at))
 
@@ -282,7 +282,7 @@ def test_one_lease_whose_renewal_hook_fails_does_not_cost_the_others_their_renew
 
 
 def test_a_lease_past_max_seconds_is_lost_without_a_renewal(world: World):
-    lease = world.held(max_seconds=LEASE_SECONDS * 0.5)
+    lease = world.leased(max_seconds=LEASE_SECONDS * 0.5)
     world.advance_to(lease.next_renewal_at)
 
     world.keeper.renew_due()
@@ -298,7 +298,7 @@ def test_a_lease_past_max_seconds_is_lost_without_a_renewal(world: World):
 
 
 def test_a_busy_delete_is_retried_while_the_lease_lasts(world: World):
-    lease = world.held()
+    lease = world.leased()
     world.faults.add("queues.delete", "busy")
     world.faults.add("queues.delete", "busy")
 
@@ -307,14 +307,14 @@ def test_a_busy_delete_is_retried_while_the_lease_lasts(world: World):
     assert world.messages() == 0
     assert world.calls("queues.delete") == 3
     assert len(world.clock.sleeps) == 2  # the budget waited on the clock, not for real
-    assert world.keeper.held() == []
+    assert world.keeper.leased() == []
 
 
 def test_a_delete_still_busy_when_the_lease_runs_out_says_so_and_keeps_the_message(
     world: World, caplog: pytest.LogCaptureFixture
 ):
     # Given a lease about to run out, and a busy store
-    lease = world.held()
+    lease = world.leased()
     world.advance_to(lease.visible_at - 0.1)
     world.faults.add("queues.delete", "busy")
 
@@ -325,7 +325,7 @@ def test_a_delete_still_busy_when_the_lease_runs_out_says_so_and_keeps_the_messa
 
     # Then the message is still there (it reappears), and the keeper no longer holds it
     assert world.messages() == 1
-    assert world.keeper.held() == [] and not lease.active and not lease.lost
+    assert world.keeper.leased() == [] and not lease.active and not lease.lost
     assert world.calls("queues.delete") == 1
     (line,) = [r for r in caplog.records if r.levelno >= logging.WARNING]
     assert line.exc_info is None
@@ -336,18 +336,18 @@ def test_a_delete_still_busy_when_the_lease_runs_out_says_so_and_keeps_the_messa
 def test_a_release_still_busy_when_the_lease_runs_out_leaves_the_message_to_lapse(
     world: World,
 ):
-    lease = world.held()
+    lease = world.leased()
     world.advance_to(lease.visible_at - 0.1)
     world.faults.add("queues.update", "busy")
 
     assert world.keeper.release(lease) is False
 
-    assert world.keeper.held() == [] and not lease.active
+    assert world.keeper.leased() == [] and not lease.active
     assert world.calls("queues.update") == 1
 
 
 def test_deleting_a_message_someone_else_deleted_loses_the_lease(world: World):
-    lease = world.held()
+    lease = world.leased()
     world.storage.queues.delete(world.queue, lease.message_id, lease.pop_receipt)
 
     assert world.keeper.delete(lease) is False
@@ -356,7 +356,7 @@ def test_deleting_a_message_someone_else_deleted_loses_the_lease(world: World):
 
 
 def test_a_lease_whose_receipt_was_lost_deletes_and_releases_nothing(world: World):
-    lease = world.held()
+    lease = world.leased()
     world.faults.add("queues.update", "ambiguous")
     world.advance_to(lease.next_renewal_at)
     world.keeper.renew_due()
@@ -374,7 +374,7 @@ def test_a_lease_whose_receipt_was_lost_deletes_and_releases_nothing(world: Worl
 
 
 def test_a_busy_release_is_retried_and_the_message_comes_back(world: World):
-    lease = world.held()
+    lease = world.leased()
     world.faults.add("queues.update", "busy")
 
     assert world.keeper.release(lease) is True
@@ -385,19 +385,19 @@ def test_a_busy_release_is_retried_and_the_message_comes_back(world: World):
 
 
 def test_releasing_a_message_someone_else_deleted_loses_the_lease(world: World):
-    lease = world.held()
+    lease = world.leased()
     world.storage.queues.delete(world.queue, lease.message_id, lease.pop_receipt)
 
     assert world.keeper.release(lease) is False
 
-    assert lease.lost and world.keeper.held() == []
+    assert lease.lost and world.keeper.leased() == []
 
 
 # --------------------------------------------------------------------------- many deletes
 
 
 def test_delete_many_leaves_a_lost_lease_alone_and_deletes_the_rest(world: World):
-    lost, kept = world.held(), world.held()
+    lost, kept = world.leased(), world.leased()
     lost.lose("another worker took over the chunk")
 
     world.keeper.delete_many([lost, kept])
@@ -409,14 +409,14 @@ def test_delete_many_leaves_a_lost_lease_alone_and_deletes_the_rest(world: World
 
 
 def test_delete_many_marks_a_message_deleted_meanwhile_as_lost(world: World):
-    gone, kept = world.held(), world.held()
+    gone, kept = world.leased(), world.leased()
     world.storage.queues.delete(world.queue, gone.message_id, gone.pop_receipt)
 
     world.keeper.delete_many([gone, kept])
 
     assert gone.lost and not kept.lost
     assert world.messages() == 0
-    assert world.keeper.held() == []
+    assert world.keeper.leased() == []
 
 
 def test_delete_many_past_the_leases_goes_on_with_the_next_queue(
@@ -424,7 +424,7 @@ def test_delete_many_past_the_leases_goes_on_with_the_next_queue(
 ):
     # Given leases on two queues, about to run out, and one busy batch delete
     other_queue = world.new_queue()
-    first, second = world.held(), world.held(other_queue)
+    first, second = world.leased(), world.leased(other_queue)
     world.advance_to(min(first.visible_at, second.visible_at) - 0.1)
     world.faults.add("queues.delete_many", "busy")
 
@@ -442,7 +442,7 @@ def test_delete_many_past_the_leases_goes_on_with_the_next_queue(
 
 def test_delete_many_with_a_lost_receipt_leaves_that_message_to_come_back(world: World):
     # Given one lease whose receipt was lost to an applied renewal, and one sound lease
-    stale, sound = world.held(), world.held()
+    stale, sound = world.leased(), world.leased()
     world.faults.add("queues.update", "ambiguous")
     stale.next_renewal_at = world.clock.monotonic()
     world.keeper.renew_due()
@@ -476,7 +476,7 @@ class OneFailingDelete:
 def test_delete_many_logs_a_message_that_failed_for_another_reason(
     world: World, caplog: pytest.LogCaptureFixture
 ):
-    failing, kept = world.held(), world.held()
+    failing, kept = world.leased(), world.leased()
     queues = OneFailingDelete(world.storage.queues, failing.message_id, Throttled("busy"))
     keeper = LeaseKeeper(queues, world.clock)  # type: ignore[arg-type]
 
@@ -491,19 +491,19 @@ def test_delete_many_logs_a_message_that_failed_for_another_reason(
 # --------------------------------------------------------------------------- the thread
 
 
-def test_a_hold_wakes_the_keeper_only_if_due_before_its_next_pass(world: World):
+def test_a_new_lease_wakes_the_keeper_only_if_due_before_its_next_pass(world: World):
     keeper = world.keeper
-    # Before its first pass the keeper wakes for every hold
-    world.held()
+    # Before its first pass the keeper wakes for every new lease
+    world.leased()
     assert keeper._wake.is_set()
-    # During a wait that ends before the new lease is due, a hold does not wake it
+    # During a wait that ends before the new lease is due, a new lease does not wake it
     keeper._wake.clear()
     keeper._next_pass_at = world.clock.monotonic() + 1.0
-    world.held()
+    world.leased()
     assert not keeper._wake.is_set()
     # but one due sooner does
     keeper._next_pass_at = world.clock.monotonic() + LEASE_SECONDS
-    world.held()
+    world.leased()
     assert keeper._wake.is_set()
 
 

@@ -347,7 +347,7 @@ def test_a_lease_lost_before_the_move_leaves_the_copy_to_carry_the_chunk(resumes
     world.send(job_id)
 
     def lose() -> None:
-        for lease in world.worker.keeper.held():
+        for lease in world.worker.keeper.leased():
             lease.lose("renewal refused")
 
     world.meanwhile.before("records.merge", lose)

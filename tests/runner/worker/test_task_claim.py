@@ -1,5 +1,5 @@
 """Whether a delivery may run its task (runner/worker/claim.py): a task done, poisoned,
-running elsewhere, held on its record or started max_attempts times already, and the
+running elsewhere, leased on its record or started max_attempts times already, and the
 claim itself (docs/semantics.md §4).
 
 Built as tests/runner/worker/test_task_lifecycle.py's tests are (tests/runner/world.py):
@@ -96,7 +96,7 @@ def test_a_delete_the_store_refuses_all_lease_long_leaves_the_message_to_come_ba
         message = world.deliver()
     assert not [r for r in caplog.records if r.exc_info is not None]
     assert "comes back when its lease runs out" in caplog.text
-    assert message.id not in world.log.deleted and world.worker.keeper.held() == []
+    assert message.id not in world.log.deleted and world.worker.keeper.leased() == []
 
     # Then once the store answers again and the lease has run out, it is deleted unrun
     world.meanwhile.busy.clear()

@@ -97,7 +97,7 @@ def test_the_finisher_thread_outlives_a_group_that_raises(world: World):
         first = world.deliver()
         # When its completion check cannot read the job
         _wait_until(finisher.idle)
-        assert world.worker.keeper.held() == []  # dropped: the message will lapse
+        assert world.worker.keeper.leased() == []  # dropped: the message will lapse
         world.garble_job(job_id, {"total": 2})
 
         # Then the thread goes on finishing chunks handed over later

@@ -385,11 +385,11 @@ def test_an_answer_awaited_past_the_end_margin_is_given_up_on(world: World):
         world.control.raise_if_stopped()
 
 
-def test_holding_on_the_record_writes_the_lease_end_asked_and_the_mark(world: World):
+def test_leasing_on_the_record_writes_the_lease_end_asked_and_the_mark(world: World):
     world.control.offer("newest")
     until = world.clock.monotonic() + 17
 
-    world.control.hold_on_record(world.lease, until)
+    world.control.lease_on_record(world.lease, until)
 
     stored = world.stored()
     assert stored.properties[LEASE_ON_RECORD] is True
@@ -397,18 +397,18 @@ def test_holding_on_the_record_writes_the_lease_end_asked_and_the_mark(world: Wo
     assert world.stored_progress() == "newest"  # the newest state goes with it
 
 
-def test_holding_on_a_record_someone_else_wrote_is_lease_lost(world: World):
+def test_leasing_on_a_record_someone_else_wrote_is_lease_lost(world: World):
     world.store.write_task(world.stored(), {"owner": "other"})
 
     with pytest.raises(LeaseLost):
-        world.control.hold_on_record(world.lease, world.clock.monotonic() + 30)
+        world.control.lease_on_record(world.lease, world.clock.monotonic() + 30)
     assert world.lease.lost
 
 
-def test_nothing_is_held_on_the_record_once_the_task_is_ending(world: World):
+def test_nothing_is_leased_on_the_record_once_the_task_is_ending(world: World):
     ending = world.control.end()
 
-    world.control.hold_on_record(world.lease, world.clock.monotonic() + 30)
+    world.control.lease_on_record(world.lease, world.clock.monotonic() + 30)
 
     assert world.stored().etag == ending.etag  # the done mark's ETag stays valid
 
@@ -607,9 +607,11 @@ def test_offer_snapshots_the_state_and_refuses_what_msgpack_cannot_hold(tmp_path
 
 
 @pytest.mark.parametrize(
-    ("hold", "raised"), [("cancelled", "JobCancelled"), ("paused", "JobPaused")]
+    ("order", "raised"), [("cancelled", "JobCancelled"), ("paused", "JobPaused")]
 )
-def test_a_hold_told_by_the_watcher_stops_the_chunk_at_its_next_checkpoint(world, hold, raised):
+def test_a_stop_order_told_by_the_watcher_stops_the_chunk_at_its_next_checkpoint(
+    world, order, raised
+):
     control = world.control
     chunk = Chunk(
         job_id=JOB, index=0, payload={}, params={}, state=None, attempt=1, control=control
@@ -618,19 +620,19 @@ def test_a_hold_told_by_the_watcher_stops_the_chunk_at_its_next_checkpoint(world
     chunk.checkpoint(2)  # kept in memory: the interval has not passed
     assert not chunk.stopping
 
-    control.hold(hold)  # the worker's hold watcher (runner.worker.holds), no renewal needed
+    control.stop_for(order)  # by the stop-order watcher (runner.worker.stop_orders), no renewal
 
     # Then the chunk is told (a Spark job group's watcher polls this) ...
     assert chunk.stopping
-    # ... and its next checkpoint saves the newest state and raises the hold's error,
+    # ... and its next checkpoint saves the newest state and raises the stop order's error,
     # a ChunkStopped, so code that lets ChunkStopped through needs nothing new
     with pytest.raises(ChunkStopped) as stopped:
         chunk.checkpoint(3)
     assert type(stopped.value).__name__ == raised
     assert world.stored_progress() == 3
-    # and the first reason stands
-    control.hold("paused" if hold == "cancelled" else "cancelled")
-    assert control.held == hold
+    # and the first order stands
+    control.stop_for("paused" if order == "cancelled" else "cancelled")
+    assert control.stop_order == order
 
 
 # --------------------------------------------------------------------------- progress=

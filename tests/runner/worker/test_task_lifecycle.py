@@ -260,7 +260,7 @@ def test_a_garbled_counter_fails_the_job_and_poisons_the_chunk_after_its_attempt
     reason = f"shard 0 counter of job {job_id!r}: {{'done': 'one', 'poisoned': 0}} is not counts"
     assert world.job_record(job_id).state == "failed"
     assert world.job_record(job_id).error == reason
-    assert world.worker.keeper.held() == []
+    assert world.worker.keeper.leased() == []
     # and once its attempts are spent, it is poisoned instead of cycling
     world.let_pass(LEASE_SECONDS, message)
     again = world.deliver()
@@ -284,7 +284,7 @@ def test_a_finished_chunk_the_finisher_cannot_end_is_not_renewed_for_ever(world:
         world.deliver()
 
     # Then the lease was dropped: the message lapses and comes back
-    assert world.worker.keeper.held() == []
+    assert world.worker.keeper.leased() == []
 
 
 def test_a_chunk_that_saved_no_new_state_ends_without_rewriting_the_stored_one(world: World):

@@ -51,7 +51,7 @@ class Waiting:
         now = self.clock.monotonic()
         lease = Lease("ul-jobs", "m-1", "r-1", LEASE_SECONDS, acquired_at=now, visible_at=now + 999)
         self.stopping = threading.Event()
-        self.quotas = LimitBook(backend.storage.records, self.clock)
+        self.book = LimitBook(backend.storage.records, self.clock)
         admission = Admission(LimitBook(storage.records, self.clock), self.clock, "me", [self.cls])
         self.control = LimitedControl(
             store,
@@ -85,7 +85,7 @@ class Waiting:
         )
 
     def tokens(self) -> float:
-        bucket = self.quotas.get(self.resource, Budget(STANDALONE, self.clock)).rate
+        bucket = self.book.get(self.resource, Budget(STANDALONE, self.clock)).rate
         assert bucket is not None
         return bucket.tokens
 
@@ -121,7 +121,7 @@ def test_a_chunk_waiting_for_a_token_stops_when_the_worker_stops(waiting: Any):
 def test_a_chunk_waiting_for_a_token_stops_when_its_job_is_cancelled(waiting: Any):
     one = waiting("1/h")
     one.chunk.limit(one.resource)
-    one.on_wait = lambda: one.control.hold("cancelled")
+    one.on_wait = lambda: one.control.stop_for("cancelled")
     with pytest.raises(JobCancelled):
         one.chunk.limit(one.resource)
 
@@ -140,11 +140,11 @@ def test_an_unknown_resource_is_a_clear_error_at_the_call(waiting: Any):
 def test_a_resource_cleared_by_hand_comes_back_from_the_class(waiting: Any):
     one = waiting("4/s")
     one.chunk.limit(one.resource)
-    one.quotas.set_rate(one.resource, parse_rate("1/s"), one.control.lease_budget())
+    one.book.set_rate(one.resource, parse_rate("1/s"), one.control.lease_budget())
     one.chunk.limit(one.resource)  # the hand-set bucket: its one token
-    one.quotas.clear(one.resource, one.control.lease_budget())
+    one.book.clear(one.resource, one.control.lease_budget())
     one.chunk.limit(one.resource, units=4)
-    bucket = one.quotas.get(one.resource, one.control.lease_budget()).rate
+    bucket = one.book.get(one.resource, one.control.lease_budget()).rate
     assert bucket is not None and bucket.rate.text == "4/s" and one.waits == []
 
 

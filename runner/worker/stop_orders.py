@@ -39,16 +39,16 @@ CHECK_SECONDS = 1.0
 MAX_AGE_SECONDS = 0.5
 
 
-class Holdable(Protocol):
+class Stoppable(Protocol):
     """A running task, as the watcher tells it to stop
     (:class:`runner.worker.control.TaskControl`)."""
 
-    def hold(self, reason: str) -> bool:
-        """The task's job wants it stopped ("deleted", "cancelled" or "paused"); True if
-        this is news to the task."""
+    def stop_for(self, order: str) -> bool:
+        """The task's job wants it stopped (``order``: "deleted", "cancelled" or
+        "paused"); True if this is news to the task."""
 
 
-class HoldWatcher(Hooks):
+class StopOrderWatcher(Hooks):
     """Tells a worker's running tasks when their job is cancelled or paused: the job
     control concern on the hooks of a message's life (a task is watched from
     :meth:`started` to :meth:`left`)."""
@@ -66,7 +66,7 @@ class HoldWatcher(Hooks):
         self._max_age_seconds = max_age_seconds
         self._guard = threading.Lock()
         #: The tasks running here, by job, and when each job was last looked at.
-        self._running: dict[str, list[Holdable]] = {}
+        self._running: dict[str, list[Stoppable]] = {}
         self._looked_at: dict[str, float] = {}
         self._stopped = threading.Event()
         self._thread: threading.Thread | None = None
@@ -78,7 +78,7 @@ class HoldWatcher(Hooks):
         self._unwatch(job.job_id, running)
 
     @contextmanager
-    def watching(self, job_id: str, task: Holdable) -> Iterator[None]:
+    def watching(self, job_id: str, task: Stoppable) -> Iterator[None]:
         """``task`` of ``job_id`` runs in this block and is told if the job stops."""
         self._watch(job_id, task)
         try:
@@ -86,7 +86,7 @@ class HoldWatcher(Hooks):
         finally:
             self._unwatch(job_id, task)
 
-    def _watch(self, job_id: str, task: Holdable) -> None:
+    def _watch(self, job_id: str, task: Stoppable) -> None:
         with self._guard:
             # A job's first look comes MAX_AGE_SECONDS after its first task started: the
             # record its delivery went by may have been up to FRESH_SECONDS old then.
@@ -94,7 +94,7 @@ class HoldWatcher(Hooks):
             self._looked_at.setdefault(job_id, first_look)
             self._running.setdefault(job_id, []).append(task)
 
-    def _unwatch(self, job_id: str, task: Holdable) -> None:
+    def _unwatch(self, job_id: str, task: Stoppable) -> None:
         with self._guard:
             tasks = self._running[job_id]
             tasks.remove(task)
@@ -114,31 +114,31 @@ class HoldWatcher(Hooks):
         with self._guard:
             due = [job for job, at in self._looked_at.items() if now - at >= self.check_seconds]
         for job_id in due:
-            hold = self._job_cache.hold(job_id, self._max_age_seconds)  # never raises
+            order = self._job_cache.stop_order(job_id, self._max_age_seconds)  # never raises
             with self._guard:
                 if job_id in self._looked_at:
                     self._looked_at[job_id] = self._clock.monotonic()
-            if hold is not None:
-                self._tell(job_id, hold)
+            if order is not None:
+                self._tell(job_id, order)
         with self._guard:
             upcoming = min(self._looked_at.values(), default=None)
         if upcoming is None:
             return self.check_seconds
         return max(0.0, upcoming + self.check_seconds - self._clock.monotonic())
 
-    def _tell(self, job_id: str, hold: str) -> None:
+    def _tell(self, job_id: str, order: str) -> None:
         with self._guard:
             tasks = list(self._running.get(job_id, ()))
-        told = sum(task.hold(hold) for task in tasks)
+        told = sum(task.stop_for(order) for task in tasks)
         if told:  # once per task: a chunk may take a while to reach its checkpoint
-            log.info("job %s is %s: stopping its %d running task(s) here", job_id, hold, told)
+            log.info("job %s is %s: stopping its %d running task(s) here", job_id, order, told)
 
     # ----------------------------------------------------------------- thread
 
     def start(self) -> None:
         if self._thread is None:
             self._thread = threading.Thread(
-                target=in_context(self._run), name="hold-watcher", daemon=True
+                target=in_context(self._run), name="stop-order-watcher", daemon=True
             )
             self._thread.start()
 
@@ -147,7 +147,7 @@ class HoldWatcher(Hooks):
             try:
                 wait = self.check_due()
             except Exception:  # the watcher must outlive any one bad look
-                log.exception("hold watcher pass failed")
+                log.exception("stop-order watcher pass failed")
                 wait = self.check_seconds
             # Real waits, as the lease keeper's: a FakeClock would spin through passes.
             self._stopped.wait(min(max(wait, 0.05), self.check_seconds))

@@ -1,6 +1,6 @@
-"""The hold watcher (runner/worker/holds.py): a cancel or a pause reaches a worker's running
-tasks within 2 s whatever their lease, for one job-record read per worker and job
-about once a second (docs/semantics.md §16).
+"""The stop-order watcher (runner/worker/stop_orders.py): a cancel or a pause reaches a
+worker's running tasks within 2 s whatever their lease, for one job-record read per
+worker and job about once a second (docs/semantics.md §16).
 
 On both backends with a FakeClock, through the worker's own parts (the :class:`World`
 of tests/runner/worker/test_task_lifecycle.py); then a worker loop in real time whose chunk would
@@ -28,19 +28,19 @@ from jobs import manage
 from jobs.chunk import Chunk
 from jobs.job import ChunkedJob
 from jobs.submit import submit
-from runner.worker.holds import CHECK_SECONDS, MAX_AGE_SECONDS, HoldWatcher
 from runner.worker.loop import WorkerLoop, WorkerSettings
+from runner.worker.stop_orders import CHECK_SECONDS, MAX_AGE_SECONDS, StopOrderWatcher
 from tests.runner.world import World
 
 
 class FakeTask:
-    """A running task as the watcher sees it: the reasons it was told."""
+    """A running task as the watcher sees it: the stop orders it was told."""
 
     def __init__(self) -> None:
         self.told: list[str] = []
 
-    def hold(self, reason: str) -> bool:
-        self.told.append(reason)
+    def stop_for(self, order: str) -> bool:
+        self.told.append(order)
         return len(self.told) == 1
 
 
@@ -62,40 +62,40 @@ def test_each_job_is_read_once_a_second_however_many_of_its_tasks_run(world: Wor
     # Given three tasks of one job and one of another running here
     first, second = world.job([{"act": "ok"}] * 3), world.job([{"act": "ok"}])
     reads = _count_job_reads(world)
-    holds = world.worker.holds
+    watcher = world.worker.stop_orders
     with ExitStack() as running:
         for job_id in (first, first, first, second):
-            running.enter_context(holds.watching(job_id, FakeTask()))
+            running.enter_context(watcher.watching(job_id, FakeTask()))
 
         # Then nothing is read before the first look is due (the tasks' deliveries have
         # just read the records), then one read per job
-        assert holds.check_due() == pytest.approx(MAX_AGE_SECONDS)
+        assert watcher.check_due() == pytest.approx(MAX_AGE_SECONDS)
         assert reads == {}
         world.clock.advance(MAX_AGE_SECONDS)
-        assert holds.check_due() == pytest.approx(CHECK_SECONDS)
+        assert watcher.check_due() == pytest.approx(CHECK_SECONDS)
         assert reads == {first: 1, second: 1}
         world.clock.advance(CHECK_SECONDS / 2)
-        assert holds.check_due() == pytest.approx(CHECK_SECONDS / 2)
+        assert watcher.check_due() == pytest.approx(CHECK_SECONDS / 2)
         assert reads == {first: 1, second: 1}
         world.clock.advance(CHECK_SECONDS / 2)
-        holds.check_due()
+        watcher.check_due()
         assert reads == {first: 2, second: 2}
 
     # and a job with nothing running here is not looked at at all
     world.clock.advance(CHECK_SECONDS * 10)
-    assert holds.check_due() == CHECK_SECONDS
+    assert watcher.check_due() == CHECK_SECONDS
     assert reads == {first: 2, second: 2}
 
 
 def test_a_record_a_delivery_read_just_now_serves_the_look(world: World):
     job_id = world.job([{"act": "ok"}])
     reads = _count_job_reads(world)
-    holds = world.worker.holds
-    with holds.watching(job_id, FakeTask()):
+    watcher = world.worker.stop_orders
+    with watcher.watching(job_id, FakeTask()):
         world.clock.advance(MAX_AGE_SECONDS / 2)
         world.worker.job_cache.job(job_id, retries.once(world.clock), fresh=True)  # a delivery
         world.clock.advance(MAX_AGE_SECONDS / 2)
-        assert holds.check_due() == pytest.approx(CHECK_SECONDS)  # looked at, no read
+        assert watcher.check_due() == pytest.approx(CHECK_SECONDS)  # looked at, no read
     assert reads == {job_id: 1}
 
 
@@ -106,13 +106,13 @@ def test_a_cancel_and_a_pause_are_told_to_every_running_task_of_their_job(world:
     with ExitStack() as running:
         for job_id, its_tasks in tasks.items():
             for task in its_tasks:
-                running.enter_context(world.worker.holds.watching(job_id, task))
+                running.enter_context(world.worker.stop_orders.watching(job_id, task))
         manage.cancel(cancelled, "wrong input", storage=storage, clock=world.clock)
         manage.pause(paused, storage=storage, clock=world.clock)
         manage.pause(drained, drain=True, storage=storage, clock=world.clock)
 
         world.clock.advance(CHECK_SECONDS)
-        world.worker.holds.check_due()
+        world.worker.stop_orders.check_due()
 
     assert [task.told for task in tasks[cancelled]] == [["cancelled"], ["cancelled"]]
     assert [task.told for task in tasks[paused]] == [["paused"], ["paused"]]
@@ -130,13 +130,13 @@ def test_a_look_the_store_does_not_answer_goes_by_the_record_known(world: World)
     manage.cancel(unknown, storage=storage, clock=world.clock)
     told_known, told_unknown = FakeTask(), FakeTask()
     with ExitStack() as running:
-        running.enter_context(world.worker.holds.watching(known, told_known))
-        running.enter_context(world.worker.holds.watching(unknown, told_unknown))
+        running.enter_context(world.worker.stop_orders.watching(known, told_known))
+        running.enter_context(world.worker.stop_orders.watching(unknown, told_unknown))
 
         # When the store does not answer the looks
         world.meanwhile.busy.add("records.get")
         world.clock.advance(CHECK_SECONDS)
-        world.worker.holds.check_due()
+        world.worker.stop_orders.check_due()
         world.meanwhile.busy.clear()
 
     # Then the record known decides; a job never read goes on, as under its lease
@@ -146,11 +146,11 @@ def test_a_look_the_store_does_not_answer_goes_by_the_record_known(world: World)
 def test_a_job_deleted_altogether_stops_its_running_tasks_as_deleted(world: World):
     job_id = world.job([{"act": "ok"}])
     task = FakeTask()
-    with world.worker.holds.watching(job_id, task):
+    with world.worker.stop_orders.watching(job_id, task):
         records = world.backend.storage.records
         records.delete(layout.JOBS_TABLE, layout.JOBS_PARTITION, job_id, etag=ANY_ETAG)
         world.clock.advance(CHECK_SECONDS)
-        world.worker.holds.check_due()
+        world.worker.stop_orders.check_due()
     assert task.told == ["deleted"]
 
 
@@ -158,12 +158,12 @@ def test_a_job_this_worker_failed_stops_its_tasks_and_deliveries_here_at_once(wo
     job_id = world.job([{"act": "ok"}] * 2)
     task = FakeTask()
     reads = _count_job_reads(world)
-    with world.worker.holds.watching(job_id, task):
+    with world.worker.stop_orders.watching(job_id, task):
         failed = world.store.change_job(
             job_id, lambda job: {"state": "failed", "cancelled_on": world.clock.now()}
         )
         assert failed is not None
-        world.worker.holds.job_changed(failed)
+        world.worker.stop_orders.job_changed(failed)
 
     assert task.told == ["cancelled"]
     # the noted record answers the next delivery, without a read
@@ -174,8 +174,8 @@ def test_a_job_this_worker_failed_stops_its_tasks_and_deliveries_here_at_once(wo
 def test_a_record_that_stops_nothing_is_only_noted(world: World):
     job_id = world.job([{"act": "ok"}])
     task = FakeTask()
-    with world.worker.holds.watching(job_id, task):
-        world.worker.holds.job_changed(world.store.get_job(job_id))
+    with world.worker.stop_orders.watching(job_id, task):
+        world.worker.stop_orders.job_changed(world.store.get_job(job_id))
     assert task.told == []
 
 
@@ -186,8 +186,8 @@ class Stubborn:
         self.told: list[str] = []
         self.told_again = threading.Event()
 
-    def hold(self, reason: str) -> bool:
-        self.told.append(reason)
+    def stop_for(self, order: str) -> bool:
+        self.told.append(order)
         if len(self.told) == 1:
             raise RuntimeError("a bad task")
         self.told_again.set()
@@ -196,12 +196,12 @@ class Stubborn:
 
 def test_the_watcher_thread_looks_on_its_own_and_outlives_a_bad_pass(world: World):
     job_id = world.job([{"act": "ok"}])
-    holds = HoldWatcher(world.worker.job_cache, world.clock, check_seconds=0.05)
+    watcher = StopOrderWatcher(world.worker.job_cache, world.clock, check_seconds=0.05)
     task = Stubborn()
     manage.cancel(job_id, storage=world.backend.storage, clock=world.clock)
-    with holds.watching(job_id, task):
-        holds.start()
-        holds.start()  # idempotent
+    with watcher.watching(job_id, task):
+        watcher.start()
+        watcher.start()  # idempotent
         try:
             # The fake clock moves while the thread waits in real time between passes
             for _ in range(500):
@@ -210,8 +210,8 @@ def test_the_watcher_thread_looks_on_its_own_and_outlives_a_bad_pass(world: Worl
                     break
             assert task.told_again.is_set()
         finally:
-            holds.stop()
-            holds.stop()
+            watcher.stop()
+            watcher.stop()
     assert task.told[:2] == ["cancelled", "cancelled"]
 
 
@@ -229,7 +229,7 @@ STARTED = threading.Event()
 class LongChunk(ChunkedJob):
     """One chunk that checkpoints every 20 ms for RUN_SECONDS, under a 30 s lease."""
 
-    queue = "holds-long-chunk"
+    queue = "stop-orders-long-chunk"
     lease_seconds = 30
     checkpoint_interval_seconds = 0.1
 
