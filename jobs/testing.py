@@ -60,10 +60,10 @@ from jobs.job_run import (
 )
 from jobs.submit import submit
 from jobs.summary import JobSummary
-from runner.worker.control import TaskControl
-from runner.worker.delivery import Context
 from runner.worker.loop import assemble
-from runner.worker.tasks import handle, take_lease
+from runner.worker.tasks.control import TaskControl
+from runner.worker.tasks.delivery import Context
+from runner.worker.tasks.life import handle, take_lease
 
 __all__ = [
     "Call",
@@ -97,7 +97,7 @@ def run_job(
     """Run a whole job in this process: submit, plan, every chunk, finalize.
 
     The runner's own code runs it (``runner.worker.loop.assemble``,
-    ``runner.worker.tasks.take_lease`` and ``handle``, the finisher driven in this
+    ``runner.worker.tasks.life.take_lease`` and ``handle``, the finisher driven in this
     thread) on an embedded store in a temporary directory, on a
     :class:`~checkpoint.clock.FakeClock`: one message at a time, no threads, no sleeps.
     When no message is visible the clock jumps to the next one (past a backoff, past a

@@ -26,8 +26,8 @@ from checkpoint.clock import Clock
 from checkpoint.records import JobRecord
 from runner.worker.hooks import Hooks, Running
 from runner.worker.job_cache import JobCache
-from runner.worker.lease import KEEPER_STOP_SECONDS
-from runner.worker.logs import in_context
+from runner.worker.leases.lease import KEEPER_STOP_SECONDS
+from runner.worker.observing.logs import in_context
 
 log = logging.getLogger(__name__)
 
@@ -41,7 +41,7 @@ MAX_AGE_SECONDS = 0.5
 
 class Stoppable(Protocol):
     """A running task, as the watcher tells it to stop
-    (:class:`runner.worker.control.TaskControl`)."""
+    (:class:`runner.worker.tasks.control.TaskControl`)."""
 
     def stop_for(self, order: str) -> bool:
         """The task's job wants it stopped (``order``: "deleted", "cancelled" or

@@ -26,10 +26,10 @@ from checkpoint.settle import WRITER, Writer
 from checkpoint.store import CheckpointStore
 from checkpoint.testing.faults import FaultyStorage, ScriptedFaults
 from jobs.errors import ChunkStopped
-from runner.worker.control import TaskControl
 from runner.worker.hooks import Hooks
-from runner.worker.lease import Lease, LeaseKeeper
-from runner.worker.outcome import stopped
+from runner.worker.leases.lease import Lease, LeaseKeeper
+from runner.worker.tasks.control import TaskControl
+from runner.worker.tasks.outcome import stopped
 
 LEASE_SECONDS = 30
 

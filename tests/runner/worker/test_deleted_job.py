@@ -2,7 +2,7 @@
 stops within 2 s (the worker's stop-order watcher) with one line saying so, writes
 nothing and deletes its message (docs/semantics.md §17), in this process on both backends
 with a FakeClock, through the worker's own code (the :class:`World` of
-tests/runner/worker/test_task_lifecycle.py).
+tests/runner/worker/tasks/test_task_lifecycle.py).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Running a long job: cancel, pause and resume, the failure policy, and what status
 and the failure report say (docs/semantics.md §16), in this process on both backends
 with a FakeClock, through the worker's own code (the :class:`World` of
-tests/runner/worker/test_task_lifecycle.py).
+tests/runner/worker/tasks/test_task_lifecycle.py).
 """
 
 from __future__ import annotations
@@ -27,8 +27,8 @@ from runner.cli.render import render_status
 from runner.cli.status import REPORT_COLUMNS, failure_report, job_status
 from runner.worker.job_cache import FRESH_SECONDS
 from runner.worker.loop import WorkerSettings
-from runner.worker.parking import PARK_MAX_SECONDS, PARK_MIN_SECONDS, park_seconds
 from runner.worker.stop_orders import CHECK_SECONDS
+from runner.worker.tasks.parking import PARK_MAX_SECONDS, PARK_MIN_SECONDS, park_seconds
 from tests.runner.world import FINALIZED, Verdicts, World
 
 #: The longest a resumed job may wait for its work to start again (issue 22, item 5).

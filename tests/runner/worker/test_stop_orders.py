@@ -3,8 +3,8 @@ worker's running tasks within 2 s whatever their lease, for one job-record read 
 worker and job about once a second (docs/semantics.md §16).
 
 On both backends with a FakeClock, through the worker's own parts (the :class:`World`
-of tests/runner/worker/test_task_lifecycle.py); then a worker loop in real time whose chunk would
-run on for 15 s under a 30 s lease, cancelled while it runs.
+of tests/runner/worker/tasks/test_task_lifecycle.py); then a worker loop in real time whose chunk
+would run on for 15 s under a 30 s lease, cancelled while it runs.
 """
 
 from __future__ import annotations
