@@ -8,7 +8,7 @@ handed over every few milliseconds, far inside any lease.
 
 The keeper's own thread only decides what is due. Each renewal is made on a small pool
 (:data:`RENEWAL_THREADS`), and what follows one (the ``on_renewed`` hook: the task
-record's refresh, the job's hold) on a second pool (:data:`REFRESH_THREADS`): a renewal
+record's refresh) on a second pool (:data:`REFRESH_THREADS`): a renewal
 or a refresh that is slow (a delayed reply, a store that hangs) holds up only its own
 lease, never the others' renewals. A lease is handed to the pool once at a time.
 
@@ -109,7 +109,7 @@ class Lease:
     next_renewal_at: float = 0.0
     lost_reason: str | None = None
     #: Set once, never cleared (a plain flag: an Event per message cost more than the
-    #: rest of holding it, and nobody waits on it).
+    #: rest of leasing it, and nobody waits on it).
     lost: bool = False
     active: bool = True
     lock: threading.Lock = field(default_factory=threading.Lock)
@@ -332,24 +332,24 @@ class LeaseKeeper:
                 lease.active = False
                 if not lease.lost:
                     by_queue.setdefault(lease.queue, []).append(lease)
-        for queue, held in by_queue.items():
+        for queue, batch in by_queue.items():
             try:
-                errors = self._delete_leased(queue, held)
+                errors = self._delete_leased(queue, batch)
             except StorageError as error:
-                log.warning("deleting %d message(s) from %s failed: %s", len(held), queue, error)
+                log.warning("deleting %d message(s) from %s failed: %s", len(batch), queue, error)
                 continue
-            for lease, failure in zip(held, errors, strict=True):
+            for lease, failure in zip(batch, errors, strict=True):
                 if isinstance(failure, LeaseLost):
                     lease.lose(str(failure))
                 elif failure is not None:
                     log.warning("deleting message %s failed: %s", lease.message_id, failure)
 
-    def _delete_leased(self, queue: str, held: list[Lease]) -> list[StorageError | None]:
+    def _delete_leased(self, queue: str, leases: list[Lease]) -> list[StorageError | None]:
         # Retried while the leases last; a delete applied with its answer lost is sent
         # again by the SDK and then finds the message gone: LeaseLost, harmless.
-        first_to_lapse = min(held, key=lambda lease: lease.visible_at)
+        first_to_lapse = min(leases, key=lambda lease: lease.visible_at)
         budget = first_to_lapse.budget(retries.MESSAGE, self._clock)
-        pairs = [(lease.message_id, lease.pop_receipt) for lease in held]
+        pairs = [(lease.message_id, lease.pop_receipt) for lease in leases]
         return budget.call(lambda: self._queues.delete_many(queue, pairs))
 
     def release(self, lease: Lease, visibility_seconds: int = 0) -> bool:

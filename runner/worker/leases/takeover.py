@@ -2,7 +2,7 @@
 
 An attempt that died, stalled or lost its lease may still have work running outside
 the worker (a Spark Connect operation outlives its client). The claim passes on who
-held the task, that attempt's claim token and the Spark session it recorded, and
+leased the task, that attempt's claim token and the Spark session it recorded, and
 whether its worker is gone by its heartbeat, so the new attempt can cut that work short
 (:mod:`jobs.spark_reaper`) before it starts its own.
 """

@@ -143,7 +143,7 @@ def _delete_unrun(delivery: Delivery, task: TaskRecord, why: Verdict) -> None:
     )
     kind = KINDS[task.kind]
     if task.state == "done" and not kind.followed_already(delivery.job):
-        # The last holder may have died between marking done and what follows it.
+        # The last owner may have died between marking done and what follows it.
         budget = delivery.budget(retries.BOOKKEEPING)
         kind.after_done(delivery.worker, delivery.job_id, task, budget)
     delivery.worker.keeper.delete(delivery.lease)
@@ -172,7 +172,7 @@ def exhausted(delivery: Delivery, task: TaskRecord) -> Verdict | None:
 
 def held_on_record(delivery: Delivery, task: TaskRecord) -> bool:
     """True if the task runs on under its record's lease (:data:`LEASE_ON_RECORD`),
-    whose end has not passed: this message's last holder lost its pop receipt."""
+    whose end has not passed: this message's last owner lost its pop receipt."""
     return (
         task.state == "running"
         and task.message_id == delivery.message.id
@@ -230,6 +230,6 @@ def _claim_changes(delivery: Delivery, task: TaskRecord, message_id: str | None)
         # attempt's first Spark work records it); "" clears the last attempt's.
         spark_session=connect_session_text() or "",
         lease_until=now + timedelta(seconds=delivery.lease.lease_seconds),
-        # The last holder's, now dead (None: nothing to clear).
+        # The last owner's, now dead (None: nothing to clear).
         lease_on_record=False if task.properties.get(LEASE_ON_RECORD) else None,
     )

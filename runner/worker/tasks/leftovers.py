@@ -1,7 +1,7 @@
 """Messages left over from a deleted job (its job gone, being deleted, or another
 incarnation of that id): deleted unrun, never poisoned (docs/semantics.md).
 
-``runner delete`` cannot reach messages that were invisible then (held, backing off,
+``runner delete`` cannot reach messages that were invisible then (leased, backing off,
 delayed), and they surface later.
 """
 
