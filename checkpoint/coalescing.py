@@ -6,7 +6,7 @@ interval has passed since the last one. Offers are coalesced: only the newest un
 state is kept, so a write stores what the chunk said last, never a backlog, and a flush
 (on success, failure or stop) writes that newest state if it is not written yet.
 
-The runner's ``TaskControl`` (:mod:`runner.worker.control`) and the test harness users get,
+The runner's ``TaskControl`` (:mod:`runner.worker.tasks.control`) and the test harness users get,
 ``ChunkEnvironment`` (:mod:`jobs.chunk_environment`), both keep their states here, so
 the harness cannot drift from the runner. Each makes its own writes (a fenced write of
 the task record; a list of durable states) and tells the coalescer when one was made.

@@ -1,7 +1,7 @@
 """Parked messages of paused jobs: a note of each, so that a resume reaches them at once.
 
 A worker that receives a message of a paused job parks it: it sends a fresh copy, out of
-sight for 5 minutes to an hour (``runner.worker.parking.park_seconds``), and deletes the
+sight for 5 minutes to an hour (``runner.worker.tasks.parking.park_seconds``), and deletes the
 original. The send returns the copy's id and pop receipt; the worker notes them here, one
 record per task (named as the task's own record) in a partition of the job's own
 (:func:`~checkpoint.layout.park_partition`). ``runner resume`` then makes every noted

@@ -137,7 +137,7 @@ def check_message_body(body: bytes) -> bytes:
         raise InvalidRequest(f"a message body is bytes, not {type(body).__name__}")
     if len(body) > MAX_MESSAGE_BYTES:
         raise TooLarge(
-            f"message body of {len(body):,} bytes is over the queue limit of "
+            f"message body of {len(body):,} bytes is over Azure's queue message size of "
             f"{MAX_MESSAGE_BYTES:,} bytes (64 KiB once base64-encoded); put large content "
             "in a blob and send its name",
             code="RequestBodyTooLarge",
@@ -263,8 +263,8 @@ def _string_bytes(name: str, value: str) -> int:
     size = _utf16_bytes(value)
     if size > MAX_PROPERTY_BYTES:
         raise TooLarge(
-            f"property {name!r} is {size:,} bytes in UTF-16, over the "
-            f"{MAX_PROPERTY_BYTES:,}-byte limit",
+            f"property {name!r} is {size:,} bytes in UTF-16, over Azure's "
+            f"{MAX_PROPERTY_BYTES:,}-byte property size",
             code="PropertyValueTooLarge",
         )
     return size
@@ -273,8 +273,8 @@ def _string_bytes(name: str, value: str) -> int:
 def _binary_bytes(name: str, value: bytes | bytearray) -> int:
     if len(value) > MAX_PROPERTY_BYTES:
         raise TooLarge(
-            f"property {name!r} is {len(value):,} bytes, over the "
-            f"{MAX_PROPERTY_BYTES:,}-byte limit",
+            f"property {name!r} is {len(value):,} bytes, over Azure's "
+            f"{MAX_PROPERTY_BYTES:,}-byte property size",
             code="PropertyValueTooLarge",
         )
     return len(value)
@@ -322,7 +322,7 @@ def check_entity(partition_key: str, row_key: str, properties: Mapping[str, obje
     if total > MAX_ENTITY_BYTES:
         raise TooLarge(
             f"record {partition_key!r}/{row_key!r} is {total:,} bytes, over Azure's "
-            f"{MAX_ENTITY_BYTES:,}-byte entity limit",
+            f"{MAX_ENTITY_BYTES:,}-byte entity size",
             code="EntityTooLarge",
         )
     return total
@@ -339,7 +339,7 @@ def check_batch(row_keys: Sequence[str], sizes: Sequence[int]) -> None:
         raise InvalidRequest("a batch may touch each row only once", code="InvalidDuplicateRow")
     if sum(sizes) > MAX_BATCH_BYTES:
         raise TooLarge(
-            f"batch of {sum(sizes):,} bytes is over the {MAX_BATCH_BYTES:,}-byte limit",
+            f"batch of {sum(sizes):,} bytes is over Azure's {MAX_BATCH_BYTES:,}-byte batch size",
             code="RequestBodyTooLarge",
         )
 

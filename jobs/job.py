@@ -137,7 +137,7 @@ class ChunkedJob:
     @classmethod
     def resume_queue(cls) -> str:
         """Where a running chunk's message waits: ``<queue>-resume``, one for the type
-        however many queues it has, polled before them (see :mod:`runner.worker.resume`)."""
+        however many queues it has, polled before them (see :mod:`runner.worker.tasks.resume`)."""
         return resume_queue_of(cls.queue)
 
     def validate(self, params: Any) -> None:

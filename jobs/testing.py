@@ -60,10 +60,10 @@ from jobs.job_run import (
 )
 from jobs.submit import submit
 from jobs.summary import JobSummary
-from runner.worker.control import TaskControl
-from runner.worker.delivery import Context
 from runner.worker.loop import assemble
-from runner.worker.tasks import handle, hold
+from runner.worker.tasks.control import TaskControl
+from runner.worker.tasks.delivery import Context
+from runner.worker.tasks.life import handle, take_lease
 
 __all__ = [
     "Call",
@@ -96,11 +96,12 @@ def run_job(
 ) -> JobRun:
     """Run a whole job in this process: submit, plan, every chunk, finalize.
 
-    The runner's own code runs it (``runner.worker.loop.assemble``, ``runner.worker.tasks.hold`` and
-    ``handle``, the finisher driven in this thread) on an embedded store in a temporary
-    directory, on a :class:`~checkpoint.clock.FakeClock`: one message at a time, no
-    threads, no sleeps. When no message is visible the clock jumps to the next one
-    (past a backoff, past a dead worker's lease). Deterministic: the backoff's jitter
+    The runner's own code runs it (``runner.worker.loop.assemble``,
+    ``runner.worker.tasks.life.take_lease`` and ``handle``, the finisher driven in this
+    thread) on an embedded store in a temporary directory, on a
+    :class:`~checkpoint.clock.FakeClock`: one message at a time, no threads, no sleeps.
+    When no message is visible the clock jumps to the next one (past a backoff, past a
+    dead worker's lease). Deterministic: the backoff's jitter
     is drawn from ``seed``.
 
     Args:
@@ -338,7 +339,7 @@ class _WholeJob:
                 break
         else:
             return False
-        lease = hold(worker.context, queue, batch[0], received_at)
+        lease = take_lease(worker.context, queue, batch[0], received_at)
         try:
             handle(worker.context, queue, batch[0], received_at, lease)
         except SimulatedCrash:
@@ -392,7 +393,7 @@ class _WholeJob:
             due_in = math.inf
             if worker is not None and worker.context is not None and not worker.dead:
                 context = worker.context
-                due_in = min(context.keeper.renew_due(), context.holds.check_due())
+                due_in = min(context.keeper.renew_due(), context.stop_orders.check_due())
             left = end - self.clock.monotonic()
             if left <= 0:
                 return

@@ -227,10 +227,10 @@ def backend(request: pytest.FixtureRequest, tmp_path) -> Iterator[Backend]:
 
 #: Modules far longer than the others whose tests make nothing once per module: each
 #: test function (its parametrised cases together) is a unit of its own, spread over
-#: the workers. As one unit, tests/runner/worker/test_feed.py alone kept a worker busy
+#: the workers. As one unit, tests/runner/worker/tasks/test_feed.py alone kept a worker busy
 #: for 14 minutes of a loaded run (-n 2, runner/worker with checkpoint, contract and
 #: project: 850 s of 2,658 s).
-SPREAD_MODULES = frozenset({"tests/runner/worker/test_feed.py"})
+SPREAD_MODULES = frozenset({"tests/runner/worker/tasks/test_feed.py"})
 
 
 class ModuleGroupScheduling(LoadScopeScheduling):  # type: ignore[misc]  # xdist is untyped

@@ -3,7 +3,7 @@
 Each shard of a job has a counter row (:data:`~checkpoint.layout.COUNTS_ROW`) counting
 its done and poisoned chunks. A chunk's final state and the counter change in one atomic
 batch, so a count is never off by a chunk a crash left half-written; completion sums
-the shards' counters instead of reading every chunk (:mod:`runner.worker.job_completion`).
+the shards' counters instead of reading every chunk (:mod:`runner.worker.tasks.job_completion`).
 """
 
 from __future__ import annotations

@@ -47,15 +47,15 @@ from runner.cli.snapshot import read_snapshot
 from runner.cli.status import REPORT_COLUMNS, failure_report, poisoned_chunks
 from runner.cli.suggest import suggests_job_ids
 from runner.cli.watch import DEFAULT_INTERVAL_SECONDS, MIN_INTERVAL_SECONDS, watch_status
-from runner.worker.logs import LOG_FORMATS, LogFormat
 from runner.worker.loop import (
     DEFAULT_CONCURRENCY,
     DEFAULT_POLL_MAX_SECONDS,
     DEFAULT_STOP_TIMEOUT_SECONDS,
     WorkerSettings,
 )
-from runner.worker.metrics_server import DEFAULT_HOST as DEFAULT_METRICS_HOST
-from runner.worker.metrics_server import MetricsAddress
+from runner.worker.observing.logs import LOG_FORMATS, LogFormat
+from runner.worker.observing.metrics_server import DEFAULT_HOST as DEFAULT_METRICS_HOST
+from runner.worker.observing.metrics_server import MetricsAddress
 from runner.worker.supervisor import (
     StartOptions,
     configure_logging,

@@ -3,7 +3,7 @@
 A concern (metrics, job control, ...) is one module with one :class:`Hooks` subclass that
 overrides the points it acts at; every other point is a no-op. The worker loop hands the
 concerns it runs to a :class:`HookChain`, which the path of a message
-(:mod:`runner.worker.tasks`) and the outcomes (:mod:`runner.worker.outcome`) call at each
+(:mod:`runner.worker.tasks.life`) and the outcomes (:mod:`runner.worker.tasks.outcome`) call at each
 point. A new concern is a new module and one line in the loop's assembly, not edits along
 the path (dramatiq's ``Middleware`` is the model).
 
@@ -34,16 +34,16 @@ POINTS = ("started", "checkpointed", "succeeded", "failed", "handed_back", "pois
 
 
 class Running(Protocol):
-    """A task's attempt as the hooks see it (:class:`runner.worker.control.TaskControl`)."""
+    """A task's attempt as the hooks see it (:class:`runner.worker.tasks.control.TaskControl`)."""
 
     @property
     def task(self) -> TaskRecord:
         """The task's record as last written."""
         ...
 
-    def hold(self, reason: str) -> bool:
-        """The task's job wants it stopped ("deleted", "cancelled" or "paused"); True if
-        this is news to the task."""
+    def stop_for(self, order: str) -> bool:
+        """The task's job wants it stopped (``order``: "deleted", "cancelled" or
+        "paused"); True if this is news to the task."""
         ...
 
 

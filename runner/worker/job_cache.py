@@ -2,8 +2,8 @@
 pause within a second or two, and never once per message.
 
 Every message a worker receives needs its job's record (the job type, the queue, the
-params, and whether it is cancelled or paused), and the worker's hold watcher
-(:mod:`runner.worker.holds`) asks about every job with running tasks about once a second. Both
+params, and whether it is cancelled or paused), and the worker's stop-order watcher
+(:mod:`runner.worker.stop_orders`) asks about every job with running tasks about once a second. Both
 read through here: a record read in the last :data:`FRESH_SECONDS` serves them all, so a
 worker running a thousand quick chunks of one job reads that job's record about once a
 second. A record this worker wrote itself (the job failed past its tolerated failures)
@@ -66,11 +66,11 @@ class JobCache:
         """Know ``job`` as this worker just wrote (or read) it, from now on."""
         self._known.put(job.job_id, (self._clock.monotonic(), job))
 
-    def hold(self, job_id: str, max_age_seconds: float = FRESH_SECONDS) -> str | None:
+    def stop_order(self, job_id: str, max_age_seconds: float = FRESH_SECONDS) -> str | None:
         """Why a running task of the job must stop now ("deleted", "cancelled",
         "paused"), or None, by a record at most ``max_age_seconds`` old.
 
-        For the hold watcher's thread: one try, never raises; when the store does not
+        For the stop-order watcher's thread: one try, never raises; when the store does not
         answer, the last record known decides (a running task goes on, as it would
         with its lease). A job gone, or being deleted, is "deleted": its records are
         going, so its tasks stop without writing them. A paused job whose pause drains
@@ -80,14 +80,13 @@ class JobCache:
         except JobNotFound:
             return "deleted"
         except (StorageError, BadRecord) as error:
-            log.debug("reading job %s for its hold failed: %s", job_id, error)
+            log.debug("reading job %s for its stop order failed: %s", job_id, error)
             known = self._known.get(job_id)
             if known is None:
                 return None
             job = known[1]
         if job.deleting_on is not None:
             return "deleted"
-        hold = job.stop_order
-        if hold == "paused" and job.drain:
+        if job.stop_order == "paused" and job.drain:
             return None
-        return hold
+        return job.stop_order

@@ -2,8 +2,8 @@
 
 One receive loop (this thread) and ``concurrency`` chunk slots (a thread each), as in
 dramatiq's worker, with helpers on threads of their own: the lease keeper (a thread that
-decides what is due and two small pools that renew and refresh, :mod:`runner.worker.lease`),
-the hold watcher, the finisher, the heartbeat and the slot keeper. Stopping is two-step:
+decides what is due and two small pools that renew and refresh, :mod:`runner.worker.leases.lease`),
+the stop-order watcher, the finisher, the heartbeat and the slot keeper. Stopping is two-step:
 the first request stops receiving and asks running chunks to stop at their next
 checkpoint; the loop then waits for them, and for the finisher to mark done the chunks
 that finished, up to ``stop_timeout_seconds`` in all.
@@ -30,24 +30,24 @@ from checkpoint.storage import QueueMessage, Storage
 from checkpoint.store import CheckpointStore
 from checkpoint.workers import WorkerBook
 from jobs.job import ChunkedJob
-from runner.worker.admission import Admission
-from runner.worker.chunk_finisher import Finisher
-from runner.worker.delivery import Context
-from runner.worker.heartbeat import BEAT_SECONDS, Heartbeat, Identity
-from runner.worker.holds import HoldWatcher
 from runner.worker.hooks import HookChain
 from runner.worker.job_cache import JobCache
-from runner.worker.job_completion import Completion
-from runner.worker.lease import Lease, LeaseKeeper
-from runner.worker.logs import in_context, worker_ids
-from runner.worker.metrics_hooks import Metrics
+from runner.worker.leases.lease import Lease, LeaseKeeper
+from runner.worker.limits.admission import Admission
+from runner.worker.limits.slot_keeper import SlotKeeper
+from runner.worker.observing.heartbeat import BEAT_SECONDS, Heartbeat, Identity
+from runner.worker.observing.logs import in_context, worker_ids
+from runner.worker.observing.metrics_hooks import Metrics
+from runner.worker.observing.recorder import SILENT, Recorder
 from runner.worker.poison import PoisonRouter
-from runner.worker.polling import served_queues
-from runner.worker.prefetch import OutOfTurn, Prefetch
-from runner.worker.receive_order import Received, ReceiveOrder, receive_from
-from runner.worker.recorder import SILENT, Recorder
-from runner.worker.slot_keeper import SlotKeeper
-from runner.worker.tasks import handle, hold
+from runner.worker.receiving.polling import served_queues
+from runner.worker.receiving.prefetch import OutOfTurn, Prefetch
+from runner.worker.receiving.receive_order import Received, ReceiveOrder, receive_from
+from runner.worker.stop_orders import StopOrderWatcher
+from runner.worker.tasks.chunk_finisher import Finisher
+from runner.worker.tasks.delivery import Context
+from runner.worker.tasks.job_completion import Completion
+from runner.worker.tasks.life import handle, take_lease
 
 log = logging.getLogger(__name__)
 
@@ -70,8 +70,8 @@ class WorkerSettings:
     Attributes:
         concurrency: chunks run at once in this process (threads).
         prefetch: messages received ahead of a free slot (leased and renewed while they
-            wait). None: adapt to how long chunks take (:mod:`runner.worker.prefetch`): none
-            for long chunks, so idle workers elsewhere can take the work, up to 64 for
+            wait). None: adapt to how long chunks take (:mod:`runner.worker.receiving.prefetch`):
+            none for long chunks, so idle workers elsewhere can take the work, up to 64 for
             chunks of milliseconds, so one receive feeds many of them.
         poll_max_seconds: longest wait between receives while the queues are empty
             (waits start short and double up to this).
@@ -80,7 +80,7 @@ class WorkerSettings:
             their next checkpoint, and finished ones to be marked done, before the
             process exits anyway (one deadline for both).
         heartbeat_seconds: how often the worker's heartbeat record is written
-            (:mod:`runner.worker.heartbeat`).
+            (:mod:`runner.worker.observing.heartbeat`).
     """
 
     concurrency: int = DEFAULT_CONCURRENCY
@@ -113,17 +113,17 @@ def assemble(
     recorder: Recorder = SILENT,
 ) -> Context:
     """The parts one worker's tasks share, each given what it uses. The keeper, the
-    hold watcher and the finisher are not started: the loop starts them (a test may
+    stop-order watcher and the finisher are not started: the loop starts them (a test may
     drive them by hand). ``recorder`` is told what happens (metrics)."""
     store = CheckpointStore(storage, clock)
     keeper = LeaseKeeper(storage.queues, clock, recorder=recorder)
     classes = {cls.job_type(): cls for cls in job_classes}
     job_cache = JobCache(store, clock)
-    holds = HoldWatcher(job_cache, clock)
-    completion = Completion(store, storage.queues, classes, failed=holds.job_changed)
+    stop_orders = StopOrderWatcher(job_cache, clock)
+    completion = Completion(store, storage.queues, classes, failed=stop_orders.job_changed)
     # The concerns on the points of a message's life, called in this order.
     metrics = () if recorder is SILENT else (Metrics(recorder),)  # off: no concern at all
-    hooks = HookChain(*metrics, holds)
+    hooks = HookChain(*metrics, stop_orders)
     return Context(
         store=store,
         queues=storage.queues,
@@ -136,7 +136,7 @@ def assemble(
         completion=completion,
         finisher=Finisher(store, keeper, completion, clock, hooks),
         job_cache=job_cache,
-        holds=holds,
+        stop_orders=stop_orders,
         admission=Admission(LimitBook(storage.records, clock), clock, worker_id, job_classes),
         workers=WorkerBook(storage.records),
         hooks=hooks,
@@ -214,7 +214,7 @@ class WorkerLoop:
 
     def run(self) -> int:
         """Serve until stopped; returns an exit code. Every line logged by its threads
-        carries the worker id (:mod:`runner.worker.logs`)."""
+        carries the worker id (:mod:`runner.worker.observing.logs`)."""
         with worker_ids(self.worker_id):
             return self._run()
 
@@ -227,7 +227,7 @@ class WorkerLoop:
             raise
         keeper = self.context.keeper
         keeper.start()
-        self.context.holds.start()
+        self.context.stop_orders.start()
         self.context.finisher.start()
         self.heartbeat.start()
         self.slot_keeper.start()
@@ -243,7 +243,7 @@ class WorkerLoop:
             self.request_stop()
             finished = self._drain(slots)
             keeper.stop()
-            self.context.holds.stop()
+            self.context.stop_orders.stop()
             self.heartbeat.stop()
             self.slot_keeper.stop()
         return EXIT_OK if finished else EXIT_STOP_TIMEOUT
@@ -327,7 +327,7 @@ class WorkerLoop:
         return free >= refill_batch or self._outstanding < self.settings.concurrency
 
     def _receive(self, free: int) -> int:
-        """One receive round (:mod:`runner.worker.receive_order`): per job type, tokens
+        """One receive round (:mod:`runner.worker.receiving.receive_order`): per job type, tokens
         and slots are taken once for up to 32 messages, then its resume queue and its
         queues are asked in order until they are had; ``free``: messages this process
         may still hold."""
@@ -357,7 +357,7 @@ class WorkerLoop:
             out_of_turn = self._order.out_of_turn(cls)
             for queue_name, message, received_at in batch:
                 # Held at once, so a message waiting for a free slot is renewed too.
-                lease = hold(self.context, queue_name, message, received_at)
+                lease = take_lease(self.context, queue_name, message, received_at)
                 if out_of_turn:
                     self._out_of_turn.wait(cls, message, lease, self.clock.monotonic())
                 self._work.put((queue_name, message, received_at, lease))
@@ -366,7 +366,7 @@ class WorkerLoop:
         return received
 
     def _hand_back(self) -> float | None:
-        """:meth:`runner.worker.prefetch.OutOfTurn.hand_back`: seconds until the next."""
+        """:meth:`runner.worker.receiving.prefetch.OutOfTurn.hand_back`: seconds until the next."""
         return self._out_of_turn.hand_back(self.clock.monotonic(), self._release_unrun)
 
     def _release_unrun(self, lease: Lease, message: QueueMessage) -> None:

@@ -12,13 +12,13 @@ from checkpoint.clock import Clock
 from checkpoint.errors import StorageError
 from checkpoint.layout import home_queue_of, poison_queue_of
 from checkpoint.storage import NEVER_EXPIRES, QueueStore
-from runner.worker.lease import Lease, LeaseKeeper
+from runner.worker.leases.lease import Lease, LeaseKeeper
 
 log = logging.getLogger(__name__)
 
 
 class PoisonRouter:
-    """Copies a held message to its poison queue, then deletes the original.
+    """Copies a leased message to its poison queue, then deletes the original.
 
     Copy first: a crash in between leaves the message in both queues (the original is
     then poisoned again, harmlessly), never in neither.
@@ -33,7 +33,7 @@ class PoisonRouter:
     def move(self, lease: Lease, body: bytes, reason: str, home: str | None = None) -> None:
         """``home``: the queue the message belongs to, where ``runner poison redrive``
         sends it back (a chunk's message from a resume queue: its chunk's queue, see
-        :attr:`~runner.worker.delivery.Delivery.home_queue`); None: the queue it came
+        :attr:`~runner.worker.tasks.delivery.Delivery.home_queue`); None: the queue it came
         from, or a resume queue's job queue (a message whose job could not be read)."""
         home = home or home_queue_of(lease.queue)
         poison_queue = poison_queue_of(home)

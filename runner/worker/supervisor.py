@@ -42,12 +42,12 @@ from checkpoint.storage import Storage
 from jobs.backoff import Backoff, compute_backoff
 from jobs.job import ChunkedJob
 from jobs.registry import load_job_class
-from runner.worker import logs
-from runner.worker.logs import LogFormat
 from runner.worker.loop import EXIT_ERROR, EXIT_FORCED, EXIT_OK, WorkerLoop, WorkerSettings
-from runner.worker.metrics import PrometheusRecorder
-from runner.worker.metrics_server import MetricsAddress, Serving, serving
-from runner.worker.recorder import SILENT
+from runner.worker.observing import logs
+from runner.worker.observing.logs import LogFormat
+from runner.worker.observing.metrics import PrometheusRecorder
+from runner.worker.observing.metrics_server import MetricsAddress, Serving, serving
+from runner.worker.observing.recorder import SILENT
 from runner.worker.signal_safe import off_signal
 
 log = logging.getLogger(__name__)
@@ -72,8 +72,8 @@ _PR_SET_PDEATHSIG = 1
 
 
 def configure_logging(level: str, log_format: LogFormat = "text") -> None:
-    """Log at ``level`` to stderr in ``log_format`` (:mod:`runner.worker.logs`); the Azure SDK's
-    per-request HTTP logs only at DEBUG (at INFO they bury the runner's own lines under
+    """Log at ``level`` to stderr in ``log_format`` (:mod:`runner.worker.observing.logs`); the Azure
+    SDK's per-request HTTP logs only at DEBUG (at INFO they bury the runner's own lines under
     ~20 lines per storage call)."""
     logging.basicConfig(level=level, handlers=[logs.handler(log_format)], force=True)
     quiet_sdk_logs(level)
@@ -227,7 +227,7 @@ def run_workers(options: StartOptions, workers: int, restart: bool = True) -> in
     reported in one line and, with ``restart``, replaced after a backoff of
     :data:`RESTART_BACKOFF` (reset once a worker has run :data:`STABLE_SECONDS`).
     With ``options.metrics`` their metrics are served meanwhile, as one endpoint
-    (:mod:`runner.worker.metrics_server`).
+    (:mod:`runner.worker.observing.metrics_server`).
     """
     # Fail here, once, before any process starts.
     classes = [load_job_class(path) for path in options.job_paths]

@@ -132,8 +132,8 @@ def generate(
     if rows < files or files < 1:
         raise ValueError(f"need at least one row per file (rows={rows}, files={files})")
     storage.blobs.create_container(container)
-    quotas = [rows // files + (1 if number < rows % files else 0) for number in range(files)]
-    tasks = [(seed, number, files, quota) for number, quota in enumerate(quotas)]
+    file_rows = [rows // files + (1 if number < rows % files else 0) for number in range(files)]
+    tasks = [(seed, number, files, wanted) for number, wanted in enumerate(file_rows)]
     names, size, orders, rejects = [], 0, 0, 0
     with _pool(rows) as pool:
         for number, (data, kept, rejected) in enumerate(pool.map(_file_data, tasks)):
@@ -159,27 +159,27 @@ class _Inline(Executor):
 
 def _file_data(task: tuple[int, int, int, int]) -> tuple[bytes, int, int]:
     """File ``number``'s bytes, with the orders it keeps and the lines it rejects."""
-    seed, number, files, quota = task
+    seed, number, files, wanted = task
     # Seeded per file: the same bytes whichever process makes which file.
-    lines, kept, rejected = _file_lines(random.Random(f"{seed}:{number}"), number, files, quota)
+    lines, kept, rejected = _file_lines(random.Random(f"{seed}:{number}"), number, files, wanted)
     return "".join(lines).encode("utf-8"), kept, rejected
 
 
 def _file_lines(
-    rng: random.Random, number: int, files: int, quota: int
+    rng: random.Random, number: int, files: int, wanted: int
 ) -> tuple[list[str], int, int]:
     """One file's lines (shuffled), with the orders it keeps and the lines it rejects."""
     lines: list[tuple[str, bool]] = []
     kept = 0
     serial = 0
-    while len(lines) < quota:
+    while len(lines) < wanted:
         order_id = serial * files + number  # the legacy partitioning: order_id % files
         serial += 1
         any_valid = False
         for version in _versions(rng, order_id):
             line, valid = _render(rng, version)
             for _ in range(2 if rng.random() < REPEATED_LINE else 1):
-                if len(lines) < quota:
+                if len(lines) < wanted:
                     lines.append((line, valid))
                     any_valid = any_valid or valid
         kept += any_valid

@@ -49,7 +49,7 @@ from checkpoint.workers import WorkerBook
 from runner.cli.dashboard.app import DashboardSettings, build_app
 from runner.cli.json_form import to_json
 from runner.cli.snapshot import read_report
-from runner.worker.heartbeat import Heartbeat, Identity, RunningTasks
+from runner.worker.observing.heartbeat import Heartbeat, Identity, RunningTasks
 from tests import azurite as azurite_process
 from tests.bench.counting import Tally, counted
 from tests.bench.report import LoadSampler, machine_line, spread, write_section

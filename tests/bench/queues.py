@@ -97,7 +97,7 @@ def report(results: Results, args: argparse.Namespace, load: str) -> list[str]:
         "where one queue's turn ends and the next one's begins, the worker's finished "
         "chunks straddle blocks of two queues, so a few more done batches, each with its "
         "completion check (a read of the job's record, `records.get`). Turns of two "
-        "receives (`runner/worker/polling.py`) keep these to about 0.03 each per chunk; "
+        "receives (`runner/worker/receiving/polling.py`) keep these to about 0.03 each per chunk; "
         "turns of one receive measured twice that.",
         "",
         *calls_rows(results, [(b, label) for b in args.backend for label in JOBS]),

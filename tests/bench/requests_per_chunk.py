@@ -279,7 +279,7 @@ def fixed_per_job(
 
 def by_the_second(counted: Counted) -> Counter[str]:
     """Requests made by the second, not by the chunk: heartbeats, the catalogue (job
-    records read again once a second by the job cache and the hold checks; a feed step's
+    records read again once a second by the job cache and the stop-order checks; a feed step's
     two, one per ~128 chunks, among them) and the shared limits' reads."""
     if counted.http is None:
         return Counter()

@@ -10,7 +10,7 @@ LOG = "\n".join(
     [
         f"2026-11-25 13:08:22,636 {_AT} chunk 5 of {JOB} stopped: lease lost (task record of "
         "chunk 5 changed: fenced)",
-        "2026-11-25 13:08:23,058 WARNING [MainProcess] runner.worker.chunk_finisher: "
+        "2026-11-25 13:08:23,058 WARNING [MainProcess] runner.worker.tasks.chunk_finisher: "
         f"chunk 7 of {JOB} finished but fenced: chunk record changed before it was marked "
         "done (...)",
         f"2026-11-25 13:08:24,000 {_AT} chunk 8 of {JOB}: finished but fenced (renewal refused: x)",

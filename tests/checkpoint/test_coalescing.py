@@ -1,7 +1,8 @@
 """The checkpoint coalescer the runner's TaskControl and the ChunkEnvironment harness share:
 at most one write per interval, offers coalesced to the newest, a flush of what is
-unwritten. Time on a FakeClock; the owners' own tests (tests/runner/worker/test_task_control.py,
-tests/jobs/test_chunk_environment.py) check that each writes as the coalescer says."""
+unwritten. Time on a FakeClock; the owners' own tests
+(tests/runner/worker/tasks/test_task_control.py, tests/jobs/test_chunk_environment.py) check that
+each writes as the coalescer says."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """A record's state is parsed against the Literal type it is declared with: every state
 of the type is read back as itself (garbled ones:
-tests/runner/worker/test_bad_records.py); a chunk's progress, a task's error fields,
+tests/runner/worker/tasks/test_bad_records.py); a chunk's progress, a task's error fields,
 and how records are named."""
 
 from __future__ import annotations

@@ -85,7 +85,7 @@ def test_bad_blob_names(name):
         service_targets.check_blob_name(name)
 
 
-def test_message_body_limit_is_48_kib_raw():
+def test_message_body_size_is_48_kib_raw():
     assert (
         len(service_targets.check_message_body(b"x" * service_targets.MAX_MESSAGE_BYTES)) == 49_152
     )
@@ -161,29 +161,29 @@ def test_entity_size_formula_matches_azure():
     assert size == expected
 
 
-def test_string_property_limit_is_64_kib_in_utf16():
+def test_string_property_size_is_64_kib_in_utf16():
     service_targets.check_entity("p", "r", {"s": "x" * 32_768})
-    with pytest.raises(TooLarge, match="over the 65,536-byte limit") as caught:
+    with pytest.raises(TooLarge, match="over Azure's 65,536-byte property size") as caught:
         service_targets.check_entity("p", "r", {"s": "x" * 32_769})
     assert caught.value.code == "PropertyValueTooLarge"
 
 
-def test_binary_property_limit_is_64_kib():
+def test_binary_property_size_is_64_kib():
     service_targets.check_entity("p", "r", {"b": b"x" * 65_536})
     with pytest.raises(TooLarge):
         service_targets.check_entity("p", "r", {"b": b"x" * 65_537})
 
 
-def test_entity_limit_is_1_mib():
+def test_entity_size_is_1_mib():
     near = {f"p{i}": b"x" * 60_000 for i in range(17)}
     service_targets.check_entity("p", "r", near)
     near["p17"] = b"x" * 60_000
-    with pytest.raises(TooLarge, match="entity limit") as caught:
+    with pytest.raises(TooLarge, match="entity size") as caught:
         service_targets.check_entity("p", "r", near)
     assert caught.value.code == "EntityTooLarge"
 
 
-def test_property_count_limit_ignores_none():
+def test_the_property_count_ignores_none():
     props: dict[str, object] = {f"p{i}": i for i in range(252)}
     props["absent"] = None
     service_targets.check_entity("p", "r", props)

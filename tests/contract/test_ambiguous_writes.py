@@ -26,10 +26,10 @@ from checkpoint.settle import WRITER, Writer
 from checkpoint.store import CheckpointStore
 from checkpoint.testing.faults import FaultyStorage, ScriptedFaults
 from jobs.errors import ChunkStopped
-from runner.worker.control import TaskControl
 from runner.worker.hooks import Hooks
-from runner.worker.lease import Lease, LeaseKeeper
-from runner.worker.outcome import stopped
+from runner.worker.leases.lease import Lease, LeaseKeeper
+from runner.worker.tasks.control import TaskControl
+from runner.worker.tasks.outcome import stopped
 
 LEASE_SECONDS = 30
 
@@ -254,7 +254,7 @@ def queue_world(backend) -> Iterator[tuple[ScriptedFaults, LeaseKeeper, str, obj
 def _held(keeper: LeaseKeeper, storage, queue: str) -> Lease:
     storage.queues.send(queue, b"m")
     (message,) = storage.queues.receive(queue, visibility_seconds=LEASE_SECONDS)
-    return keeper.hold(queue, message, LEASE_SECONDS, received_at=SystemClock().monotonic())
+    return keeper.lease(queue, message, LEASE_SECONDS, received_at=SystemClock().monotonic())
 
 
 def test_a_delete_applied_and_lost_leaves_the_message_gone(queue_world):

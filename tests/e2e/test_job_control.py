@@ -19,7 +19,7 @@ pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]
 LEASE_SECONDS = 2.0
 #: A renewal every 70 % of the lease, the job record fresh within 1 s, a checkpoint every
 #: item (0.1 s), and a loaded 2-core machine: far above what one renewal takes (the
-#: exact timing is tested on the fake clock, tests/runner/worker/test_holds.py; 3 leases
+#: exact timing is tested on the fake clock, tests/runner/worker/test_stop_orders.py; 3 leases
 #: were once passed by 0.5 s with the machine's cores taken twice over).
 STOP_BOUND_SECONDS = 5 * LEASE_SECONDS
 

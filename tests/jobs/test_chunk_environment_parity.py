@@ -16,8 +16,8 @@ from checkpoint.errors import LeaseLost
 from checkpoint.store import CheckpointStore
 from jobs.errors import ChunkStopped
 from jobs.testing import ChunkEnvironment
-from runner.worker.control import TaskControl
-from runner.worker.lease import Lease
+from runner.worker.leases.lease import Lease
+from runner.worker.tasks.control import TaskControl
 from tests.jobs.harness_jobs import CountRows
 
 

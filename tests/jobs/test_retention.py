@@ -2,8 +2,8 @@
 worker does with a deleted job's leftover messages (docs/semantics.md §17), in this
 process on both backends.
 
-A worker is driven as in tests/runner/worker/test_task_lifecycle.py (:class:`World`: one worker
-serving a fresh queue, messages received and handed to ``runner.worker.tasks.handle``).
+A worker is driven as in tests/runner/worker/tasks/test_task_lifecycle.py (:class:`World`: one
+worker serving a fresh queue, messages received and handed to ``runner.worker.tasks.life.handle``).
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from jobs.retention import parse_age
 from runner.cli.commands import cli
 from runner.cli.redrive import redrive
 from runner.worker.loop import assemble
-from runner.worker.tasks import handle
+from runner.worker.tasks.life import handle
 from tests.backends import Backend
 from tests.e2e.processes import ROOT
 from tests.runner.world import FINALIZED, LEASE_SECONDS, VERDICTS, Verdicts, World

@@ -20,7 +20,7 @@ from jobs.chunk import Chunk
 from jobs.job import ChunkedJob
 from jobs.summary import JobSummary
 from jobs.testing import CrashAt, JobDidNotFinish, JobRun, run_job
-from runner.worker.plan import PAGE_CHUNKS
+from runner.worker.tasks.plan import PAGE_CHUNKS
 from tests.jobs.harness_jobs import CallsApi, CountRows, Publishes, SaysProgress
 
 

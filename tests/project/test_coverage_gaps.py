@@ -38,9 +38,9 @@ class Keeper:
 
 LIST = """\
 # a comment
-runner/worker/lease.py :: Keeper.renew  # only a bug gets here
+runner/worker/leases/lease.py :: Keeper.renew  # only a bug gets here
     return 2
-runner/worker/lease.py :: <module>  # import-time fallback
+runner/worker/leases/lease.py :: <module>  # import-time fallback
     import os
 """
 
@@ -68,13 +68,17 @@ def test_the_list_reads_back_as_written():
     groups = read_list(LIST)
 
     assert groups == [
-        Group("runner/worker/lease.py", "Keeper.renew", "only a bug gets here", ["return 2"]),
-        Group("runner/worker/lease.py", MODULE, "import-time fallback", ["import os"]),
+        Group(
+            "runner/worker/leases/lease.py", "Keeper.renew", "only a bug gets here", ["return 2"]
+        ),
+        Group("runner/worker/leases/lease.py", MODULE, "import-time fallback", ["import os"]),
     ]
     assert read_list(write_list(groups)) == groups
 
 
-@pytest.mark.parametrize("text", ["    return 2\n", "runner/worker/lease.py Keeper.renew  # why\n"])
+@pytest.mark.parametrize(
+    "text", ["    return 2\n", "runner/worker/leases/lease.py Keeper.renew  # why\n"]
+)
 def test_a_list_it_cannot_read_is_an_error_naming_the_line(text: str):
     with pytest.raises(ValueError, match="line 1"):
         read_list(text)
@@ -82,8 +86,8 @@ def test_a_list_it_cannot_read_is_an_error_naming_the_line(text: str):
 
 def test_a_run_whose_gaps_are_all_listed_passes(capsys: pytest.CaptureFixture[str]):
     gaps = (
-        (Gap("runner/worker/lease.py", "Keeper.renew", "return 2"), 7),
-        (Gap("runner/worker/lease.py", MODULE, "import os"), 1),
+        (Gap("runner/worker/leases/lease.py", "Keeper.renew", "return 2"), 7),
+        (Gap("runner/worker/leases/lease.py", MODULE, "import os"), 1),
     )
 
     assert check(read_list(LIST), measured(*gaps)) == 0
@@ -95,16 +99,16 @@ def test_a_run_whose_gaps_are_all_listed_passes(capsys: pytest.CaptureFixture[st
 
 def test_an_unlisted_gap_fails_and_says_where_it_is(capsys: pytest.CaptureFixture[str]):
     gaps = [
-        (Gap("runner/worker/lease.py", "Keeper.renew", "return 2"), 7),
-        (Gap("runner/worker/lease.py", MODULE, "import os"), 1),
-        (Gap("runner/worker/lease.py", "Keeper.renew", "return 2"), 9),
+        (Gap("runner/worker/leases/lease.py", "Keeper.renew", "return 2"), 7),
+        (Gap("runner/worker/leases/lease.py", MODULE, "import os"), 1),
+        (Gap("runner/worker/leases/lease.py", "Keeper.renew", "return 2"), 9),
     ]  # the same text twice
 
     assert check(read_list(LIST), measured(*gaps)) == 1
 
     out = capsys.readouterr().out
     assert "1 uncovered line(s) not in" in out
-    assert "runner/worker/lease.py:9 Keeper.renew: return 2" in out
+    assert "runner/worker/leases/lease.py:9 Keeper.renew: return 2" in out
 
 
 def test_listed_lines_covered_now_only_remind(capsys: pytest.CaptureFixture[str]):
@@ -112,13 +116,13 @@ def test_listed_lines_covered_now_only_remind(capsys: pytest.CaptureFixture[str]
 
     out = capsys.readouterr().out
     assert "2 listed line(s) are covered now" in out
-    assert "runner/worker/lease.py <module>: import os" in out
-    assert "runner/worker/lease.py Keeper.renew: return 2" in out
+    assert "runner/worker/leases/lease.py <module>: import os" in out
+    assert "runner/worker/leases/lease.py Keeper.renew: return 2" in out
 
 
 def test_a_group_without_a_reason_fails(capsys: pytest.CaptureFixture[str]):
-    groups = read_list("runner/worker/lease.py :: Keeper.renew  #\n    return 2\n")
-    gaps = [(Gap("runner/worker/lease.py", "Keeper.renew", "return 2"), 7)]
+    groups = read_list("runner/worker/leases/lease.py :: Keeper.renew  #\n    return 2\n")
+    gaps = [(Gap("runner/worker/leases/lease.py", "Keeper.renew", "return 2"), 7)]
 
     assert check(groups, measured(*gaps)) == 1
 
@@ -128,8 +132,8 @@ def test_a_group_without_a_reason_fails(capsys: pytest.CaptureFixture[str]):
 def test_rewriting_keeps_reasons_drops_covered_lines_and_adds_new_groups():
     gaps = [
         (Gap("checkpoint/store.py", "CheckpointStore.ensure", "self._ready = True"), 80),
-        (Gap("runner/worker/lease.py", "Keeper.renew", "return 2"), 7),
-        (Gap("runner/worker/lease.py", "Keeper.renew", "return 1"), 6),
+        (Gap("runner/worker/leases/lease.py", "Keeper.renew", "return 2"), 7),
+        (Gap("runner/worker/leases/lease.py", "Keeper.renew", "return 1"), 6),
     ]
 
     groups = updated(read_list(LIST), gaps)
@@ -137,7 +141,7 @@ def test_rewriting_keeps_reasons_drops_covered_lines_and_adds_new_groups():
     assert groups == [
         Group("checkpoint/store.py", "CheckpointStore.ensure", "", ["self._ready = True"]),
         Group(
-            "runner/worker/lease.py",
+            "runner/worker/leases/lease.py",
             "Keeper.renew",
             "only a bug gets here",
             ["return 2", "return 1"],

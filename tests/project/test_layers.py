@@ -1,5 +1,5 @@
-"""The import rules of docs/architecture.md, and its size rule for classes, checked on
-the source.
+"""The import rules of docs/architecture.md, and its size rules for classes and folders,
+checked on the source.
 
 ``checkpoint`` is the lowest layer (errors, the clock, storage, its service targets), ``jobs``
 builds on it and ``runner`` on both; ``jobs.testing`` alone sits above ``runner``,
@@ -10,13 +10,15 @@ another module. No module imports inside a function or under ``TYPE_CHECKING`` t
 a cycle: the graph of our modules has none. Test machinery (``checkpoint.testing``,
 ``jobs.testing``) is imported by no module of the production path. Third-party imports
 may be deferred (PySpark, azure-identity are optional extras). No class spans
-more than :data:`MAX_CLASS_LINES`.
+more than :data:`MAX_CLASS_LINES`, no folder holds more than :data:`MAX_FOLDER_MODULES`
+modules.
 """
 
 from __future__ import annotations
 
 import ast
 import functools
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -49,6 +51,10 @@ TESTING_TOOLS = ("checkpoint.testing", "jobs.testing")
 #: The most lines one class of ours may span, its docstring and comments included: a
 #: class past it holds more than one concern, to be split into parts of one each.
 MAX_CLASS_LINES = 300
+#: The most modules one folder of ours may hold (its ``__init__.py`` not counted): past
+#: it "where is X?" has no right first guess, and the folder is split by concept into
+#: folders of its own (docs/architecture.md, "Module map"; issue 31).
+MAX_FOLDER_MODULES = 24
 
 
 def _modules() -> dict[str, Path]:
@@ -226,15 +232,25 @@ def test_no_class_is_longer_than_the_limit(module):
     assert not too_long, f"{module}: classes over {MAX_CLASS_LINES} lines: {too_long}"
 
 
+def test_no_folder_holds_more_modules_than_the_limit():
+    by_folder = Counter(
+        path.parent.relative_to(ROOT).as_posix()
+        for path in MODULES.values()
+        if path.name != "__init__.py"
+    )
+    crowded = {folder: count for folder, count in by_folder.items() if count > MAX_FOLDER_MODULES}
+    assert not crowded, f"folders over {MAX_FOLDER_MODULES} modules, to split by concept: {crowded}"
+
+
 def test_the_rules_see_what_they_check():
     # Guards the checks above against passing vacuously (a parsing slip finding nothing).
-    imports = {imported for imported, _, _ in _imports(MODULES["runner.worker.delivery"])}
-    assert {"checkpoint.store", "jobs.job", "runner.worker.lease"} <= imports
+    imports = {imported for imported, _, _ in _imports(MODULES["runner.worker.tasks.delivery"])}
+    assert {"checkpoint.store", "jobs.job", "runner.worker.leases.lease"} <= imports
     assert len(MODULES) > 40
     assert "checkpoint.testing.faults" in _graph()["checkpoint.testing.injected"]
     # ... and that the engine and the command line are both there, one importing the other.
     assert {"runner.worker.loop", "runner.cli.commands"} <= set(MODULES)
     assert "runner.worker.loop" in _graph()["runner.cli.commands"]
     # and the class sizes, a decorated class counted from its decorator
-    sizes = _class_lines(MODULES["runner.worker.lease"])
+    sizes = _class_lines(MODULES["runner.worker.leases.lease"])
     assert sizes["Lease"] > 60 and sizes["LeaseKeeper"] > 100

@@ -2,16 +2,16 @@
 
 Modules are renamed and functions moved; the prose that names them is not checked by
 anything else, so it goes stale (``runner.completion`` was cited a while after it became
-``runner.worker.job_completion``). This test reads the docstrings and comments of
+``runner.worker.tasks.job_completion``). This test reads the docstrings and comments of
 ``jobs/``, ``checkpoint/``, ``runner/`` and ``samples/``, and the documents whole
 (README.md, docs/*.md, the others at the top but CHANGELOG.md, the samples'), and checks:
 
-- every dotted name that starts with one of our packages (``runner.worker.lease``,
+- every dotted name that starts with one of our packages (``runner.worker.leases.lease``,
   ``checkpoint.store.CheckpointStore.count_chunks``, ``jobs.Chunk``) resolves: each
   leading part is a module of ours (its file exists), the rest are names defined in it
   (a def, a class, an assignment, an import), then members of that class (its body, its
   bases of ours, ``self.name = ...`` in its methods);
-- every path of this checkout (``runner/worker/lease.py``, ``../checkpoint/layout.py``,
+- every path of this checkout (``runner/worker/leases/lease.py``, ``../checkpoint/layout.py``,
   ``tests/e2e``) exists.
 
 It reads the code, never imports it (no side effects; about a second). A name it
@@ -35,9 +35,9 @@ PACKAGES = ("jobs", "checkpoint", "runner")
 #: First folders of the paths checked (as written from the checkout's root).
 FOLDERS = (*PACKAGES, "samples", "tests", "docs")
 
-#: ``runner.worker.lease``, not within a longer dotted name, path or URL.
+#: ``runner.worker.leases.lease``, not within a longer dotted name, path or URL.
 DOTTED = re.compile(rf"(?<![\w./-])((?:{'|'.join(PACKAGES)})(?:\.[A-Za-z_]\w*)+)")
-#: ``runner/worker/lease.py``, ``../docs/cli.md``, ``tests/e2e``; not within a URL (the
+#: ``runner/worker/leases/lease.py``, ``../docs/cli.md``, ``tests/e2e``; not within a URL (the
 #: dashboard's ``/jobs/JOB_ID``) or a longer path.
 PATH = re.compile(rf"(?<![\w./-])(?:\.\./)*((?:{'|'.join(FOLDERS)})/[\w./-]*\w)")
 
@@ -253,29 +253,29 @@ def test_every_name_and_path_of_our_code_in_the_prose_exists():
 
 def test_the_scanner_finds_and_refuses_a_name_that_is_gone():
     text = """Marks the chunk done (:meth:`~checkpoint.store.CheckpointStore.count_chunks`),
-    then checks completion (:mod:`runner.completion`) as runner.worker.outcome.nothing
-    does; see runner/worker/lease.py and `checkpoint/gone.py`, and the route
+    then checks completion (:mod:`runner.completion`) as runner.worker.tasks.outcome.nothing
+    does; see runner/worker/leases/lease.py and `checkpoint/gone.py`, and the route
     /jobs/JOB_ID and https://example.com/runner/x.py, not ours."""
     found = list(mentions(text, "sample:1"))
     assert [m.text for m in found] == [
         "checkpoint.store.CheckpointStore.count_chunks",
         "runner.completion",
-        "runner.worker.outcome.nothing",
-        "runner/worker/lease.py",
+        "runner.worker.tasks.outcome.nothing",
+        "runner/worker/leases/lease.py",
         "checkpoint/gone.py",
     ]
     assert stale(found) == [
         "sample:1: runner.completion",
-        "sample:1: runner.worker.outcome.nothing",
+        "sample:1: runner.worker.tasks.outcome.nothing",
         "sample:1: checkpoint/gone.py",
     ]
 
 
 def test_members_resolve_through_imports_classes_and_their_bases():
     assert resolves("jobs.ChunkedJob.split")  # re-exported by jobs/__init__.py
-    assert resolves("runner.worker.chunk_finisher.Finisher._pending")  # self._pending = ...
+    assert resolves("runner.worker.tasks.chunk_finisher.Finisher._pending")  # self._pending = ...
     assert resolves("checkpoint.records.JobRecord.total")  # a dataclass field
     assert resolves("checkpoint.errors.LeaseLost")
     assert not resolves("jobs.ChunkedJob.no_such_hook")
-    assert not resolves("runner.worker.chunk_finisher.Finisher.no_such_method")
+    assert not resolves("runner.worker.tasks.chunk_finisher.Finisher.no_such_method")
     assert not resolves("checkpoint.no_such_module")

@@ -2,7 +2,7 @@
 on one backend and a FakeClock, its queue, and what happens meanwhile (another worker's
 write, a store outage) injected at the storage protocol before a given call of the
 worker's. The ``world`` fixture (tests/runner/conftest.py) hands one to each test; the
-module docstring of tests/runner/worker/test_task_lifecycle.py says how time moves on
+module docstring of tests/runner/worker/tasks/test_task_lifecycle.py says how time moves on
 each backend."""
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from jobs.job import ChunkedJob
 from jobs.job_run import SimulatedCrash
 from jobs.summary import JobSummary
 from runner.worker.loop import assemble
-from runner.worker.tasks import handle
+from runner.worker.tasks.life import handle
 from tests.backends import Backend
 
 LEASE_SECONDS = 30
@@ -56,7 +56,7 @@ class Verdicts(ChunkedJob):
     max_attempts = 2
     checkpoint_interval_seconds = 60.0  # the newest state is written only at the end
     # Its messages stay where they came in, so a test can follow one by its id; the
-    # move to the resume queue has tests of its own (tests/runner/worker/test_resume.py).
+    # move to the resume queue has tests of its own (tests/runner/worker/tasks/test_resume.py).
     resume_first = False
     backoff = Backoff(first_seconds=FIRST_BACKOFF_SECONDS, max_seconds=100, jitter=0)
 
@@ -358,7 +358,7 @@ class World:
         return (
             message.id not in self.log.deleted
             and message.id not in self.log.visibility
-            and self.worker.keeper.held() == []
+            and self.worker.keeper.leased() == []
         )
 
     def comes_back_after(self, message: QueueMessage, seconds: int) -> QueueMessage:

@@ -5,8 +5,8 @@ runner/cli/json_form.py): snake_case keys, times in UTC ending in ``Z`` under ke
 
 The commands run in this process (click's runner): status, poison list and report against
 a job worked by the worker's own code, on both backends (the :class:`World` of
-tests/runner/worker/test_task_lifecycle.py); cancel, pause, resume, delete and purge on an embedded
-store.
+tests/runner/worker/tasks/test_task_lifecycle.py); cancel, pause, resume, delete and purge on an
+embedded store.
 """
 
 from __future__ import annotations

@@ -22,7 +22,7 @@ from jobs.job import ChunkedJob
 from jobs.submit import submit
 from runner.worker import supervisor
 from runner.worker.loop import EXIT_OK, WorkerSettings
-from runner.worker.metrics_server import MetricsAddress
+from runner.worker.observing.metrics_server import MetricsAddress
 from tests.azurite import free_port
 from tests.runner.cli.invoke import one_error_line, run_runner
 

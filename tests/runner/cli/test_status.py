@@ -20,8 +20,8 @@ from jobs import Chunk, manage
 from runner.cli.json_form import VALUE_JSON_BYTES, to_json, user_value, utc
 from runner.cli.render import render_status
 from runner.cli.status import PROGRESS_CHARS, job_status
-from runner.worker.holds import CHECK_SECONDS
 from runner.worker.job_cache import FRESH_SECONDS
+from runner.worker.stop_orders import CHECK_SECONDS
 from tests.backends import Backend
 from tests.runner.world import Verdicts, World
 
@@ -200,7 +200,7 @@ def _stopped_mid_chunk(world: World, stop: str, progress: tuple[int, int]) -> st
         else:
             manage.cancel(job_id, "wrong input", storage=world.backend.storage, clock=world.clock)
         world.clock.advance(FRESH_SECONDS + CHECK_SECONDS)  # the worker looks at its jobs
-        world.worker.holds.check_due()
+        world.worker.stop_orders.check_due()
         chunk.checkpoint(progress[0] + 1, progress=progress)  # stops here
         return 0
 

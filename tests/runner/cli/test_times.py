@@ -29,7 +29,7 @@ from runner.cli.snapshot import read_snapshot
 from runner.cli.status_types import WatchFrame
 from runner.cli.watch_lines import plain_lines
 from runner.cli.watch_view import render_watch
-from runner.worker.logs import JsonFormatter, TextFormatter
+from runner.worker.observing.logs import JsonFormatter, TextFormatter
 from tests.runner.cli.dashboard.stores import Populated, populate
 
 #: The one format.

@@ -8,11 +8,12 @@ from runner.cli.tracebacks import Piece, traceback_parts, user_traceback
 
 #: As a worker on another machine stored it: our packages under its site-packages.
 ENGINE = (
-    '  File "/opt/app/lib/python3.11/site-packages/runner/worker/run.py", line 76, in _execute\n'
+    '  File "/opt/app/lib/python3.11/site-packages/runner/worker/tasks/run.py", line 76, '
+    "in _execute\n"
     "    outcome = run_user_code(worker.store, delivery.job_class, job, control)\n"
     "              ^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^\n"
-    '  File "/opt/app/lib/python3.11/site-packages/runner/worker/user_code.py", line 65, in '
-    "run_user_code\n"
+    '  File "/opt/app/lib/python3.11/site-packages/runner/worker/tasks/user_code.py", '
+    "line 65, in run_user_code\n"
     "    return instance.process(chunk)\n"
 )
 USER = (

@@ -50,8 +50,8 @@ from runner.cli.status_types import (
 from runner.cli.watch import Rates, watch
 from runner.cli.watch_lines import plain_lines
 from runner.cli.watch_view import MAX_ENDED_JOBS, render_watch
-from runner.worker.heartbeat import Heartbeat, Identity, RunningTasks
-from runner.worker.logs import TaskIds
+from runner.worker.observing.heartbeat import Heartbeat, Identity, RunningTasks
+from runner.worker.observing.logs import TaskIds
 from tests.backends import Backend
 from tests.e2e.processes import ROOT, runner_command
 

@@ -1,5 +1,5 @@
 """A job that logs from its own code, for the log format tests
-(tests/runner/worker/test_logs.py)."""
+(tests/runner/worker/observing/test_logs.py)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,8 @@
 """A job deleted while one of its chunks runs (``runner delete --force``): the chunk
-stops within 2 s (the worker's hold watcher) with one line saying so, writes nothing and deletes its
-message (docs/semantics.md §17), in this process on both backends with a FakeClock,
-through the worker's own code (the :class:`World` of tests/runner/worker/test_task_lifecycle.py).
+stops within 2 s (the worker's stop-order watcher) with one line saying so, writes
+nothing and deletes its message (docs/semantics.md §17), in this process on both backends
+with a FakeClock, through the worker's own code (the :class:`World` of
+tests/runner/worker/tasks/test_task_lifecycle.py).
 """
 
 from __future__ import annotations
@@ -11,16 +12,16 @@ import logging
 import pytest
 
 from jobs import retention
-from runner.worker.holds import CHECK_SECONDS
 from runner.worker.job_cache import FRESH_SECONDS
+from runner.worker.stop_orders import CHECK_SECONDS
 from tests.runner.world import World
 
 
 def _look_now(world: World) -> None:
-    """The hold watcher's look at the job falls due and is made, as its thread would
+    """The stop-order watcher's look at the job falls due and is made, as its thread would
     (long before a lease renewal)."""
     world.clock.advance(CHECK_SECONDS)
-    world.worker.holds.check_due()
+    world.worker.stop_orders.check_due()
 
 
 def _stopped_quietly(world: World, job_id: str, caplog: pytest.LogCaptureFixture) -> None:
@@ -50,7 +51,7 @@ def test_a_running_chunk_of_a_job_deleted_with_force_stops_within_2_s(
     # Then the chunk stopped at that checkpoint, unfinished (nothing handed to the
     # finisher, nothing held), saying so in one line, and its message is gone
     _stopped_quietly(world, job_id, caplog)
-    assert world.worker.keeper.held() == []
+    assert world.worker.keeper.leased() == []
     assert message.id in world.log.deleted and world.in_queue() == 0
     assert world.poisoned() == []
 

@@ -1,7 +1,7 @@
 """Running a long job: cancel, pause and resume, the failure policy, and what status
 and the failure report say (docs/semantics.md §16), in this process on both backends
 with a FakeClock, through the worker's own code (the :class:`World` of
-tests/runner/worker/test_task_lifecycle.py).
+tests/runner/worker/tasks/test_task_lifecycle.py).
 """
 
 from __future__ import annotations
@@ -25,10 +25,10 @@ from runner.cli.json_form import to_json
 from runner.cli.redrive import redrive
 from runner.cli.render import render_status
 from runner.cli.status import REPORT_COLUMNS, failure_report, job_status
-from runner.worker.holds import CHECK_SECONDS
 from runner.worker.job_cache import FRESH_SECONDS
 from runner.worker.loop import WorkerSettings
-from runner.worker.parking import PARK_MAX_SECONDS, PARK_MIN_SECONDS, park_seconds
+from runner.worker.stop_orders import CHECK_SECONDS
+from runner.worker.tasks.parking import PARK_MAX_SECONDS, PARK_MIN_SECONDS, park_seconds
 from tests.runner.world import FINALIZED, Verdicts, World
 
 #: The longest a resumed job may wait for its work to start again (issue 22, item 5).
@@ -43,10 +43,10 @@ def _cancel(world: World, job_id: str, reason: str = "wrong input") -> None:
 
 
 def _look_now(world: World) -> None:
-    """The worker's hold watcher looks at its running jobs, as its thread does each
+    """The worker's stop-order watcher looks at its running jobs, as its thread does each
     CHECK_SECONDS (no lease renewal falls due: they are LEASE_SECONDS long)."""
     world.clock.advance(CHECK_SECONDS)
-    world.worker.holds.check_due()
+    world.worker.stop_orders.check_due()
 
 
 # --------------------------------------------------------------------------- cancel
@@ -77,7 +77,7 @@ def test_a_running_chunk_learns_of_a_cancel_within_2_s_whatever_its_lease(world:
         # A cancel recorded just after this worker read the job's record
         manage.cancel(job_id, "wrong input", storage=world.backend.storage, clock=world.clock)
         _look_now(world)
-        assert world.worker.keeper.held()[0].visible_at > world.clock.monotonic() + 20
+        assert world.worker.keeper.leased()[0].visible_at > world.clock.monotonic() + 20
 
     world.during(job_id, cancel_then_look)
     message = world.deliver()

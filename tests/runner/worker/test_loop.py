@@ -149,8 +149,8 @@ def test_a_burst_worker_of_four_slots_runs_at_most_max_running_chunks_at_once(tm
         assert len(Started.spans[TwoAtOnce.queue]) == 8
         assert Started.most_at_once(TwoAtOnce.queue) == 2
         # Every slot went back as its chunk ended (planning and finalize held none).
-        quotas = LimitBook(storage.records, SystemClock())
-        slots = quotas.get(TwoAtOnce.queue, Budget(STANDALONE, SystemClock())).running
+        book = LimitBook(storage.records, SystemClock())
+        slots = book.get(TwoAtOnce.queue, Budget(STANDALONE, SystemClock())).running
         assert slots is not None and slots.takers == {}
     finally:
         storage.close()

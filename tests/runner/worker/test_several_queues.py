@@ -28,7 +28,7 @@ from jobs.submit import submit
 from runner.cli.redrive import redrive
 from runner.cli.status import job_status
 from runner.worker.loop import WorkerLoop, WorkerSettings, assemble
-from runner.worker.tasks import handle
+from runner.worker.tasks.life import handle
 from tests.backends import Backend
 
 #: Chunk indexes whose attempts fail (set by a test, emptied after it).

@@ -21,8 +21,8 @@ from checkpoint.storage import ANY_ETAG
 from checkpoint.store import CheckpointStore
 from checkpoint.workers import WorkerBook
 from jobs import manage
-from runner.worker.heartbeat import Heartbeat, Identity, RunningTasks
-from runner.worker.logs import TaskIds
+from runner.worker.observing.heartbeat import Heartbeat, Identity, RunningTasks
+from runner.worker.observing.logs import TaskIds
 
 #: What a job's code might put in a payload or an error: shown as text, never run.
 SCRIPT = "<script>alert('owned')</script>"

@@ -86,7 +86,7 @@ def test_templates_escape_every_value():
 def test_a_traceback_folds_the_engines_frames_above_the_users():
     # Given a traceback as a worker stores it: our frames, then the job's
     engine = (
-        '  File "/opt/app/site-packages/runner/worker/run.py", line 76, in _execute\n'
+        '  File "/opt/app/site-packages/runner/worker/tasks/run.py", line 76, in _execute\n'
         "    outcome = run_user_code(worker.store, delivery.job_class, job, control)\n"
     )
     user = '  File "/home/me/jobs_of_mine.py", line 7, in process\n    raise E("<b>")\n'

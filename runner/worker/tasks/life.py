@@ -1,0 +1,163 @@
+"""One received message, start to end: decode, claim, run, checkpoint, complete.
+
+The order of the steps is the product's correctness, so it is spelled out here, each
+step in a module of its own, given the message in hand as one
+:class:`~runner.worker.tasks.delivery.Delivery`:
+
+1. Take the message's lease at once (the keeper renews it from now on).
+2. Decode it; anything not ours goes to ``<queue>-poison`` with the reason
+   (:mod:`runner.worker.tasks.bad_records`). A message left over from a deleted job (its job
+   gone, being deleted, or another incarnation of that id) is deleted unrun
+   (:mod:`runner.worker.tasks.leftovers`); one of a cancelled or paused job is deleted or
+   parked (:mod:`runner.worker.tasks.parking`).
+3. Read the task record (:mod:`runner.worker.tasks.claim`). Done, poisoned or a duplicate
+   delivery: delete the message unrun. Claimed ``max_attempts`` times already (or
+   delivered far more often than that): poison it.
+4. Claim: a conditional write marking the task running under this message. Losing that
+   race releases the message for later.
+5. Run the user's code (:mod:`runner.worker.tasks.run`); checkpoints are fenced writes (see
+   :mod:`runner.worker.tasks.control`).
+6. Success: mark done (with the shard's counter, atomically) *before* deleting the
+   message, then see whether the job is complete (:mod:`runner.worker.tasks.outcome`). For
+   chunks the slot hands that to the :class:`~runner.worker.tasks.chunk_finisher.Finisher`,
+   which does it for many chunks at once. Failure: record the error and make the message
+   visible again after a backoff, or poison it on the last attempt.
+
+What is not the message's fate is not written here: metrics and job control (a running
+task told of a cancel or a pause) hook on the named points of its life
+(:mod:`runner.worker.hooks`: started, checkpointed, succeeded, failed, handed back,
+poisoned, left), each one module.
+"""
+
+from __future__ import annotations
+
+from checkpoint import messages
+from checkpoint.errors import BadMessage, BadRecord
+from checkpoint.settle import Writer
+from checkpoint.storage import QueueMessage
+from runner.worker.leases.lease import Lease
+from runner.worker.tasks.bad_records import poison_bad_message, unreadable_after_all
+from runner.worker.tasks.claim import claim, claim_planned, claimable
+from runner.worker.tasks.delivery import Context, Delivery
+from runner.worker.tasks.leftovers import judged
+from runner.worker.tasks.parking import set_aside
+from runner.worker.tasks.resume import copy_to_resume, discard, follow
+from runner.worker.tasks.run import start
+from runner.worker.tasks.task_kinds import KINDS
+
+
+def take_lease(worker: Context, queue: str, message: QueueMessage, received_at: float) -> Lease:
+    """Start renewing a just-received message (``received_at``: monotonic, before the
+    receive call) under its job type's lease."""
+    queue_class = worker.by_queue[queue]
+    return worker.keeper.lease(
+        queue,
+        message,
+        queue_class.lease_seconds,
+        received_at=received_at,
+        max_seconds=queue_class.max_chunk_seconds,
+        job_type=queue_class.job_type(),
+    )
+
+
+def handle(
+    worker: Context,
+    queue: str,
+    message: QueueMessage,
+    received_at: float,
+    lease: Lease | None = None,
+) -> bool:
+    """Process one received message completely; never raises for a bad message.
+
+    ``lease`` is the message's lease if :func:`take_lease` was called already (the message
+    waited in a prefetch buffer); else it is taken now. Returns True if the message ran
+    a chunk (the worker loop times those to choose its prefetch depth; planning,
+    finalize and messages deleted unrun say nothing about the chunks to come).
+    """
+    if lease is None:
+        lease = take_lease(worker, queue, message, received_at)
+    try:
+        delivery = _delivery(worker, lease, message)
+        return delivery is not None and _run_task(delivery)
+    except BadRecord as bad:
+        unreadable_after_all(worker, lease, message, bad)
+        return False
+    finally:
+        # Whatever happened (a storage outage mid-way, say), never renew a message
+        # nobody works on: it lapses and is retried. A finished chunk's message is the
+        # finisher's now, renewed until it is deleted.
+        if not lease.handed_over:
+            worker.keeper.drop(lease)
+
+
+def _delivery(worker: Context, lease: Lease, message: QueueMessage) -> Delivery | None:
+    """The message decoded, with its job and job class; None if it was dealt with
+    (deleted as a leftover of a deleted job, or poisoned as not ours)."""
+    task_message, job_type = None, None
+    try:
+        task_message = messages.decode(message.body)
+        # The job's record, fresh within a second (runner.worker.job_cache): a cancel or
+        # a pause counts at once.
+        left, job = judged(worker, task_message, lease)
+        if left:
+            return None
+        if job is None:
+            raise BadMessage(f"no job {task_message.job_id!r} in the checkpoint store")
+        job_type = job.job_type
+        job_class = worker.job_classes.get(task_message.job_type)
+        # A type is run only from the queues this worker serves it on (its resume
+        # queue among them).
+        if job_class is None or worker.by_queue.get(lease.queue) is not job_class:
+            raise BadMessage(f"unknown job type {task_message.job_type!r} on queue {lease.queue!r}")
+    except BadMessage as bad:
+        # Only for the job's own type does the job fail too: a stray message naming
+        # another type for an existing job is garbage and must not fail that job.
+        of_job = (
+            task_message if task_message is not None and task_message.job_type == job_type else None
+        )
+        poison_bad_message(worker, lease, message, bad, of_job)
+        return None
+    return Delivery(
+        worker, lease, message, task_message, job_class, job, task_message.kind, task_message.index
+    )
+
+
+def _run_task(delivery: Delivery) -> bool:
+    """Decide, claim and run the task; True if it was a chunk that ran."""
+    kind = KINDS[delivery.kind]
+    if not kind.takes_slot:
+        # Planning and finalize are not chunks: they hold no running slot.
+        delivery.worker.admission.ended(delivery.message)
+        # max_chunk_seconds caps chunks. Planning a huge job may take long, and finalize
+        # has no checkpoint to stop at: an unrenewed lease would only let a second
+        # worker start it while the first still runs.
+        delivery.lease.max_seconds = None
+    # For planning and finalize the job was read afresh (runner.worker.tasks.leftovers): a
+    # cancel made since this worker's last read is never missed by them.
+    if delivery.job.stop_order is not None:
+        set_aside(delivery)
+        return False
+    writer = Writer()
+    moved = copy_to_resume(delivery)  # a chunk's message waits in its resume queue
+    message_id = moved.copy.id if moved is not None else None
+    before = None  # the record as read before the claim (none for a planned claim)
+    claimed = claim_planned(delivery, writer, message_id)
+    if claimed is None:
+        before = claimable(delivery)
+        if before is None:
+            discard(delivery, moved)
+            return False
+        claimed = claim(delivery, before, writer, message_id)
+        if claimed is None:
+            discard(delivery, moved)
+            delivery.worker.keeper.release(delivery.lease, delivery.job_class.lease_seconds)
+            return False
+    follow(delivery, moved)
+    clock = delivery.worker.clock
+    started = clock.monotonic()
+    start(delivery, claimed, writer, before)
+    if kind.takes_slot:  # a chunk's time, whatever its outcome, is noted for its type
+        delivery.worker.chunk_times.observe(
+            delivery.job_class.job_type(), clock.monotonic() - started
+        )
+    return kind.takes_slot

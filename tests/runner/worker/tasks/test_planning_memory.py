@@ -1,0 +1,75 @@
+"""Planning memory stays bounded: a job of many more chunks takes no more memory to plan.
+
+``split`` is consumed a page at a time (:data:`runner.worker.tasks.plan.PAGE_CHUNKS`), so planning
+holds one page of payloads, never the job's. Measured with tracemalloc (Python
+allocations, deterministic enough to compare; no time is asserted): the peak while a
+worker plans a small job and a job several pages larger must be about the same, where
+holding every payload would add kilobytes a chunk. The million-chunk figure is
+in ``make bench`` (BENCHMARKS.md, "Planning a million chunks").
+"""
+
+from __future__ import annotations
+
+import tracemalloc
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+from jobs.chunk import Chunk
+from jobs.job import ChunkedJob
+from jobs.submit import submit
+from runner.worker.tasks.plan import PAGE_CHUNKS
+from tests.backends import Backend
+from tests.bench.throughput import plan_only_loop
+
+#: Bytes of padding in each payload: materialising a job's payloads would cost this (and
+#: a message body of about as much) per chunk.
+PAD_BYTES = 4000
+#: Chunks of the small and the large job (whole pages, so both end on a full page).
+SIZES = {"embedded": (2 * PAGE_CHUNKS, 8 * PAGE_CHUNKS), "azurite": (PAGE_CHUNKS, 3 * PAGE_CHUNKS)}
+#: Allowed growth of the peak from the small job to the large one (noise: caches, the
+#: Azure SDK's connections and buffers; measured below 400 KiB on Azurite).
+SLACK_BYTES = 1024 * 1024
+
+
+class Wide(ChunkedJob):
+    """Chunks with a few hundred bytes of payload each."""
+
+    def split(self, params: dict[str, Any]) -> Iterator[dict[str, Any]]:
+        for n in range(params["chunks"]):
+            yield {"n": n, "pad": "x" * PAD_BYTES}
+
+    def process(self, chunk: Chunk) -> None:
+        return None
+
+
+def _planning_peak_bytes(backend: Backend, chunks: int) -> int:
+    """Peak of traced memory over its level at the start, while one worker plans a job."""
+    job = type("Wide", (Wide,), {"queue": f"plan-mem-{uuid.uuid4().hex[:8]}"})
+    backend.made += [("queue", job.queue), ("queue", job.poison_queue())]
+    submit(job, {"chunks": chunks}, storage=backend.storage)
+    loop, queues = plan_only_loop(backend.storage, job)
+    tracemalloc.start()
+    try:
+        start = tracemalloc.get_traced_memory()[0]
+        loop.run()
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert queues.stopped_at is not None, "planning did not run to its end"
+    return peak - start
+
+
+def test_planning_a_larger_job_takes_no_more_memory(backend: Backend):
+    # Given two jobs of wide payloads, the second several pages longer
+    small, large = SIZES[backend.name]
+
+    # When one worker plans each (the small one first, so caches are warm for both)
+    _planning_peak_bytes(backend, small)
+    small_peak = _planning_peak_bytes(backend, small)
+    large_peak = _planning_peak_bytes(backend, large)
+
+    # Then the peak did not grow with the chunks: holding the extra chunks' payloads
+    # alone would have added (large - small) x PAD_BYTES
+    assert (large - small) * PAD_BYTES > 2 * SLACK_BYTES  # the test can tell
+    assert large_peak - small_peak < SLACK_BYTES, (small_peak, large_peak)
