@@ -2,7 +2,7 @@
 
 One thread per worker process writes it every :data:`BEAT_SECONDS` (an upsert of a few
 hundred bytes: 12 writes a minute) with what the worker runs now (:class:`RunningTasks`),
-sooner when the jobs or kinds of task it runs change or it goes idle or busy (but never
+sooner when the jobs it runs tasks of change or it goes idle or busy (but never
 two beats within :data:`MIN_GAP_SECONDS`), and once more when the worker stops
 (``stopped``), so ``runner status`` can show idle workers and tell a worker that exited
 from one that vanished. One chunk following another of the same job waits for the beat
@@ -47,7 +47,7 @@ class RunningTasks:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._tasks: dict[int, tuple[str, str]] = {}  # key -> (JOB#INDEX, JOB:kind)
+        self._tasks: dict[int, tuple[str, str]] = {}  # key -> (JOB#INDEX or JOB:kind, JOB)
         self._next = 0
         #: Called (outside the lock) when a task starts or ends: the heartbeat's wake-up.
         self.on_change: Callable[[], None] = lambda: None
@@ -58,7 +58,7 @@ class RunningTasks:
         where = f"#{ids.index}" if ids.kind == "chunk" else f":{ids.kind}"
         with self._lock:
             key, self._next = self._next, self._next + 1
-            self._tasks[key] = (f"{ids.job_id}{where}", f"{ids.job_id}:{ids.kind}")
+            self._tasks[key] = (f"{ids.job_id}{where}", ids.job_id)
         self.on_change()
         try:
             yield
@@ -73,10 +73,10 @@ class RunningTasks:
             return tuple(label for label, _ in self._tasks.values())
 
     def shape(self) -> frozenset[str]:
-        """``JOB:kind`` of each running task, without its index: what a beat sooner than
-        due is for (a chunk following another of its job changes nothing here)."""
+        """The jobs of the running tasks: what a beat sooner than due is for (a chunk
+        following another of its job, or its feed step, changes nothing here)."""
         with self._lock:
-            return frozenset(kind for _, kind in self._tasks.values())
+            return frozenset(job_id for _, job_id in self._tasks.values())
 
 
 @dataclass(frozen=True)

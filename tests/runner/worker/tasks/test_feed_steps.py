@@ -8,7 +8,9 @@ from datetime import timedelta
 
 import pytest
 
+from checkpoint import layout
 from checkpoint.errors import NotFound
+from runner.worker.tasks.feed import to_block_end
 from tests.runner.world import OTHER_WORKER, Verdicts, World
 
 WINDOW = 100
@@ -106,8 +108,10 @@ def test_a_step_that_cannot_be_ended_leaves_its_message_to_come_back(world: Worl
     assert world.untouched(message) and world.log.delays == [0]
     feed = world.task(job_id, "feed")
     # It goes on from the first half's cursor: the second half, whose cursor only the
-    # end would have written, goes again (the claim deletes those duplicates unrun)
-    assert (feed.state, world.progress(feed)) == ("running", 125)
+    # end would have written, goes again (the claim deletes those duplicates unrun). The
+    # step fed from 100 to the end of the block its room of 50 reaches into (128), its
+    # first half 14
+    assert (feed.state, world.progress(feed)) == ("running", 114)
 
 
 def test_a_step_whose_next_message_is_not_sent_keeps_its_own(world: World):
@@ -117,9 +121,10 @@ def test_a_step_whose_next_message_is_not_sent_keeps_its_own(world: World):
     message = world.deliver()
 
     assert message.id not in world.log.deleted
-    assert world.log.visibility[message.id] == [0]  # fed 50: looks again at once
+    assert world.log.visibility[message.id] == [0]  # it fed: looks again at once
     assert world.task(job_id, "feed").state == "waiting"
-    assert world.in_queue() == 50 + 1
+    # its room of 50 from chunk 100 fed to the end of the block it reaches into (128)
+    assert world.in_queue() == 28 + 1
 
 
 def test_a_job_of_no_more_than_its_window_has_no_feeder(world: World):
@@ -166,3 +171,16 @@ def test_a_step_that_ends_sets_the_attempts_of_earlier_dead_steps_back(world: Wo
     # Then a step that ends well leaves none counted: only steps dying one after another
     # (max_attempts of them) may poison the feeder
     assert world.task(job_id, "feed").attempt == 0
+
+
+def test_steps_and_their_halves_end_at_block_ends():
+    block = layout.SHARD_BLOCK
+    # a page reaching into a block stops at the end of the block before it
+    assert to_block_end(100, 150, 300) == 128
+    assert to_block_end(0, 5 * block + 7, 300) == 5 * block
+    # unless that would leave it nothing, or it reaches the last chunk it may feed
+    assert to_block_end(100, 114, 128) == 114
+    assert to_block_end(100, 150, 150) == 150
+    assert to_block_end(100, 160, 150) == 150
+    # a page ending at a block's end is kept as it is
+    assert to_block_end(64, 128, 300) == 128
