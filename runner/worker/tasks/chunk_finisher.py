@@ -22,6 +22,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
@@ -43,33 +44,51 @@ log = logging.getLogger(__name__)
 #: most), so that quick chunks share their writes: a group costs about as much as a
 #: chunk to write. With a fixed 5 ms, a trivial chunk on Azurite (10-30 ms) found a
 #: group of one or two: 0.13-0.2 batches per chunk. A chunk of a second or more still
-#: waits LINGER_SECONDS only; none waits more than GROUP_WAIT_SECONDS for its done mark.
-#: A group is also written as soon as a chunk ending its block comes (the last of
-#: SHARD_BLOCK consecutive chunks, which share a shard): chunks ending in order then
-#: fill one batch a block, where groups cut by time straddled two blocks' shards (0.067
-#: batches per trivial chunk on Azurite; a block a batch is 1/32, 0.031).
+#: waits LINGER_SECONDS only (the lull after it writes it); no quick chunk waits more
+#: than GROUP_WAIT_SECONDS for its done mark.
 GROUP_CHUNKS = 2 * layout.SHARD_BLOCK
 LINGER_SECONDS = 0.05
-GROUP_WAIT_SECONDS = 0.5
+GROUP_WAIT_SECONDS = 1.0
 #: Finished chunks waiting to be written before a slot handing over another waits.
 MAX_PENDING = 2 * GROUP_CHUNKS
+#: A block's chunks wait for the rest of their block (one batch a block: a block's
+#: SHARD_BLOCK consecutive chunks share a shard) until this many chunks of later blocks
+#: of their job wait too: chunks end roughly in order, but not exactly (Azure's
+#: send_many sends a page's messages concurrently, so they come a few places apart).
+#: Groups cut by time or size alone straddled blocks: 0.062-0.067 batches per trivial
+#: chunk on Azurite, where a block a batch is 1/32 (0.031).
+PASSED_AFTER = 8
 
 
-def group_wait(
-    size: int, now: float, opened_at: float, last_added_at: float, ends_block: bool = False
-) -> float | None:
-    """Seconds a group of ``size`` chunks, begun at ``opened_at`` and last added to at
-    ``last_added_at``, waits for more now (monotonic times); None: write it now.
-    ``ends_block``: the newest chunk is the last of its block."""
-    if size >= GROUP_CHUNKS or ends_block:
+def group_wait(size: int, now: float, opened_at: float, last_added_at: float) -> float | None:
+    """Seconds a group of ``size`` chunks, its oldest handed over at ``opened_at`` and
+    its newest at ``last_added_at``, waits for more now (monotonic times); None: write
+    (:func:`ripe`) now."""
+    if size >= GROUP_CHUNKS:
         return None
     left = min(last_added_at + LINGER_SECONDS, opened_at + GROUP_WAIT_SECONDS) - now
     return left if left > 0 else None
 
 
-def ends_block(index: int) -> bool:
-    """Whether chunk ``index`` is the last of its block (checkpoint.layout)."""
-    return index % layout.SHARD_BLOCK == layout.SHARD_BLOCK - 1
+def ripe(pending: list[Ended], now: float) -> tuple[list[Ended], list[Ended]]:
+    """Of a group due by size or age, the chunks to write now and those that wait on:
+    a chunk is written once its block is passed (PASSED_AFTER chunks of its job's later
+    blocks wait) or once it has waited GROUP_WAIT_SECONDS; if none is, all are."""
+    blocks: Counter[tuple[str, int]] = Counter(
+        (ended.task.job_id, ended.task.index // layout.SHARD_BLOCK) for ended in pending
+    )
+    later: dict[tuple[str, int], int] = {}
+    for job_id, block in blocks:
+        later[(job_id, block)] = sum(
+            count for (job, other), count in blocks.items() if job == job_id and other > block
+        )
+    take: list[Ended] = []
+    keep: list[Ended] = []
+    for ended in pending:
+        key = (ended.task.job_id, ended.task.index // layout.SHARD_BLOCK)
+        due = later[key] >= PASSED_AFTER or now - ended.added_at >= GROUP_WAIT_SECONDS
+        (take if due else keep).append(ended)
+    return (take, keep) if take else (pending, [])
 
 
 @dataclass
@@ -83,6 +102,8 @@ class Ended:
     lease: Lease
     job_type: str = ""
     ran_seconds: float = 0.0
+    #: When it was handed to the finisher's thread (monotonic).
+    added_at: float = 0.0
 
 
 class Finisher:
@@ -109,9 +130,8 @@ class Finisher:
         #: The thread takes what is handed over: set when it starts, cleared (under
         #: ``_changed``) as it decides to exit, so nothing is queued after that decision.
         self._taking = False
-        #: When the newest chunk was handed over (monotonic), and whether it ended its block.
+        #: When the newest chunk was handed over (monotonic).
         self._last_added = 0.0
-        self._block_ended = False
         self._thread: threading.Thread | None = None
 
     def add(self, ended: Ended) -> None:
@@ -122,10 +142,9 @@ class Finisher:
             while len(self._pending) >= MAX_PENDING and self._taking:
                 self._changed.wait(0.5)
             if self._taking:
+                self._last_added = ended.added_at = time.monotonic()
                 self._pending.append(ended)
-                self._last_added = time.monotonic()
-                self._block_ended = ends_block(ended.task.index)
-                if self._block_ended or len(self._pending) in (1, GROUP_CHUNKS):
+                if len(self._pending) in (1, GROUP_CHUNKS):
                     self._changed.notify_all()  # worth waking it for
                 return
         try:
@@ -176,19 +195,18 @@ class Finisher:
                 if not self._pending:
                     self._taking = False  # decided under the lock add() queues under
                     return
-                opened_at = time.monotonic()
                 while not self._stopping:
-                    left = group_wait(
-                        len(self._pending),
-                        time.monotonic(),
-                        opened_at,
-                        self._last_added,
-                        self._block_ended,
-                    )
+                    opened_at = min(ended.added_at for ended in self._pending)
+                    now = time.monotonic()
+                    left = group_wait(len(self._pending), now, opened_at, self._last_added)
                     if left is None:
                         break
                     self._changed.wait(left)
-                group, self._pending = self._pending, []
+                now = time.monotonic()
+                if self._stopping or now >= self._last_added + LINGER_SECONDS:
+                    group, self._pending = self._pending, []  # a lull, or a stop: all
+                else:
+                    group, self._pending = ripe(self._pending, now)
                 self._busy = True
                 self._changed.notify_all()  # room for slots waiting to hand over
             try:
