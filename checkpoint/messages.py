@@ -80,7 +80,8 @@ def decode(body: bytes) -> TaskMessage:
     job_id, index = envelope.get("j"), envelope.get("i")
     if kind is None or not isinstance(job_type, str) or not isinstance(job_id, str):
         raise BadMessage(f"malformed envelope: {_preview(envelope)}")
-    if not checks.is_whole(index) or index < 0:
+    # An exact int, as msgpack decodes one, without a call into checks per message.
+    if not (type(index) is int or checks.is_whole(index)) or index < 0:
         raise BadMessage(f"malformed envelope (index {index!r})")
     try:
         # A job id no record can have would fail deeper down with a storage error, and

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Literal, TypeVar, get_args
+from typing import Any, Literal, TypeGuard, TypeVar, get_args
 
 from checkpoint import checks, layout
 from checkpoint.errors import BadRecord
@@ -349,7 +349,7 @@ class Properties:
         # explorer's default) as a double, and 3.0 attempts mean 3.
         if isinstance(value, float) and value.is_integer():
             value = int(value)
-        if value is None or (checks.is_whole(value) and value >= 0):
+        if value is None or (_is_whole(value) and value >= 0):
             return value
         raise self.bad(f"{field} {_shown(value)} is not a whole number >= 0")
 
@@ -358,7 +358,7 @@ class Properties:
         value = self._get(field, required=False)
         if isinstance(value, float) and value.is_integer():
             value = int(value)  # as for count: Azure may read an Int32 back as a double
-        if value is None or checks.is_whole(value):
+        if value is None or _is_whole(value):
             return int(value or 0)
         raise self.bad(f"{field} {_shown(value)} is not a whole number")
 
@@ -373,6 +373,13 @@ class Properties:
         if value is None or (isinstance(value, datetime) and value.tzinfo is not None):
             return value
         raise self.bad(f"{field} {_shown(value)} is not a UTC date and time")
+
+
+def _is_whole(value: object) -> TypeGuard[int]:
+    """:func:`checkpoint.checks.is_whole`, with a stored int (every count read) decided
+    here: a record is read field by field, and each field should not be a call into
+    another module."""
+    return type(value) is int or checks.is_whole(value)
 
 
 def _queue_count(p: Properties) -> int:

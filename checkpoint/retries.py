@@ -96,7 +96,11 @@ class Budget:
         The first try is made directly: tenacity is entered only after a transient
         failure, so a call that succeeds costs nothing more than the call.
         """
-        started = self.clock.monotonic()
+        # When the first try started matters only to a policy that gives up after a
+        # while; a deadline and the stop signal are read once a try has failed. So a
+        # call under a lease that succeeds at once reads no clock.
+        limit = self.policy.give_up_after_seconds
+        started = self.clock.monotonic() if limit is not None else 0.0
         try:
             return action()
         except TRANSIENT as error:

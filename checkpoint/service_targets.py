@@ -310,11 +310,13 @@ def check_entity(partition_key: str, row_key: str, properties: Mapping[str, obje
             _name_bytes.__wrapped__(name)  # raises the invalid-name error
         # Every record write comes here: the common values are sized inline (the same
         # sizes _value_bytes gives), everything else, and every error, goes through it.
+        # Exact types only (a bool, an IntEnum go there), and no call into another
+        # module per property.
         if type(value) is bytes and len(value) <= MAX_PROPERTY_BYTES:
             size = 4 + len(value)
         elif type(value) is str and value.isascii() and 2 * len(value) <= MAX_PROPERTY_BYTES:
             size = 4 + 2 * len(value)
-        elif (checks.is_whole(value) and INT64_MIN <= value <= INT64_MAX) or type(value) is float:
+        elif (type(value) is int and INT64_MIN <= value <= INT64_MAX) or type(value) is float:
             size = 8
         else:
             size = _value_bytes(name, value)

@@ -104,8 +104,11 @@ class ShardCounters:
         if counter not in COUNTERS:
             raise ValueError(f"no counter {counter!r}: a shard counts {' and '.join(COUNTERS)}")
         job_id, shard = ended[0][0].job_id, layout.shard_of(ended[0][0].index)
-        if any(t.job_id != job_id or layout.shard_of(t.index) != shard for t, _ in ended):
-            raise ValueError("count_chunks takes chunks of one job and one shard")
+        # A loop, not any() over a generator: each step of a generator would go back
+        # and forth between this module and layout's, for every chunk.
+        for task, _ in ended:
+            if task.job_id != job_id or layout.shard_of(task.index) != shard:
+                raise ValueError("count_chunks takes chunks of one job and one shard")
         outcome: dict[int, TaskRecord | StorageError] = {}  # by position in ``ended``
         counts: dict[str, int] = {}
         budget = retries.given(budget, self._clock)
@@ -261,6 +264,6 @@ def counts_of(record: Record, job_id: str, shard: int) -> dict[str, int]:
         raise BadRecord(f"shard {shard} counter of job {job_id!r}: {record.unreadable}")
     properties: Mapping[str, Any] = record.properties  # checked whole just below
     counts = {name: properties.get(name, 0) for name in COUNTERS}
-    if not all(checks.is_whole(value) for value in counts.values()):
+    if not all(type(value) is int or checks.is_whole(value) for value in counts.values()):
         raise BadRecord(f"shard {shard} counter of job {job_id!r}: {counts!r} is not counts")
     return counts

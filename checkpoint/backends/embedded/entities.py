@@ -1,4 +1,4 @@
-"""Record properties at rest and in queries: the msgpack codec, ETags and conditions.
+"""Record properties at rest and in queries: the msgpack codec and conditions.
 
 Properties are stored as one msgpack map per record. msgpack keeps every type Azure
 tables hold apart: ``bool`` stays bool (not 1), ``int`` stays int (not 1.0), ``bytes``
@@ -9,15 +9,15 @@ and come back timezone-aware in UTC, to the microsecond.
 from __future__ import annotations
 
 import operator
-import secrets
 from collections.abc import Callable, Mapping
 from datetime import datetime
 from typing import Any
 
 import msgpack
 
-from checkpoint import codec, service_targets
+from checkpoint import codec
 from checkpoint.errors import CodecError
+from checkpoint.service_targets import INT64_MAX, INT64_MIN
 from checkpoint.storage import PropertyValue, Where
 
 Properties = dict[str, PropertyValue]
@@ -52,19 +52,18 @@ def unpack(data: bytes) -> Properties:
         raise CodecError(
             f"its stored row is a msgpack {type(properties).__name__}, not a map of properties"
         )
+    # Each value is one a record holds (msgpack also has lists, maps and unsigned
+    # 64-bit ints, which no write of ours stores); checked here, in one loop, because
+    # every record read and merged comes through.
     for name, value in properties.items():
-        if not isinstance(name, str) or not _is_property_value(value):
+        if isinstance(value, int) and not isinstance(value, bool):
+            valid = INT64_MIN <= value <= INT64_MAX
+        else:
+            valid = value is None or isinstance(value, (str, bool, float, bytes, datetime))
+        if not isinstance(name, str) or not valid:
             shown = repr(value) if len(repr(value)) <= 60 else repr(value)[:57] + "..."
             raise CodecError(f"its stored row holds {name!r}: {shown}, not a property value")
     return properties
-
-
-def _is_property_value(value: object) -> bool:
-    """Whether a decoded value is one a record holds (msgpack also has lists, maps and
-    unsigned 64-bit ints, which no write of ours stores)."""
-    if isinstance(value, int) and not isinstance(value, bool):
-        return service_targets.INT64_MIN <= value <= service_targets.INT64_MAX
-    return value is None or isinstance(value, (str, bool, float, bytes, datetime))
 
 
 def merged(
@@ -78,29 +77,6 @@ def merged(
     result = dict(current)
     result.update((name, value) for name, value in changes.items() if value is not None)
     return result
-
-
-def new_etag() -> str:
-    """A fresh, opaque weak ETag; random, so two writes in the same instant differ."""
-    return f'W/"{secrets.token_hex(8)}"'
-
-
-#: Marks the ETag of a row read as unreadable: a merge given it knows it writes over
-#: bytes it could not read (a merge given the bare ETag is refused there, see records).
-_UNREADABLE_MARK = ";unreadable"
-
-
-def unreadable_etag(stored: str) -> str:
-    """The ETag a reader of an unreadable row is given for it."""
-    return stored + _UNREADABLE_MARK
-
-
-def as_stored_etag(given: str) -> tuple[str, bool]:
-    """The stored ETag a write's ETag names, and whether its writer saw the row
-    unreadable."""
-    if given.endswith(_UNREADABLE_MARK):
-        return given[: -len(_UNREADABLE_MARK)], True
-    return given, False
 
 
 # --------------------------------------------------------------------------- conditions

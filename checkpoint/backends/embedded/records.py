@@ -1,30 +1,24 @@
 """Azure Table storage semantics on SQLite.
 
 A record row holds its keys, its properties (msgpack, see :mod:`.entities`), its ETag
-and its timestamp. Every write is one ``BEGIN IMMEDIATE`` transaction that checks the
-ETag and writes in the same breath, so compare-and-swap holds across processes; a batch
-is one transaction for all its operations, rolled back whole when one fails.
+(made and read here) and its timestamp. Every write is one ``BEGIN IMMEDIATE``
+transaction that checks the ETag and writes in the same breath, so compare-and-swap
+holds across processes; a batch is one transaction for all its operations, rolled back
+whole when one fails.
 
 Table names are case-insensitive, as on Azure: ``Jobs`` and ``jobs`` are one table.
 """
 
 from __future__ import annotations
 
+import secrets
 import sqlite3
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import replace
 
 from checkpoint import service_targets
 from checkpoint.backends.embedded.db import Database, epoch, utc
-from checkpoint.backends.embedded.entities import (
-    as_stored_etag,
-    merged,
-    new_etag,
-    pack,
-    satisfies,
-    unpack,
-    unreadable_etag,
-)
+from checkpoint.backends.embedded.entities import merged, pack, satisfies, unpack
 from checkpoint.clock import Clock
 from checkpoint.errors import (
     AlreadyExists,
@@ -108,13 +102,42 @@ def _etag_of(op: BatchOp) -> str:
     return op.etag
 
 
-def _check_op(partition_key: str, op: BatchOp) -> int:
-    """Validate one operation before any request is made; return its size in bytes."""
-    if op.kind not in _KINDS:
-        raise InvalidRequest(f"unknown record operation {op.kind!r}", code="InvalidInput")
-    _etag_of(op)
-    properties = {} if op.kind == "delete" else op.properties
-    return service_targets.check_entity(partition_key, op.row_key, properties)
+def new_etag() -> str:
+    """A fresh, opaque weak ETag; random, so two writes in the same instant differ."""
+    return f'W/"{secrets.token_hex(8)}"'
+
+
+#: Marks the ETag of a row read as unreadable: a merge given it knows it writes over
+#: bytes it could not read (a merge given the bare ETag is refused, see _Writer._merge).
+_UNREADABLE_MARK = ";unreadable"
+
+
+def unreadable_etag(stored: str) -> str:
+    """The ETag a reader of an unreadable row is given for it."""
+    return stored + _UNREADABLE_MARK
+
+
+def as_stored_etag(given: str) -> tuple[str, bool]:
+    """The stored ETag a write's ETag names, and whether its writer saw the row
+    unreadable."""
+    if given.endswith(_UNREADABLE_MARK):
+        return given[: -len(_UNREADABLE_MARK)], True
+    return given, False
+
+
+def _check_ops(partition_key: str, ops: Sequence[BatchOp]) -> list[int]:
+    """Validate operations before any request is made, each in turn (kind, ETag, then
+    keys and properties); return their sizes in bytes. One loop, not a call per
+    operation: the checks of a batch's entities follow one another in service_targets."""
+    sizes = []
+    for op in ops:
+        if op.kind not in _KINDS:
+            raise InvalidRequest(f"unknown record operation {op.kind!r}", code="InvalidInput")
+        if op.etag is not None and not isinstance(op.etag, str):
+            _etag_of(op)  # raises the invalid-ETag error
+        properties = {} if op.kind == "delete" else op.properties
+        sizes.append(service_targets.check_entity(partition_key, op.row_key, properties))
+    return sizes
 
 
 class _Writer:
@@ -126,8 +149,8 @@ class _Writer:
 
     def apply(self, op: BatchOp, *, in_batch: bool) -> str:
         """Apply ``op``; return its new ETag ("" for a delete) or raise why it failed."""
-        etag = new_etag()
         given, seen_unreadable = as_stored_etag(_etag_of(op))
+        etag = new_etag()
         params = {**self._base, "rk": op.row_key, "etag": given, "new": etag}
         if op.kind == "delete":
             self._delete(params, missing_ok=not in_batch)
@@ -328,7 +351,7 @@ class EmbeddedRecords:
 
     def _apply(self, table: str, partition_key: str, op: BatchOp) -> str:
         key = _table_key(table)
-        _check_op(partition_key, op)
+        _check_ops(partition_key, [op])
         now = epoch(self._clock.now())
         with self._db.write() as conn:
             self._require_table(conn, table)
@@ -337,7 +360,7 @@ class EmbeddedRecords:
     def batch(self, table: str, partition_key: str, operations: Sequence[BatchOp]) -> list[str]:
         key = _table_key(table)
         operations = list(operations)
-        sizes = [_check_op(partition_key, op) for op in operations]
+        sizes = _check_ops(partition_key, operations)
         service_targets.check_batch([op.row_key for op in operations], sizes)
         now = epoch(self._clock.now())
         with self._db.write() as conn:
