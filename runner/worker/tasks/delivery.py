@@ -27,9 +27,9 @@ from runner.worker.leases.lease import Lease, LeaseKeeper
 from runner.worker.limits.admission import Admission
 from runner.worker.observing.heartbeat import RunningTasks
 from runner.worker.poison import PoisonRouter
+from runner.worker.receiving.prefetch import ChunkTimes
 from runner.worker.stop_orders import StopOrderWatcher
 from runner.worker.tasks.chunk_finisher import Finisher
-from runner.worker.tasks.chunk_times import ChunkTimes
 from runner.worker.tasks.job_completion import Completion
 
 
