@@ -121,6 +121,7 @@ def assemble(
     job_cache = JobCache(store, clock)
     stop_orders = StopOrderWatcher(job_cache, clock)
     completion = Completion(store, storage.queues, classes, failed=stop_orders.job_changed)
+    job_cache.on_read = completion.observe  # a job id's new incarnation: its total forgotten
     # The concerns on the points of a message's life, called in this order.
     metrics = () if recorder is SILENT else (Metrics(recorder),)  # off: no concern at all
     hooks = HookChain(*metrics, stop_orders)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import random
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from checkpoint import layout, retries
@@ -80,6 +81,9 @@ class Delivery:
     #: The task message's kind and index (the path reads them at most steps).
     kind: TaskKind
     index: int
+    #: Retries of a policy for as long as the message's lease lasts (a partial of
+    #: :class:`~checkpoint.retries.Budget`, made once as the message is decoded).
+    budget: Callable[[retries.RetryPolicy], Budget]
 
     @property
     def job_id(self) -> str:
@@ -93,8 +97,3 @@ class Delivery:
         if not layout.is_resume_queue(self.lease.queue):
             return self.lease.queue
         return self.job.chunk_queue(self.index)
-
-    def budget(self, policy: retries.RetryPolicy) -> Budget:
-        """Retries of ``policy`` for as long as the message's lease lasts."""
-        lease = self.lease
-        return Budget(policy, self.worker.clock, deadline=lambda: lease.visible_at)

@@ -31,8 +31,11 @@ poisoned, left), each one module.
 
 from __future__ import annotations
 
+import functools
+
 from checkpoint import messages
 from checkpoint.errors import BadMessage, BadRecord
+from checkpoint.retries import Budget
 from checkpoint.settle import Writer
 from checkpoint.storage import QueueMessage
 from runner.worker.leases.lease import Lease
@@ -120,7 +123,16 @@ def _delivery(worker: Context, lease: Lease, message: QueueMessage) -> Delivery 
         poison_bad_message(worker, lease, message, bad, of_job)
         return None
     return Delivery(
-        worker, lease, message, task_message, job_class, job, task_message.kind, task_message.index
+        worker,
+        lease,
+        message,
+        task_message,
+        job_class,
+        job,
+        task_message.kind,
+        task_message.index,
+        # Budgets with the lease's deadline, read afresh at each try (renewals move it).
+        functools.partial(Budget, clock=worker.clock, deadline=lambda: lease.visible_at),
     )
 
 
