@@ -341,7 +341,9 @@ class _WholeJob:
             return False
         lease = take_lease(worker.context, queue, batch[0], received_at)
         try:
-            handle(worker.context, queue, batch[0], received_at, lease)
+            chunk_seconds = handle(worker.context, queue, batch[0], received_at, lease)
+            if chunk_seconds is not None:  # noted as the worker loop notes them
+                worker.context.chunk_times.observe(self.job_class.job_type(), chunk_seconds)
         except SimulatedCrash:
             if not worker.dead:
                 raise

@@ -8,11 +8,15 @@ read through here: a record read in the last :data:`FRESH_SECONDS` serves them a
 worker running a thousand quick chunks of one job reads that job's record about once a
 second. A record this worker wrote itself (the job failed past its tolerated failures)
 is noted at once (:meth:`JobCache.note`), so its next delivery of the job acts on it.
+Whoever must hear of each record as it comes in (the completion's chunk totals, which
+an earlier incarnation of a job id must not serve) is told once per record read or
+noted (:attr:`JobCache.on_read`), not once per message served from here.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 
 from checkpoint import retries
 from checkpoint.clock import Clock
@@ -37,6 +41,9 @@ class JobCache:
         self._store = store
         self._clock = clock
         self._known: LruMap[str, tuple[float, JobRecord]] = LruMap(jobs_kept)
+        #: Told of each record as it is read from the store or noted, before any
+        #: caller acts on it.
+        self.on_read: Callable[[JobRecord], None] = _nobody
 
     def job(
         self,
@@ -60,11 +67,13 @@ class JobCache:
             self._known.forget(job_id)  # deleted: its last record must not serve on
             raise
         self._known.put(job_id, (now, job))
+        self.on_read(job)
         return job
 
     def note(self, job: JobRecord) -> None:
         """Know ``job`` as this worker just wrote (or read) it, from now on."""
         self._known.put(job.job_id, (self._clock.monotonic(), job))
+        self.on_read(job)
 
     def stop_order(self, job_id: str, max_age_seconds: float = FRESH_SECONDS) -> str | None:
         """Why a running task of the job must stop now ("deleted", "cancelled",
@@ -90,3 +99,7 @@ class JobCache:
         if job.stop_order == "paused" and job.drain:
             return None
         return job.stop_order
+
+
+def _nobody(job: JobRecord) -> None:
+    """Nobody is told (until the worker's assembly says who)."""

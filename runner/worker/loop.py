@@ -41,7 +41,7 @@ from runner.worker.observing.metrics_hooks import Metrics
 from runner.worker.observing.recorder import SILENT, Recorder
 from runner.worker.poison import PoisonRouter
 from runner.worker.receiving.polling import served_queues
-from runner.worker.receiving.prefetch import OutOfTurn, Prefetch
+from runner.worker.receiving.prefetch import RECEIVE_BATCH, Slots
 from runner.worker.receiving.receive_order import Received, ReceiveOrder, receive_from
 from runner.worker.stop_orders import StopOrderWatcher
 from runner.worker.tasks.chunk_finisher import Finisher
@@ -121,6 +121,7 @@ def assemble(
     job_cache = JobCache(store, clock)
     stop_orders = StopOrderWatcher(job_cache, clock)
     completion = Completion(store, storage.queues, classes, failed=stop_orders.job_changed)
+    job_cache.on_read = completion.observe  # a job id's new incarnation: its total forgotten
     # The concerns on the points of a message's life, called in this order.
     metrics = () if recorder is SILENT else (Metrics(recorder),)  # off: no concern at all
     hooks = HookChain(*metrics, stop_orders)
@@ -175,8 +176,8 @@ class WorkerLoop:
         )
         # Messages received and not yet finished (running or waiting for a slot).
         self._outstanding = 0
-        self.prefetch = Prefetch(settings.concurrency, settings.prefetch)
-        self._out_of_turn = OutOfTurn(settings.concurrency)
+        self._slots = Slots(settings.concurrency, settings.prefetch, self.context.chunk_times)
+        self.prefetch, self._out_of_turn = self._slots.prefetch, self._slots.out_of_turn
         self._outstanding_changed = threading.Condition()
         # The queues served; _serve_also adds those of unfinished jobs submitted with
         # another queue count than their class has now.
@@ -289,12 +290,12 @@ class WorkerLoop:
         while not self._stop.is_set():
             hand_back_in = self._hand_back()
             with self._outstanding_changed:
-                if not self._should_receive():
+                if not self._slots.should_receive(self._outstanding):
                     self._outstanding_changed.wait(
                         min(0.5, 0.5 if hand_back_in is None else hand_back_in)
                     )
                     continue
-                free = self._capacity() - self._outstanding
+                free = self._slots.capacity() - self._outstanding
             if self._receive(free):
                 idle_seconds = POLL_MIN_SECONDS
                 continue
@@ -313,19 +314,6 @@ class WorkerLoop:
             self._stop.wait(idle_seconds)
             idle_seconds = min(idle_seconds * 2, self.settings.poll_max_seconds)
 
-    def _capacity(self) -> int:
-        """Messages this process may hold: one per slot and the prefetch depth."""
-        return self.settings.concurrency + self.prefetch.depth
-
-    def _should_receive(self) -> bool:
-        # Refill in batches while every slot still has work: one receive of many costs
-        # far less than many of one. Waking this thread for each finished chunk would
-        # also cost the chunk threads the GIL for a switch interval each time.
-        capacity = self._capacity()
-        free = capacity - self._outstanding
-        refill_batch = max(1, min(32, capacity // 2))
-        return free >= refill_batch or self._outstanding < self.settings.concurrency
-
     def _receive(self, free: int) -> int:
         """One receive round (:mod:`runner.worker.receiving.receive_order`): per job type, tokens
         and slots are taken once for up to 32 messages, then its resume queue and its
@@ -339,7 +327,7 @@ class WorkerLoop:
                 continue  # it handed a message back: another worker's to take
             # Tokens and slots first: a message received is leased and its dequeue
             # counted, so none is received that could not start (admission.py).
-            admitted = self.admission.admit(cls, min(free, 32))
+            admitted = self.admission.admit(cls, min(free, RECEIVE_BATCH))
             if admitted.count == 0:
                 self._token_wait = _token_wait(self._token_wait, admitted.wait_seconds)
                 continue
@@ -381,27 +369,26 @@ class WorkerLoop:
             if item is None:
                 return
             queue, message, received_at, lease = item
-            if not self._out_of_turn.take(lease):
+            started, chunk_seconds = self.clock.monotonic(), None
+            if not self._slots.begin(lease, started):
                 continue  # handed back while it waited (_hand_back)
-            started, ran_chunk = self.clock.monotonic(), False
-            self._out_of_turn.task_started(started)
             try:
                 if self._stop.is_set():
                     self.context.keeper.release(lease, 0)  # never started: hand it back
                 else:
-                    ran_chunk = handle(self.context, queue, message, received_at, lease)
+                    chunk_seconds = handle(self.context, queue, message, received_at, lease)
             except Exception:  # no message may kill the worker
                 log.exception(
                     "handling message %s from %s failed; it will be retried", message.id, queue
                 )
             finally:
                 self.admission.ended(message)  # every ending passes here, once
-                self._out_of_turn.task_ended()
+                cls = self.context.by_queue[queue]
+                job_type = cls.job_type() if chunk_seconds is not None else ""
                 with self._outstanding_changed:
                     self._outstanding -= 1
-                    if ran_chunk:
-                        self.prefetch.observe(self.clock.monotonic() - started)
-                    if self._should_receive():
+                    slot_seconds = self.clock.monotonic() - started
+                    if self._slots.end(job_type, chunk_seconds, slot_seconds, self._outstanding):
                         self._outstanding_changed.notify()
 
     def _no_work_left(self) -> bool:

@@ -1,6 +1,6 @@
 """How far one message travels through the code: module changes per chunk in a real worker.
 
-``python -m tests.bench.message_path [--runs 3]``
+``python -m tests.bench.message_path [--runs 3] [--detail]``
 
 A worker loop (burst mode, default settings, the embedded store) runs a trivial job of
 1 chunk and one of 21 chunks with a profile hook on every thread; each call into a
@@ -17,6 +17,8 @@ once (planning, finalize, start-up and exit) drops out. Two counts:
   keeper and the rest included), and the modules entered.
 
 A module counts for a chunk when it is entered at least once per two chunks.
+``--detail`` adds a table of the engine path's modules (entries per chunk, last run), the
+rows to cut first on top.
 
 docs/architecture.md quotes the figures with this command.
 """
@@ -157,7 +159,9 @@ def per_chunk() -> PerChunk:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=3)
-    runs = [per_chunk() for _ in range(parser.parse_args().runs)]
+    parser.add_argument("--detail", action="store_true", help="entries per engine module")
+    arguments = parser.parse_args()
+    runs = [per_chunk() for _ in range(arguments.runs)]
     median = statistics.median
     last = runs[-1]
     print(
@@ -169,6 +173,14 @@ def main() -> None:
         f"every change per chunk: {median(sum(r.every.values()) for r in runs):.1f} into "
         f"{median(len(r.every) for r in runs):.0f} modules; most entered: {last.most(last.every)}"
     )
+    if arguments.detail:
+        print(detail(last.path))
+
+
+def detail(path: dict[str, float]) -> str:
+    """The engine path's modules as a table: entries per chunk, most first."""
+    rows = sorted(path.items(), key=lambda item: (-item[1], item[0]))
+    return "\n".join(f"  {n:5.1f}  {module.removeprefix(ENGINE)}" for module, n in rows)
 
 
 if __name__ == "__main__":

@@ -314,9 +314,13 @@ class World:
         )
 
     def deliver(self, message: QueueMessage | None = None) -> QueueMessage:
-        """Receive the next message (or take ``message``) and have the worker handle it."""
+        """Receive the next message (or take ``message``) and have the worker handle it,
+        noting its chunk's time as the worker loop does."""
         message = message or self.receive()
-        handle(self.worker, self.queue, message, self.clock.monotonic())
+        chunk_seconds = handle(self.worker, self.queue, message, self.clock.monotonic())
+        if chunk_seconds is not None:
+            job_type = self.worker.by_queue[self.queue].job_type()
+            self.worker.chunk_times.observe(job_type, chunk_seconds)
         return message
 
     def let_pass(self, seconds: float, message: QueueMessage) -> None:

@@ -36,20 +36,21 @@ def ids_of(task: TaskRecord) -> TaskIds:
 @contextmanager
 def task_running(
     worker_id: str, running: RunningTasks, claimed: TaskRecord, before: TaskRecord | None
-) -> Iterator[None]:
+) -> Iterator[bool]:
     """The block in which a claimed task runs: its lines carry its ids, the worker's
-    heartbeat lists it, and its start (or resume) is logged first.
+    heartbeat lists it, and its start (or resume) is logged first. Gives whether the
+    attempt :func:`resumes` an earlier one's state.
 
     Args:
         claimed: the record as claimed (its attempt is this one's).
         before: the record as read before the claim (None for a planned claim, which
             never ran), to say what the task resumes from.
     """
-    ids = ids_of(claimed)
+    ids, resumed = ids_of(claimed), resumes(before)
     with task_ids(ids, worker_id), running.running(ids):
         if log.isEnabledFor(logging.INFO):  # the line is not made for nobody
             log.info(start_line(claimed, before))
-        yield
+        yield resumed
 
 
 def resumes(before: TaskRecord | None) -> bool:

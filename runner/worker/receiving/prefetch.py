@@ -20,6 +20,11 @@ deleted unrun are not timed: they say nothing about the chunks to come. A fixed 
 A worker of several job types hands back a quiet type's message that waits in the
 buffer too long (:class:`OutOfTurn`): most likely a job's planning, which another
 worker can start at once while this one's slots run long.
+
+How long each job type's chunks take here (:class:`ChunkTimes`) decides whether a
+claimed chunk's message moves to the resume queue (:mod:`runner.worker.tasks.resume`).
+The loop tells all three of a slot's task in one call as it begins and one as it ends
+(:class:`Slots`).
 """
 
 from __future__ import annotations
@@ -45,8 +50,10 @@ MAX_PREFETCH = 64
 #: starts within a second. Job control is unaffected: a message is checked against its
 #: job's state when it starts, not when it is received.
 BUFFER_SECONDS = 1.0
-#: Weight of the newest timing in the smoothed time per message.
+#: Weight of the newest timing in the smoothed time per message (and per chunk of a type).
 SMOOTHING = 0.2
+#: The most messages one receive returns, and so the largest refill the loop waits for.
+RECEIVE_BATCH = 32
 
 
 def adaptive_depth(concurrency: int, seconds_per_message: float | None) -> int:
@@ -183,3 +190,75 @@ class OutOfTurn:
             log.debug("handing back message %s: it waited behind busy slots", message.id)
             release(lease, message)
         return None if first is None else max(0.0, first + HAND_BACK_SECONDS - now)
+
+
+class ChunkTimes:
+    """Each job type's smoothed seconds per chunk on this worker: whether a claimed
+    chunk's message moves to the resume queue (:func:`runner.worker.tasks.resume.moves_here`).
+    Thread-safe: chunk slots report."""
+
+    def __init__(self) -> None:
+        self._seconds: dict[str, float] = {}
+        self._lock = threading.Lock()
+
+    def observe(self, job_type: str, seconds: float) -> None:
+        """A chunk of ``job_type`` ran for ``seconds`` (whatever its outcome)."""
+        with self._lock:
+            last = self._seconds.get(job_type)
+            self._seconds[job_type] = (
+                seconds if last is None else last + SMOOTHING * (seconds - last)
+            )
+
+    def seconds(self, job_type: str) -> float | None:
+        """The smoothed time, or None before the first chunk of the type ended here."""
+        with self._lock:
+            return self._seconds.get(job_type)
+
+
+class Slots:
+    """What one worker loop keeps of its chunk slots' tasks: the prefetch depth, each
+    type's chunk times and the messages taken out of turn, told in one call as a slot
+    begins a task (:meth:`begin`) and one as it ends it (:meth:`end`)."""
+
+    def __init__(
+        self, concurrency: int, fixed: int | None = None, chunk_times: ChunkTimes | None = None
+    ):
+        self.concurrency = concurrency
+        self.prefetch = Prefetch(concurrency, fixed)
+        self.out_of_turn = OutOfTurn(concurrency)
+        self.chunk_times = chunk_times or ChunkTimes()
+
+    def capacity(self) -> int:
+        """Messages the process may hold: one per slot and the prefetch depth."""
+        return self.concurrency + self.prefetch.depth
+
+    def should_receive(self, outstanding: int) -> bool:
+        """Whether to receive now, with ``outstanding`` messages held (running or waiting)."""
+        # Refill in batches while every slot still has work: one receive of many costs
+        # far less than many of one. Waking the receive thread for each finished chunk
+        # would also cost the chunk threads the GIL for a switch interval each time.
+        capacity = self.capacity()
+        refill_batch = max(1, min(RECEIVE_BATCH, capacity // 2))
+        return capacity - outstanding >= refill_batch or outstanding < self.concurrency
+
+    def begin(self, lease: Lease, now: float) -> bool:
+        """The calling slot takes the message of ``lease`` at ``now`` (monotonic): False
+        if it was handed back while it waited (:meth:`OutOfTurn.hand_back`)."""
+        if not self.out_of_turn.take(lease):
+            return False
+        self.out_of_turn.task_started(now)
+        return True
+
+    def end(
+        self, job_type: str, chunk_seconds: float | None, slot_seconds: float, outstanding: int
+    ) -> bool:
+        """The calling slot ended its task, which ran a chunk of ``job_type`` for
+        ``chunk_seconds`` (None: not a chunk) in ``slot_seconds`` from taking its message;
+        ``outstanding`` messages are held now. Returns :meth:`should_receive`.
+
+        Not thread-safe for the prefetch depth: the loop calls it under its own lock."""
+        self.out_of_turn.task_ended()
+        if chunk_seconds is not None:
+            self.chunk_times.observe(job_type, chunk_seconds)
+            self.prefetch.observe(slot_seconds)
+        return self.should_receive(outstanding)

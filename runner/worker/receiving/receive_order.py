@@ -20,8 +20,8 @@ from checkpoint.errors import StorageError
 from checkpoint.storage import QueueMessage, QueueStore
 from jobs.job import ChunkedJob
 from runner.worker.receiving.polling import Rotation
+from runner.worker.receiving.prefetch import ChunkTimes
 from runner.worker.receiving.type_turns import TypeTurns
-from runner.worker.tasks.chunk_times import ChunkTimes
 from runner.worker.tasks.resume import moves_here, queues_to_poll
 
 log = logging.getLogger(__name__)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import random
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from checkpoint import layout, retries
@@ -27,9 +28,9 @@ from runner.worker.leases.lease import Lease, LeaseKeeper
 from runner.worker.limits.admission import Admission
 from runner.worker.observing.heartbeat import RunningTasks
 from runner.worker.poison import PoisonRouter
+from runner.worker.receiving.prefetch import ChunkTimes
 from runner.worker.stop_orders import StopOrderWatcher
 from runner.worker.tasks.chunk_finisher import Finisher
-from runner.worker.tasks.chunk_times import ChunkTimes
 from runner.worker.tasks.job_completion import Completion
 
 
@@ -80,6 +81,9 @@ class Delivery:
     #: The task message's kind and index (the path reads them at most steps).
     kind: TaskKind
     index: int
+    #: Retries of a policy for as long as the message's lease lasts (a partial of
+    #: :class:`~checkpoint.retries.Budget`, made once as the message is decoded).
+    budget: Callable[[retries.RetryPolicy], Budget]
 
     @property
     def job_id(self) -> str:
@@ -93,8 +97,3 @@ class Delivery:
         if not layout.is_resume_queue(self.lease.queue):
             return self.lease.queue
         return self.job.chunk_queue(self.index)
-
-    def budget(self, policy: retries.RetryPolicy) -> Budget:
-        """Retries of ``policy`` for as long as the message's lease lasts."""
-        lease = self.lease
-        return Budget(policy, self.worker.clock, deadline=lambda: lease.visible_at)

@@ -107,7 +107,9 @@ class Completion:
 
     def observe(self, job: JobRecord) -> None:
         """Forget the total of an earlier job of this id (deleted, and submitted again
-        since): told of each job record a message is handled under, before any check."""
+        since): told of each job record the worker's job cache reads or is told of
+        (:attr:`runner.worker.job_cache.JobCache.on_read`), before any message is
+        handled under it."""
         known = self._totals.get(job.job_id)
         if known is not None and known[0] != job.incarnation:
             self._totals.forget(job.job_id)

@@ -38,8 +38,6 @@ def judged(
     job = _job_now(worker, task_message, lease, fresh)
     why = leftover_reason(task_message, job)
     if why is None:
-        if job is not None:
-            worker.completion.observe(job)
         return False, job
     log.info(
         "%s %s of %s: %s; message deleted unrun",

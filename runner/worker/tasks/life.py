@@ -31,8 +31,11 @@ poisoned, left), each one module.
 
 from __future__ import annotations
 
+import functools
+
 from checkpoint import messages
 from checkpoint.errors import BadMessage, BadRecord
+from checkpoint.retries import Budget
 from checkpoint.settle import Writer
 from checkpoint.storage import QueueMessage
 from runner.worker.leases.lease import Lease
@@ -66,22 +69,24 @@ def handle(
     message: QueueMessage,
     received_at: float,
     lease: Lease | None = None,
-) -> bool:
+) -> float | None:
     """Process one received message completely; never raises for a bad message.
 
     ``lease`` is the message's lease if :func:`take_lease` was called already (the message
-    waited in a prefetch buffer); else it is taken now. Returns True if the message ran
-    a chunk (the worker loop times those to choose its prefetch depth; planning,
-    finalize and messages deleted unrun say nothing about the chunks to come).
+    waited in a prefetch buffer); else it is taken now. Returns the seconds its chunk ran,
+    whatever its outcome, if it ran one (None: planning, finalize and messages deleted
+    unrun say nothing about the chunks to come). The caller notes them
+    (:class:`runner.worker.receiving.prefetch.Slots`): they set the prefetch depth and
+    whether the type's messages move to its resume queue.
     """
     if lease is None:
         lease = take_lease(worker, queue, message, received_at)
     try:
         delivery = _delivery(worker, lease, message)
-        return delivery is not None and _run_task(delivery)
+        return None if delivery is None else _run_task(delivery)
     except BadRecord as bad:
         unreadable_after_all(worker, lease, message, bad)
-        return False
+        return None
     finally:
         # Whatever happened (a storage outage mid-way, say), never renew a message
         # nobody works on: it lapses and is retried. A finished chunk's message is the
@@ -118,12 +123,21 @@ def _delivery(worker: Context, lease: Lease, message: QueueMessage) -> Delivery 
         poison_bad_message(worker, lease, message, bad, of_job)
         return None
     return Delivery(
-        worker, lease, message, task_message, job_class, job, task_message.kind, task_message.index
+        worker,
+        lease,
+        message,
+        task_message,
+        job_class,
+        job,
+        task_message.kind,
+        task_message.index,
+        # Budgets with the lease's deadline, read afresh at each try (renewals move it).
+        functools.partial(Budget, clock=worker.clock, deadline=lambda: lease.visible_at),
     )
 
 
-def _run_task(delivery: Delivery) -> bool:
-    """Decide, claim and run the task; True if it was a chunk that ran."""
+def _run_task(delivery: Delivery) -> float | None:
+    """Decide, claim and run the task; the seconds it ran if it was a chunk."""
     kind = KINDS[delivery.kind]
     if not kind.takes_slot:
         # Planning and finalize are not chunks: they hold no running slot.
@@ -136,7 +150,7 @@ def _run_task(delivery: Delivery) -> bool:
     # cancel made since this worker's last read is never missed by them.
     if delivery.job.stop_order is not None:
         set_aside(delivery)
-        return False
+        return None
     writer = Writer()
     moved = copy_to_resume(delivery)  # a chunk's message waits in its resume queue
     message_id = moved.copy.id if moved is not None else None
@@ -146,18 +160,14 @@ def _run_task(delivery: Delivery) -> bool:
         before = claimable(delivery)
         if before is None:
             discard(delivery, moved)
-            return False
+            return None
         claimed = claim(delivery, before, writer, message_id)
         if claimed is None:
             discard(delivery, moved)
             delivery.worker.keeper.release(delivery.lease, delivery.job_class.lease_seconds)
-            return False
+            return None
     follow(delivery, moved)
     clock = delivery.worker.clock
     started = clock.monotonic()
     start(delivery, claimed, writer, before)
-    if kind.takes_slot:  # a chunk's time, whatever its outcome, is noted for its type
-        delivery.worker.chunk_times.observe(
-            delivery.job_class.job_type(), clock.monotonic() - started
-        )
-    return kind.takes_slot
+    return clock.monotonic() - started if kind.takes_slot else None

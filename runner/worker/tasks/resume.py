@@ -44,7 +44,7 @@ from checkpoint import retries
 from checkpoint.errors import StorageError
 from checkpoint.storage import NEVER_EXPIRES, QueueMessage
 from jobs.job import ChunkedJob
-from runner.worker.tasks.chunk_times import ChunkTimes
+from runner.worker.receiving.prefetch import ChunkTimes
 from runner.worker.tasks.delivery import Delivery
 from runner.worker.tasks.task_kinds import KINDS
 

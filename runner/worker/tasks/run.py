@@ -17,7 +17,7 @@ from jobs.errors import ChunkStopped, JobCancelled, JobDeleted, JobPaused
 from runner.worker.leases.takeover import takeover_of
 from runner.worker.limits.unit_limits import LimitedControl
 from runner.worker.observing.logs import TASK_LOGGER
-from runner.worker.observing.observe import resumes, task_running
+from runner.worker.observing.observe import task_running
 from runner.worker.tasks.control import TaskControl
 from runner.worker.tasks.delivery import Delivery
 from runner.worker.tasks.feed import FeedStep, NextStep, feed_later
@@ -48,12 +48,9 @@ def start(
         else takeover_of(before, worker.workers, worker.clock, delivery.budget(retries.READ)),
         hooks=worker.hooks,
         job_type=delivery.job.job_type,
-        admission=worker.admission,
-        job_class=delivery.job_class,
     )
-    KINDS[claimed.kind].watch_lease(lease, control)
-    resumed = resumes(before)
-    with task_running(worker.worker_id, worker.running, claimed, before):
+    control.admission, control.job_class = worker.admission, delivery.job_class
+    with task_running(worker.worker_id, worker.running, claimed, before) as resumed:
         worker.hooks.started(delivery.job, control, resumed)
         try:
             _execute(delivery, control)
@@ -65,7 +62,7 @@ def _execute(delivery: Delivery, control: LimitedControl) -> None:
     worker, lease, job, task = delivery.worker, delivery.lease, delivery.job, control.task
     after = NextStep(delivery)  # a feed step's next message (runner.worker.tasks.feed)
     try:
-        outcome = KINDS[task.kind].run(delivery, control, after)
+        outcome = KINDS[task.kind].execute(delivery, control, after)
     except LeaseLost as lost:
         log.warning("%s %s of %s stopped: lease lost (%s)", task.kind, task.index, job.job_id, lost)
         worker.keeper.drop(lease)

@@ -74,6 +74,11 @@ class Kind(ABC):
         budget = delivery.budget(retries.READ)
         return store.ensure_task(job.job_id, self.name, budget, job.incarnation)
 
+    def execute(self, delivery: Delivery, control: LimitedControl, after: NextStep) -> Any:
+        """Run the claimed task under its lease (:meth:`watch_lease`, then :meth:`run`)."""
+        self.watch_lease(delivery.lease, control)
+        return self.run(delivery, control, after)
+
     def watch_lease(self, lease: Lease, control: LimitedControl) -> None:
         """Tell the lease what to write when it renews: the record's ``lease_until``."""
         lease.on_renewed = control.on_renewed

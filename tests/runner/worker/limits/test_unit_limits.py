@@ -53,16 +53,8 @@ class Waiting:
         self.stopping = threading.Event()
         self.book = LimitBook(backend.storage.records, self.clock)
         admission = Admission(LimitBook(storage.records, self.clock), self.clock, "me", [self.cls])
-        self.control = LimitedControl(
-            store,
-            claimed,
-            lease,
-            self.clock,
-            0.0,
-            self.stopping,
-            admission=admission,
-            job_class=self.cls,
-        )
+        self.control = LimitedControl(store, claimed, lease, self.clock, 0.0, self.stopping)
+        self.control.admission, self.control.job_class = admission, self.cls
         self.waits: list[float] = []
         self.on_wait: Any = None
         real_wait = self.clock.wait

@@ -320,7 +320,7 @@ def test_a_garbled_job_record_poisons_its_message_and_the_worker_goes_on(backend
         context = WorkerLoop(storage, [Doubling]).context
         received = storage.queues.receive(Doubling.queue, max_messages=2, visibility_seconds=60)
         for message in received:
-            assert handle(context, Doubling.queue, message, context.clock.monotonic()) is False
+            assert handle(context, Doubling.queue, message, context.clock.monotonic()) is None
 
         # Then both are poisoned with the reason, and nothing was raised
         reasons = _poison_reasons(storage, job_id)

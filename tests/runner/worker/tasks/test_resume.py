@@ -12,8 +12,8 @@ from checkpoint.clock import FakeClock
 from checkpoint.storage import QueueMessage
 from jobs.job import ChunkedJob
 from jobs.job_run import SimulatedCrash
+from runner.worker.receiving.prefetch import ChunkTimes
 from runner.worker.receiving.receive_order import ReceiveOrder
-from runner.worker.tasks.chunk_times import ChunkTimes
 from runner.worker.tasks.life import handle
 from runner.worker.tasks.resume import (
     IDLE_RESUME_POLL_SECONDS,

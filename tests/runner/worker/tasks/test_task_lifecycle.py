@@ -201,7 +201,7 @@ def test_a_job_runs_from_planning_to_done_in_this_process(world: World):
 
     # When its planning runs, then its chunks are recorded and enqueued with their
     # planned records, and the job is running
-    assert handle(world.worker, world.queue, world.receive(), world.clock.monotonic()) is False
+    assert handle(world.worker, world.queue, world.receive(), world.clock.monotonic()) is None
     job = world.job_record(job_id)
     assert job.state == "running" and job.total == 3
     assert world.progress(world.task(job_id, "plan")) == 3
@@ -211,7 +211,7 @@ def test_a_job_runs_from_planning_to_done_in_this_process(world: World):
     # When the chunks run, each is claimed from its planned record and done; the last
     # one's completion check enqueues finalize
     for message in chunks:
-        assert handle(world.worker, world.queue, message, world.clock.monotonic()) is True
+        assert handle(world.worker, world.queue, message, world.clock.monotonic()) is not None
     assert [(t.state, t.attempt) for t in world.store.chunks(job_id)] == [("done", 1)] * 3
     assert world.job_record(job_id).state == "finalizing"
 
