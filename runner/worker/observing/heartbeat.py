@@ -2,8 +2,8 @@
 
 One thread per worker process writes it every :data:`BEAT_SECONDS` (an upsert of a few
 hundred bytes: 12 writes a minute) with what the worker runs now (:class:`RunningTasks`),
-sooner when the jobs it runs tasks of change or it goes idle or busy (but never
-two beats within :data:`MIN_GAP_SECONDS`), and once more when the worker stops
+sooner when it starts tasks of a job its last beat did not name (but never two beats
+within :data:`MIN_GAP_SECONDS`), and once more when the worker stops
 (``stopped``), so ``runner status`` can show idle workers and tell a worker that exited
 from one that vanished. One chunk following another of the same job waits for the beat
 when due: a worker of quick chunks wrote a beat a second before (0.01 requests per
@@ -223,6 +223,16 @@ class Heartbeat:
                 return
             self._stop.wait(MIN_GAP_SECONDS - (time.monotonic() - beaten_at))
             self._wake.clear()  # before looking: a change from now on wakes it again
-            if (self._state, self._running.shape()) != self._written:
+            if self._news():
                 return
-            # Only which chunks of the same jobs: the beat when due says it.
+            # Only which chunks of the same jobs, or fewer jobs: the beat when due says it.
+
+    def _news(self) -> bool:
+        """Whether a beat sooner than due has news: the worker's state changed, or it runs
+        tasks of a job the last beat did not name. Tasks ending are not news: a worker
+        of quick chunks is between two of them (its claim's round trip) most of the
+        time, and every look would find it idle."""
+        if self._written is None:
+            return True
+        state, jobs = self._written
+        return self._state != state or not self._running.shape() <= jobs
