@@ -18,7 +18,6 @@ logged entry 1: the checkpoint a SIGKILL in the window leaves, once that file is
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -156,13 +155,11 @@ def test_a_file_read_twice_is_named(tmp_path: Path):
 FILES = 9
 
 
-@pytest.fixture(scope="module")
-def spark() -> Iterator[Any]:
-    from jobs.spark import SparkSettings, spark_session, stop_spark
-    from samples.migration.job import MigrateOrders
-
-    yield spark_session(SparkSettings.for_job(MigrateOrders))
-    stop_spark()
+@pytest.fixture
+def spark(local_spark: Any) -> Any:
+    """The run's one local session (tests/conftest.py), the job's settings: started once
+    for every module that asks, not once more for this one."""
+    return local_spark
 
 
 class FailNextPlan:

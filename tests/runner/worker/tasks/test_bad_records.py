@@ -37,10 +37,19 @@ from runner.cli.render import render_status
 from runner.cli.status import job_status
 from runner.worker.loop import WorkerLoop, WorkerSettings
 from runner.worker.tasks.life import handle
+from tests.azurite import Azurite
 from tests.backends import Backend
 
 NOW = datetime(2030, 1, 1, tzinfo=UTC)
 STATES = "waiting, running, retrying, done, poisoned"
+
+
+@pytest.fixture(scope="module")
+def azurite(own_azurite: Azurite) -> Azurite:
+    """This module's own Azurite (tests/conftest.py ``own_azurite``): ``runner status``
+    of the whole store reads every active job in full (on the session's Azurite, late
+    in a loaded run, 125 s for that one test)."""
+    return own_azurite
 
 
 class Doubling(ChunkedJob):
@@ -304,7 +313,7 @@ def test_status_shows_unreadable_records_without_a_traceback(
         # and a worker's list of jobs leaves the unreadable one out
         assert bad not in {j.job_id for j in store.list_jobs()}
     finally:
-        # Azurite's tables are shared by the session: leave no unreadable job behind
+        # Azurite's tables are shared by the module's tests: leave no unreadable job behind
         storage.records.delete(layout.JOBS_TABLE, layout.JOBS_PARTITION, bad, etag=ANY_ETAG)
 
 
