@@ -236,7 +236,7 @@ def report(results: Results, args: argparse.Namespace, load: str) -> list[str]:
         "*Planning alone*: a loop of one slot and no prefetch, stopped as it asks for more "
         "work; *processing alone*: a fresh loop then runs the planned chunks. Prefetch "
         "adapts to the time chunks take unless a setting names it "
-        "(`runner/worker/receiving/prefetch.py`: up to 32 for trivial chunks, growing 0, 1, "
+        "(`runner/worker/receiving/prefetch.py`: up to 64 for trivial chunks, growing 0, 1, "
         "3, 7 ... from the first chunk). "
         "Embedded: a fresh store directory per job, real clock." + azurite,
         "",
