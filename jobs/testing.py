@@ -60,10 +60,11 @@ from jobs.job_run import (
 )
 from jobs.submit import submit
 from jobs.summary import JobSummary
+from runner.worker.leases.lease import take_lease
 from runner.worker.loop import assemble
 from runner.worker.tasks.control import TaskControl
 from runner.worker.tasks.delivery import Context
-from runner.worker.tasks.life import handle, take_lease
+from runner.worker.tasks.life import handle
 
 __all__ = [
     "Call",
@@ -97,8 +98,8 @@ def run_job(
     """Run a whole job in this process: submit, plan, every chunk, finalize.
 
     The runner's own code runs it (``runner.worker.loop.assemble``,
-    ``runner.worker.tasks.life.take_lease`` and ``handle``, the finisher driven in this
-    thread) on an embedded store in a temporary directory, on a
+    ``runner.worker.leases.lease.take_lease``, ``runner.worker.tasks.life.handle``, the
+    finisher driven in this thread) on an embedded store in a temporary directory, on a
     :class:`~checkpoint.clock.FakeClock`: one message at a time, no threads, no sleeps.
     When no message is visible the clock jumps to the next one (past a backoff, past a
     dead worker's lease). Deterministic: the backoff's jitter
@@ -339,7 +340,9 @@ class _WholeJob:
                 break
         else:
             return False
-        lease = take_lease(worker.context, queue, batch[0], received_at)
+        lease = take_lease(
+            worker.context.keeper, queue, batch[0], worker.context.by_queue[queue], received_at
+        )
         try:
             chunk_seconds = handle(worker.context, queue, batch[0], received_at, lease)
             if chunk_seconds is not None:  # noted as the worker loop notes them

@@ -32,7 +32,7 @@ from checkpoint.workers import WorkerBook
 from jobs.job import ChunkedJob
 from runner.worker.hooks import HookChain
 from runner.worker.job_cache import JobCache
-from runner.worker.leases.lease import Lease, LeaseKeeper
+from runner.worker.leases.lease import Lease, LeaseKeeper, take_lease
 from runner.worker.limits.admission import Admission
 from runner.worker.limits.slot_keeper import SlotKeeper
 from runner.worker.observing.heartbeat import BEAT_SECONDS, Heartbeat, Identity
@@ -47,7 +47,7 @@ from runner.worker.stop_orders import StopOrderWatcher
 from runner.worker.tasks.chunk_finisher import Finisher
 from runner.worker.tasks.delivery import Context
 from runner.worker.tasks.job_completion import Completion
-from runner.worker.tasks.life import handle, take_lease
+from runner.worker.tasks.life import handle
 
 log = logging.getLogger(__name__)
 
@@ -345,7 +345,13 @@ class WorkerLoop:
             out_of_turn = self._order.out_of_turn(cls)
             for queue_name, message, received_at in batch:
                 # Held at once, so a message waiting for a free slot is renewed too.
-                lease = take_lease(self.context, queue_name, message, received_at)
+                lease = take_lease(
+                    self.context.keeper,
+                    queue_name,
+                    message,
+                    self.context.by_queue[queue_name],
+                    received_at,
+                )
                 if out_of_turn:
                     self._out_of_turn.wait(cls, message, lease, self.clock.monotonic())
                 self._work.put((queue_name, message, received_at, lease))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 import threading
 from datetime import timedelta
 
@@ -57,3 +58,22 @@ def test_system_clock_is_utc_aware_and_monotonic():
 def test_clocks_say_what_they_are():
     assert repr(SystemClock()) == "SystemClock()"
     assert repr(FakeClock()) == "FakeClock(now=2030-01-01T00:00:00+00:00)"
+
+
+def test_system_clock_reads_run_no_python_code_of_ours():
+    # Given the real clock and a profile hook that notes every Python function called
+    clock, called = SystemClock(), []
+
+    def note(frame, event, arg):
+        if event == "call":
+            called.append(frame.f_code.co_filename)
+
+    # When the time is read both ways
+    sys.setprofile(note)
+    try:
+        clock.now()
+        clock.monotonic()
+    finally:
+        sys.setprofile(None)
+    # Then no function of the clock's module ran: a read is the standard function's
+    assert not [name for name in called if name.endswith("clock.py")]

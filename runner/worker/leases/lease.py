@@ -33,6 +33,7 @@ from checkpoint.clock import Clock
 from checkpoint.errors import LeaseLost, StorageError
 from checkpoint.retries import Budget
 from checkpoint.storage import QueueMessage, QueueStore
+from jobs.job import ChunkedJob
 from runner.worker.leases.pool import DaemonPool
 from runner.worker.observing.logs import in_context
 from runner.worker.observing.recorder import SILENT, Recorder
@@ -506,6 +507,26 @@ class LeaseKeeper:
             self._thread.join(KEEPER_STOP_SECONDS)
         self._renewals.shutdown()
         self._refreshes.shutdown()
+
+
+def take_lease(
+    keeper: LeaseKeeper,
+    queue: str,
+    message: QueueMessage,
+    job_class: type[ChunkedJob],
+    received_at: float,
+) -> Lease:
+    """Have ``keeper`` renew a message just received from ``queue`` (``received_at``:
+    monotonic, before the receive call) under its job class's lease: its length,
+    ``max_chunk_seconds`` and job type."""
+    return keeper.lease(
+        queue,
+        message,
+        job_class.lease_seconds,
+        received_at=received_at,
+        max_seconds=job_class.max_chunk_seconds,
+        job_type=job_class.job_type(),
+    )
 
 
 class Refreshes:

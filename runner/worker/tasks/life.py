@@ -38,7 +38,7 @@ from checkpoint.errors import BadMessage, BadRecord
 from checkpoint.retries import Budget
 from checkpoint.settle import Writer
 from checkpoint.storage import QueueMessage
-from runner.worker.leases.lease import Lease
+from runner.worker.leases.lease import Lease, take_lease
 from runner.worker.tasks.bad_records import poison_bad_message, unreadable_after_all
 from runner.worker.tasks.claim import claim, claim_planned, claimable
 from runner.worker.tasks.delivery import Context, Delivery
@@ -47,20 +47,6 @@ from runner.worker.tasks.parking import set_aside
 from runner.worker.tasks.resume import copy_to_resume, discard, follow
 from runner.worker.tasks.run import start
 from runner.worker.tasks.task_kinds import KINDS
-
-
-def take_lease(worker: Context, queue: str, message: QueueMessage, received_at: float) -> Lease:
-    """Start renewing a just-received message (``received_at``: monotonic, before the
-    receive call) under its job type's lease."""
-    queue_class = worker.by_queue[queue]
-    return worker.keeper.lease(
-        queue,
-        message,
-        queue_class.lease_seconds,
-        received_at=received_at,
-        max_seconds=queue_class.max_chunk_seconds,
-        job_type=queue_class.job_type(),
-    )
 
 
 def handle(
@@ -72,15 +58,16 @@ def handle(
 ) -> float | None:
     """Process one received message completely; never raises for a bad message.
 
-    ``lease`` is the message's lease if :func:`take_lease` was called already (the message
-    waited in a prefetch buffer); else it is taken now. Returns the seconds its chunk ran,
-    whatever its outcome, if it ran one (None: planning, finalize and messages deleted
-    unrun say nothing about the chunks to come). The caller notes them
+    ``lease`` is the message's lease if it was taken already
+    (:func:`~runner.worker.leases.lease.take_lease`: the worker loop takes it
+    at once, while the message waits for a free slot); else it is taken now. Returns the
+    seconds its chunk ran, whatever its outcome, if it ran one (None: planning, finalize
+    and messages deleted unrun say nothing about the chunks to come). The caller notes them
     (:class:`runner.worker.receiving.prefetch.Slots`): they set the prefetch depth and
     whether the type's messages move to its resume queue.
     """
     if lease is None:
-        lease = take_lease(worker, queue, message, received_at)
+        lease = take_lease(worker.keeper, queue, message, worker.by_queue[queue], received_at)
     try:
         delivery = _delivery(worker, lease, message)
         return None if delivery is None else _run_task(delivery)

@@ -21,12 +21,14 @@ from checkpoint.backends import open_storage
 from checkpoint.clock import FakeClock, SystemClock
 from checkpoint.errors import LeaseLost, NotFound, Throttled, Unavailable
 from checkpoint.storage import QueueMessage, QueueStore, Receipt, Storage
+from jobs.job import ChunkedJob
 from runner.worker.leases.lease import (
     RENEW_FRACTION,
     RETRY_FRACTION,
     Lease,
     LeaseKeeper,
     renew_after_seconds,
+    take_lease,
 )
 
 QUEUE = "work"
@@ -156,6 +158,24 @@ def test_renews_at_seventy_percent_of_the_lease(harness: Harness):
     assert lease.visible_at - start == pytest.approx(31)
     assert lease.next_renewal_at - start == pytest.approx(28)
     assert not lease.lost
+
+
+def test_a_received_message_is_leased_under_its_job_class(harness: Harness):
+    # Given a job class with its own lease length and chunk time cap
+    class Capped(ChunkedJob):
+        lease_seconds = 12
+        max_chunk_seconds = 90.0
+
+    harness.storage.queues.send(QUEUE, b"chunk")
+    received_at = harness.clock.monotonic()
+    (message,) = harness.storage.queues.receive(QUEUE, visibility_seconds=12)
+    # When the keeper takes the message's lease for that class, as the worker loop does
+    lease = take_lease(harness.keeper, QUEUE, message, Capped, received_at)
+    # Then the lease has the class's length, cap and job type, counted from the receive
+    assert (lease.lease_seconds, lease.max_seconds) == (12, 90.0)
+    assert lease.job_type == Capped.job_type()
+    assert lease.visible_at == received_at + 12
+    assert harness.keeper.leased() == [lease]
 
 
 @pytest.mark.parametrize(
