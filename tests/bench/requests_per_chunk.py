@@ -65,8 +65,11 @@ IDLE_SECONDS, QUICK_IDLE_SECONDS, IDLE_SETTLE_SECONDS = 20.0, 4.0, 3.0
 #: the slower the store, so they are reported beside it). The report says PASS or OVER
 #: against it and tests/bench/test_requests_per_chunk.py fails over it, so a change that
 #: adds a request per chunk raises it here and says why. The floor is 3 (a chunk's
-#: message sent and deleted, its claim); issue 30 asked for 3.2 in all.
-REQUESTS_PER_CHUNK_BUDGET = 3.45
+#: message sent and deleted, its claim); issue 30 asked for 3.2 in all. Measured
+#: 3.168 made by the chunk (3.198 in all) on a quiet machine on 2026-11-29, 3.17-3.19 by
+#: the budget test's sizes; the budget leaves the margin the earlier one had (0.17) for
+#: a loaded machine (3.284 then, against 3.45).
+REQUESTS_PER_CHUNK_BUDGET = 3.35
 #: The two sizes the budget test counts at: past a feed window (256), so that feeding,
 #: as a large job does it, is in the slope.
 BUDGET_SIZES = (300, 900)
