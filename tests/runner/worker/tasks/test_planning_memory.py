@@ -26,7 +26,7 @@ from tests.bench.throughput import plan_only_loop
 #: a message body of about as much) per chunk.
 PAD_BYTES = 4000
 #: Chunks of the small and the large job (whole pages, so both end on a full page).
-SIZES = {"embedded": (2 * PAGE_CHUNKS, 8 * PAGE_CHUNKS), "azurite": (PAGE_CHUNKS, 3 * PAGE_CHUNKS)}
+SIZES = {"embedded": (2 * PAGE_CHUNKS, 8 * PAGE_CHUNKS), "azurite": (PAGE_CHUNKS, 2 * PAGE_CHUNKS)}
 #: Allowed growth of the peak from the small job to the large one (noise: caches, the
 #: Azure SDK's connections and buffers; measured below 400 KiB on Azurite).
 SLACK_BYTES = 1024 * 1024
