@@ -5,7 +5,8 @@ alone, no job record) sharing a prefix with the mistyped one, longest prefix fir
 most :data:`IDS_PER_QUERY` per query and :data:`MAX_QUERIES` queries. A generated id
 is ``<queue>-<date>-<time>-<hex>``, so a typo in its hex part is found among the jobs of
 the same second, one in its date among those of its type; an id with a typo in its
-first character is not looked for.
+first character is not looked for. An id cut short (``squares-20261128``) is looked
+for first as what it is: the ids it begins, the newest first.
 """
 
 from __future__ import annotations
@@ -49,6 +50,9 @@ def similar_job_ids(
     try:
         for prefix in _prefixes(job_id):
             ids = _ids_starting(storage, prefix, ids_per_query)
+            if prefix == job_id and ids:
+                # Cut short: a generated id's tail is its time, so the last sort newest.
+                return ids[::-1][:MAX_SUGGESTIONS]
             close = difflib.get_close_matches(
                 job_id, ids, n=MAX_SUGGESTIONS, cutoff=_cutoff(job_id)
             )
@@ -94,10 +98,11 @@ def _cutoff(job_id: str) -> float:
 
 
 def _prefixes(job_id: str) -> list[str]:
-    """Each part boundary's prefix (separator included), longest first, then the first
-    character: at most :data:`MAX_QUERIES`."""
+    """The id itself (cut short, it begins the ids meant), then each part boundary's
+    prefix (separator included), longest first, then the first character: at most
+    :data:`MAX_QUERIES`."""
     cuts = [at + 1 for at, char in enumerate(job_id[:-1]) if char in _SEPARATORS]
-    prefixes = [job_id[:cut] for cut in reversed(cuts)] + [job_id[:1]]
+    prefixes = [job_id] + [job_id[:cut] for cut in reversed(cuts)] + [job_id[:1]]
     return list(dict.fromkeys(prefixes))[:MAX_QUERIES]
 
 

@@ -82,6 +82,20 @@ def test_a_mistyped_job_id_gets_did_you_mean(backend: Backend, location: str, co
     assert message.endswith(f"; did you mean '{stem}-20261128-101010-a1b2c3'?")
 
 
+def test_a_cut_short_job_id_offers_the_newest_ids_it_begins(backend: Backend, location: str):
+    # Given three jobs of a type, two of them from one day
+    stem = f"sg{uuid.uuid4().hex[:8]}"
+    day = [f"{stem}-20261128-101010-a1b2c3", f"{stem}-20261128-101011-ffffff"]
+    _jobs(CheckpointStore(backend.storage), *day, f"{stem}-20261127-090909-000000")
+
+    # When a command names the id cut short after its date
+    result = CliRunner().invoke(cli, ["status", f"{stem}-20261128", "--storage", location])
+
+    # Then the ids it begins are offered, the newest first
+    assert isinstance(result.exception, JobNotFound), result.output
+    assert str(result.exception).endswith(f"; did you mean one of '{day[1]}', '{day[0]}'?")
+
+
 def test_a_typo_in_the_type_part_finds_the_job_too(backend: Backend):
     stem = f"sg{uuid.uuid4().hex[:8]}"
     _jobs(CheckpointStore(backend.storage), f"{stem}-squares-20261128-101010-a1b2c3")
