@@ -251,25 +251,38 @@ def test_chunks_following_each_other_wait_for_the_beat_a_new_job_does_not(tmp_pa
         with running.running(TaskIds(job_id, "chunk", index, 1)):
             threading.Event().wait(0.005)
 
-    try:
-        # When it runs quick chunks of one job for 3 s, one after another
-        run("job-a", 0)
-        busy_from = time.monotonic()
-        index = 1
-        while time.monotonic() - busy_from < 3.0:
-            run("job-a", index)
+    index = 0
+
+    def beats_while_running(job_id: str, beats: int, seconds: float) -> None:
+        """Quick chunks of ``job_id`` one after another until the heartbeat has written
+        more than ``beats`` or ``seconds`` have passed."""
+        nonlocal index
+        deadline = time.monotonic() + seconds
+        while heartbeat.beats <= beats and time.monotonic() < deadline:
+            run(job_id, index)
             index += 1
-        # Then going busy was worth a beat (MIN_GAP_SECONDS after the first), but one
-        # chunk following another of the same job was not: the beat when due says it
+
+    try:
+        # Once its first beat (idle) is written
+        deadline = time.monotonic() + 10
+        while heartbeat.beats < 1 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert heartbeat.beats == 1
+
+        # When it runs quick chunks of one job, going busy is worth a beat, sooner than
+        # the one due (MIN_GAP_SECONDS after the first)
+        beats_while_running("job-a", 1, 4 * MIN_GAP_SECONDS)
         assert heartbeat.beats == 2
 
-        # When a chunk of another job runs beside them
+        # but one chunk following another of the same job is not: for 1.5 s (the beat
+        # due comes 5 s after the last) no beat is written
+        beats_while_running("job-a", 2, 1.5)
+        assert heartbeat.beats == 2
+
+        # When a chunk of another job runs beside them, that is written at once (within
+        # 2.5 s: the beat due is 3.5 s away)
         with running.running(TaskIds("job-b", "chunk", 0, 1)):
-            deadline = time.monotonic() + 3 * MIN_GAP_SECONDS
-            while heartbeat.beats == 2 and time.monotonic() < deadline:
-                run("job-a", index)
-                index += 1
-        # Then that is written before the beat is due
+            beats_while_running("job-a", 2, 2.5)
         assert heartbeat.beats == 3
     finally:
         heartbeat.stop()
