@@ -289,6 +289,37 @@ def test_chunks_following_each_other_wait_for_the_beat_a_new_job_does_not(tmp_pa
         storage.close()
 
 
+def test_a_change_after_a_failed_first_beat_is_written_before_the_beat_is_due(tmp_path: Path):
+    # Given a heartbeat (real time, a beat every 5 s) whose first beat the store refused
+    storage = open_storage(str(tmp_path / "store"))
+    CheckpointStore(storage).ensure()
+    faults = ScriptedFaults(("records.upsert", "busy"))
+    faulty = FaultyStorage(storage, faults)
+    running = RunningTasks()
+    identity = Identity("h:1:abcd", ("q",), ("tests:Job",), 1)
+    book = WorkerBook(faulty.storage.records)
+    heartbeat = Heartbeat(book, identity, running, SystemClock(), BEAT)
+    heartbeat.start()
+    try:
+        deadline = time.monotonic() + 10
+        while faults.pending and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert heartbeat.beats == 0  # refused: nothing written yet
+
+        # When a task starts
+        with running.running(TaskIds("job-a", "chunk", 0, 1)):
+            deadline = time.monotonic() + 3 * MIN_GAP_SECONDS
+            while heartbeat.beats == 0 and time.monotonic() < deadline:
+                time.sleep(0.01)
+
+        # Then it is written before the beat is due: with nothing written, any change
+        # is news
+        assert heartbeat.beats == 1
+    finally:
+        heartbeat.stop()
+        storage.close()
+
+
 def _worker_record(**changes: Any) -> WorkerRecord:
     when = FakeClock().now()
     fields: dict[str, Any] = {
