@@ -41,19 +41,22 @@ def test_delay_holds_planning_back(cluster: Cluster) -> None:
     job_id = cluster.submit("Delayed", cluster.params(chunks=2, items=2), delay=DELAY_SECONDS)
     submitted = time.time()
 
-    # Then planning has not started half way through the delay ...
+    # Then planning has not started half way through the delay (looked at only where
+    # the submitting process returned in time: on a loaded machine its start-up alone
+    # once took longer than the delay) ...
     time.sleep(max(0.0, before + DELAY_SECONDS / 2 - time.time()))
-    job = cluster.store.get_job(job_id)
-    assert (job.state, job.total) == ("planning", None)
-    try:
-        plan = cluster.store.get_task(job_id, "plan", 0)
-    except NotFound:
-        pass  # not even received yet
-    else:
-        assert (plan.state, plan.attempt) == ("waiting", 0)
-    assert not cluster.events("split")
-    assert time.time() < before + DELAY_SECONDS - 0.5, "too slow to check inside the delay"
-    # ... starts once the delay is over, not before, and the job completes
+    if time.time() < before + DELAY_SECONDS - 0.5:
+        job = cluster.store.get_job(job_id)
+        assert (job.state, job.total) == ("planning", None)
+        try:
+            plan = cluster.store.get_task(job_id, "plan", 0)
+        except NotFound:
+            pass  # not even received yet
+        else:
+            assert (plan.state, plan.attempt) == ("waiting", 0)
+        assert not cluster.events("split")
+    # ... starts once the delay is over, not before (the worker's own record of when
+    # split ran, whenever this looks), and the job completes
     (split,) = cluster.wait_event("split")
     assert split["at"] >= before + DELAY_SECONDS - CLOCK_SLACK_SECONDS
     assert split["at"] <= submitted + DELAY_SECONDS + 10
