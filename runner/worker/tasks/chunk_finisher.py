@@ -74,21 +74,24 @@ def ripe(pending: list[Ended], now: float) -> tuple[list[Ended], list[Ended]]:
     """Of a group due by size or age, the chunks to write now and those that wait on:
     a chunk is written once its block is passed (PASSED_AFTER chunks of its job's later
     blocks wait) or once it has waited GROUP_WAIT_SECONDS; if none is, all are."""
-    blocks: Counter[tuple[str, int]] = Counter(
-        (ended.task.job_id, ended.task.index // layout.SHARD_BLOCK) for ended in pending
-    )
-    later: dict[tuple[str, int], int] = {}
-    for job_id, block in blocks:
-        later[(job_id, block)] = sum(
-            count for (job, other), count in blocks.items() if job == job_id and other > block
+    blocks = Counter(map(_block_of, pending))
+    later = {
+        (job_id, block): sum(
+            n for (job, other), n in blocks.items() if job == job_id and other > block
         )
+        for job_id, block in blocks
+    }
     take: list[Ended] = []
     keep: list[Ended] = []
     for ended in pending:
-        key = (ended.task.job_id, ended.task.index // layout.SHARD_BLOCK)
-        due = later[key] >= PASSED_AFTER or now - ended.added_at >= GROUP_WAIT_SECONDS
-        (take if due else keep).append(ended)
+        due = later[_block_of(ended)] >= PASSED_AFTER
+        (take if due or now - ended.added_at >= GROUP_WAIT_SECONDS else keep).append(ended)
     return (take, keep) if take else (pending, [])
+
+
+def _block_of(ended: Ended) -> tuple[str, int]:
+    """The job and block (checkpoint.layout's SHARD_BLOCK consecutive chunks) of a chunk."""
+    return ended.task.job_id, ended.task.index // layout.SHARD_BLOCK
 
 
 @dataclass
