@@ -18,13 +18,15 @@ DEMO_ARGS ?=
 export AZURITE_BIN := $(abspath $(AZURITE_BIN))
 export SPARK_LOCAL_IP := 127.0.0.1
 
-.PHONY: help venv azurite chromium test test-fast lint typecheck bench chaos demo demo-azure demo-cluster clean
+.PHONY: help venv azurite chromium coverage-startup test test-fast lint typecheck bench chaos demo demo-azure demo-cluster clean
 
 help:
 	@echo "make venv       .venv with this checkout installed editable, with the dev, identity,"
 	@echo "                spark and dashboard extras (then: source .venv/bin/activate, or"
 	@echo "                .venv/bin/runner)"
 	@echo "make azurite    Azurite $(AZURITE_VERSION) from npm into $(AZURITE_DIR) (the tests start it)"
+	@echo "make coverage-startup  the .pth that lets every process of make test load"
+	@echo "                coverage's plugin (tests/coverage_startup/untraced_sdk.py)"
 	@echo "make chromium   Debian's chromium (apt-get) for the dashboard's browser tests"
 	@echo "make demo       run the main job on the embedded default (DEMO_ARGS='--rows 200000')"
 	@echo "make demo-azure the same on a private Azurite"
@@ -73,12 +75,24 @@ chromium:
 
 # The suite under coverage (pyproject.toml [tool.coverage]; worker subprocesses too), then
 # the report and the check that every uncovered line is in tests/coverage_gaps.txt.
-test: venv azurite chromium lint typecheck
+test: venv azurite chromium lint typecheck coverage-startup
 	$(BIN)/python -m coverage erase
 	$(BIN)/python -m coverage run -m pytest $(XDIST) $(PYTEST_ARGS)
 	$(BIN)/python -m coverage combine --quiet
 	$(BIN)/python -m coverage report
 	$(BIN)/python -m tests.coverage_gaps
+
+# Coverage's plugin (tests/coverage_startup/untraced_sdk.py) must import in every Python
+# process the suite starts, whatever its PYTHONPATH: a .pth file of the virtualenv puts
+# its folder, which holds nothing else, on every path (named to be read before coverage's
+# own .pth file, a1_coverage.pth, which starts coverage in each process).
+COVERAGE_PTH := $(VENV)/coverage-startup.pth
+coverage-startup: $(COVERAGE_PTH)
+
+$(COVERAGE_PTH): $(VENV)/.installed
+	echo "$(abspath tests/coverage_startup)" > \
+		"$$($(BIN)/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/a0_chunkrunner_coverage_startup.pth"
+	touch $@
 
 # Everything but Spark (the `spark` and `cluster` markers, pyproject.toml), Azurite and
 # the end-to-end processes included; no coverage, so no gap check. Not what CI runs.
