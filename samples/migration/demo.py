@@ -216,7 +216,7 @@ def _watch(
             say(f"   [{elapsed:5.0f} s] {line}")
             last_line, last_said = line, elapsed
         if options.kill and crash is None:
-            crash = _maybe_kill(runner, status, options.worker_args, say)
+            crash = _maybe_kill(runner, job_id, status, options.worker_args, say)
             if crash is not None and cluster is not None:
                 cluster.kill_worker(say)
         elif crash is not None and crash.resumed_by is None:
@@ -266,14 +266,26 @@ def _batch(progress: Any) -> tuple[int, int]:
 
 
 def _maybe_kill(
-    runner: Runner, status: dict[str, Any], worker_args: tuple[str, ...], say: Say
+    runner: Runner, job_id: str, status: dict[str, Any], worker_args: tuple[str, ...], say: Say
 ) -> Crash | None:
     """SIGKILL a worker that holds a chunk with a checkpoint and batches still to do."""
-    for entry in status["running"]:
-        batch, of = _batch(entry["progress"])
-        worker = runner.worker_with_pid(worker_pid(entry["worker"]) or -1)
-        if worker is None or not worker.alive() or entry["lease_expired"] or not 0 < batch < of:
+    for seen in status["running"]:
+        worker = runner.worker_with_pid(worker_pid(seen["worker"]) or -1)
+        if worker is None or not worker.alive() or not _killable(seen):
             continue
+        # The status was read a moment ago, and the chunk's last batches may have run
+        # since: stopped first, the worker writes nothing more, so a status read now
+        # says for sure whether the chunk is still its own and unfinished.
+        worker.pause()
+        try:
+            entry = _still_running(runner.status(job_id), seen)
+        except BaseException:
+            worker.resume()
+            raise
+        if entry is None:
+            worker.resume()
+            continue
+        batch, of = _batch(entry["progress"])
         worker.kill()
         # A Connect client has no JVM of its own: its Spark work runs in the server's.
         jvm = "a Spark Connect client" if "--spark-remote" in worker_args else "with its Spark JVM"
@@ -291,6 +303,21 @@ def _maybe_kill(
         return Crash(
             worker.name, entry["index"], batch, of, lease_until=_time(entry["lease_until"])
         )
+    return None
+
+
+def _killable(entry: dict[str, Any]) -> bool:
+    batch, of = _batch(entry["progress"])
+    return not entry["lease_expired"] and 0 < batch < of
+
+
+def _still_running(status: dict[str, Any], seen: dict[str, Any]) -> dict[str, Any] | None:
+    """The chunk ``seen`` running as ``status`` shows it, if the same attempt still holds
+    it unfinished, with a checkpoint and batches to do; else None."""
+    for entry in status["running"]:
+        same = (entry["index"], entry["worker"], entry["attempt"])
+        if same == (seen["index"], seen["worker"], seen["attempt"]) and _killable(entry):
+            return dict(entry)
     return None
 
 

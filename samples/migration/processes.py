@@ -134,6 +134,14 @@ class Worker:
                 pass
             self.process.wait(30)
 
+    def pause(self) -> None:
+        """SIGSTOP the worker's process group: it writes nothing more until resumed."""
+        os.killpg(self.pid, signal.SIGSTOP)
+
+    def resume(self) -> None:
+        """SIGCONT the worker's process group."""
+        os.killpg(self.pid, signal.SIGCONT)
+
     def log_lines(self, containing: str) -> list[str]:
         """Lines of the worker's log that contain ``containing``."""
         try:
