@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from checkpoint.backends import open_storage
+from checkpoint.records import TaskRecord
 from checkpoint.storage import Storage
 from checkpoint.store import CheckpointStore
 from jobs.spark import SparkSettings, spark_session
@@ -38,7 +39,7 @@ from samples.migration.demo_cluster import SparkKill, SparkSide
 from samples.migration.generate import Generated, generate
 from samples.migration.job import MigrateOrders
 from samples.migration.layout import MigrationParams, get_json
-from samples.migration.processes import Runner, worker_pid
+from samples.migration.processes import Runner, Worker, worker_pid
 from samples.migration.verify import Verdict, verify
 
 DEFAULT_ROWS = 2_000_000
@@ -46,6 +47,8 @@ DEFAULT_FILES = 24
 DEFAULT_FILES_PER_CHUNK = 4
 #: How often the demo asks ``runner status``.
 POLL_SECONDS = 1.0
+#: How often the demo looks at the store for a chunk to kill the worker of.
+KILL_LOOK_SECONDS = 0.1
 #: A progress line at least this often, even when nothing changed.
 QUIET_SECONDS = 10.0
 
@@ -132,7 +135,8 @@ def run_demo(
         for _ in range(2):
             worker = runner.start_worker(*options.worker_args)
             say(f"   {_start_line(options.worker_args)} -> {worker.name} (pid {worker.pid})")
-        crash = _watch(runner, job_id, options, say, cluster)
+        with open_storage(storage) as watched:
+            crash = _watch(runner, job_id, options, say, cluster, CheckpointStore(watched))
         exit_codes = _wait_for_exit(runner, say)
         if cluster is not None:
             cluster.report(say)
@@ -197,9 +201,15 @@ def job_params(
 
 
 def _watch(
-    runner: Runner, job_id: str, options: DemoOptions, say: Say, cluster: ClusterSide | None
+    runner: Runner,
+    job_id: str,
+    options: DemoOptions,
+    say: Say,
+    cluster: ClusterSide | None,
+    store: CheckpointStore,
 ) -> Crash | None:
-    """Show progress until the job is done; kill one worker mid-chunk on the way."""
+    """Show progress until the job is done (``runner status`` each second); kill one
+    worker mid-chunk on the way, found by reading the store between two of them."""
     crash: Crash | None = None
     started = time.monotonic()
     last_line, last_said = "", 0.0
@@ -215,18 +225,19 @@ def _watch(
         if line != last_line or elapsed - last_said >= QUIET_SECONDS:
             say(f"   [{elapsed:5.0f} s] {line}")
             last_line, last_said = line, elapsed
-        if options.kill and crash is None:
-            crash = _maybe_kill(runner, job_id, status, options.worker_args, say)
-            if crash is not None and cluster is not None:
-                cluster.kill_worker(say)
-        elif crash is not None and crash.resumed_by is None:
+        if crash is not None and crash.resumed_by is None:
             _notice_resume(runner, status, crash, say)
         if not any(worker.alive() for worker in runner.workers):
             if runner.status(job_id)["state"] != "done":  # they may have just finished it
                 raise RuntimeError(f"every worker exited, job {job_id} is not done")
         if elapsed > options.timeout_seconds:
             raise TimeoutError(f"job {job_id} not done after {elapsed:.0f} s")
-        time.sleep(POLL_SECONDS)
+        if options.kill and crash is None:
+            crash = _kill_when_due(runner, store, job_id, options.worker_args, say)
+            if crash is not None and cluster is not None:
+                cluster.kill_worker(say)
+        else:
+            time.sleep(POLL_SECONDS)
 
 
 def _progress(runner: Runner, status: dict[str, Any]) -> str:
@@ -265,59 +276,84 @@ def _batch(progress: Any) -> tuple[int, int]:
     return 0, 0
 
 
-def _maybe_kill(
-    runner: Runner, job_id: str, status: dict[str, Any], worker_args: tuple[str, ...], say: Say
+def _kill_when_due(
+    runner: Runner, store: CheckpointStore, job_id: str, worker_args: tuple[str, ...], say: Say
 ) -> Crash | None:
-    """SIGKILL a worker that holds a chunk with a checkpoint and batches still to do."""
-    for seen in status["running"]:
-        worker = runner.worker_with_pid(worker_pid(seen["worker"]) or -1)
-        if worker is None or not worker.alive() or not _killable(seen):
-            continue
-        # The status was read a moment ago, and the chunk's last batches may have run
-        # since: stopped first, the worker writes nothing more, so a status read now
-        # says for sure whether the chunk is still its own and unfinished.
-        worker.pause()
-        try:
-            entry = _still_running(runner.status(job_id), seen)
-        except BaseException:
-            worker.resume()
-            raise
-        if entry is None:
-            worker.resume()
-            continue
-        batch, of = _batch(entry["progress"])
-        worker.kill()
-        # A Connect client has no JVM of its own: its Spark work runs in the server's.
-        jvm = "a Spark Connect client" if "--spark-remote" in worker_args else "with its Spark JVM"
-        say(
-            f"3. SIGKILL {worker.name} (pid {worker.pid}, {jvm}) while it runs "
-            f"chunk #{entry['index']}: checkpoint says batch {batch} of {of} is next"
-        )
-        replacement = runner.start_worker(*worker_args)
-        say(
-            f"   {_start_line(worker_args)} -> {replacement.name} (pid "
-            f"{replacement.pid}) replaces it; the chunk is back on the queue once its "
-            f"lease runs out (at most {MigrateOrders.lease_seconds} s), for the next free "
-            "worker"
-        )
-        return Crash(
-            worker.name, entry["index"], batch, of, lease_until=_time(entry["lease_until"])
-        )
-    return None
+    """For up to :data:`POLL_SECONDS`, look at the job's running chunks in the store
+    every :data:`KILL_LOOK_SECONDS`; SIGKILL the worker of the first one with a
+    checkpoint and batches still to do. None if there was none meanwhile.
+
+    The store is read here rather than through ``runner status`` (a process, a second
+    or more on a loaded machine): a chunk of a few batches is past its first and not at
+    its last only for a few seconds."""
+    deadline = time.monotonic() + POLL_SECONDS
+    while True:
+        for seen in _killable(store, job_id):
+            worker = runner.worker_with_pid(worker_pid(seen.owner) or -1)
+            if worker is None or not worker.alive():
+                continue
+            # Read a moment ago: its last batches may have run since. Stopped first, the
+            # worker writes nothing more, so a read now says for sure whether the chunk
+            # is still its own and unfinished.
+            worker.pause()
+            try:
+                task = _still_running(store, job_id, seen)
+            except BaseException:
+                worker.resume()
+                raise
+            if task is None:
+                worker.resume()
+                continue
+            return _kill(runner, worker, store, task, worker_args, say)
+        if time.monotonic() >= deadline:
+            return None
+        time.sleep(KILL_LOOK_SECONDS)
 
 
-def _killable(entry: dict[str, Any]) -> bool:
-    batch, of = _batch(entry["progress"])
-    return not entry["lease_expired"] and 0 < batch < of
+def _kill(
+    runner: Runner,
+    worker: Worker,
+    store: CheckpointStore,
+    task: TaskRecord,
+    worker_args: tuple[str, ...],
+    say: Say,
+) -> Crash:
+    batch, of = _batch(store.value(task.properties, "progress"))
+    worker.kill()
+    # A Connect client has no JVM of its own: its Spark work runs in the server's.
+    jvm = "a Spark Connect client" if "--spark-remote" in worker_args else "with its Spark JVM"
+    say(
+        f"3. SIGKILL {worker.name} (pid {worker.pid}, {jvm}) while it runs "
+        f"chunk #{task.index}: checkpoint says batch {batch} of {of} is next"
+    )
+    replacement = runner.start_worker(*worker_args)
+    say(
+        f"   {_start_line(worker_args)} -> {replacement.name} (pid "
+        f"{replacement.pid}) replaces it; the chunk is back on the queue once its "
+        f"lease runs out (at most {MigrateOrders.lease_seconds} s), for the next free "
+        "worker"
+    )
+    return Crash(worker.name, task.index, batch, of, lease_until=task.lease_until)
 
 
-def _still_running(status: dict[str, Any], seen: dict[str, Any]) -> dict[str, Any] | None:
-    """The chunk ``seen`` running as ``status`` shows it, if the same attempt still holds
-    it unfinished, with a checkpoint and batches to do; else None."""
-    for entry in status["running"]:
-        same = (entry["index"], entry["worker"], entry["attempt"])
-        if same == (seen["index"], seen["worker"], seen["attempt"]) and _killable(entry):
-            return dict(entry)
+def _killable(store: CheckpointStore, job_id: str) -> list[TaskRecord]:
+    """The job's chunks running under a live lease with a checkpoint and batches to do."""
+    now = store.clock.now()
+    found = []
+    for task in store.chunks(job_id, ("running",)):
+        batch, of = _batch(store.value(task.properties, "progress"))
+        live = task.lease_until is not None and task.lease_until > now
+        if live and task.owner and 0 < batch < of:
+            found.append(task)
+    return found
+
+
+def _still_running(store: CheckpointStore, job_id: str, seen: TaskRecord) -> TaskRecord | None:
+    """The chunk ``seen`` as stored now, if the same attempt still holds it unfinished,
+    with a checkpoint and batches to do; else None."""
+    for task in _killable(store, job_id):
+        if (task.index, task.owner, task.attempt) == (seen.index, seen.owner, seen.attempt):
+            return task
     return None
 
 
