@@ -96,6 +96,30 @@ def check_job_id(job_id: str) -> str:
     return job_id
 
 
+def is_job_id(text: str) -> bool:
+    return bool(_JOB_ID.match(text))
+
+
+#: A job's dependents (the jobs submitted to run after it): one row each, named by the
+#: dependent's id, in a partition of the jobs table of its own, so the job's hand-off
+#: reads its dependents, never the catalogue (no job id holds ``~``).
+DEPENDENTS_PREFIX = "~after~"
+
+
+def dependents_partition(job_id: str) -> str:
+    return DEPENDENTS_PREFIX + job_id
+
+
+#: A pipeline's steps: one row per job submitted with ``pipeline=``, named by its id, in
+#: a partition of the pipeline's own, so a pipeline's view reads its steps, never the
+#: catalogue.
+PIPELINE_PREFIX = "~pipeline~"
+
+
+def pipeline_partition(pipeline: str) -> str:
+    return PIPELINE_PREFIX + pipeline
+
+
 def shard_of(index: int) -> int:
     return (index // SHARD_BLOCK) % SHARDS
 

@@ -17,7 +17,7 @@ from checkpoint.storage import PropertyValue, Record
 
 TaskKind = Literal["plan", "chunk", "feed", "final"]
 TaskState = Literal["waiting", "running", "retrying", "done", "poisoned"]
-JobState = Literal["planning", "running", "finalizing", "done", "failed", "cancelled"]
+JobState = Literal["waiting", "planning", "running", "finalizing", "done", "failed", "cancelled"]
 
 #: Fields whose msgpack value moves to a blob when larger than this many bytes. Azure's
 #: property size target is 64 KiB; staying under it leaves room for the rest of the record.
@@ -35,6 +35,12 @@ JOB_STATES: tuple[JobState, ...] = get_args(JobState)
 CONTROL_KINDS: tuple[TaskKind, ...] = ("plan", "feed", "final")
 #: What logs and status call each of them.
 CONTROL_WORDS: dict[str, str] = {"plan": "planning", "feed": "feeding", "final": "finalize"}
+
+#: Job record properties of a job that runs after others (:class:`JobRecord`).
+AFTER = "after"
+PIPELINE = "pipeline"
+DELAY_SECONDS = "delay_seconds"
+DEPENDENTS_STARTED = "dependents_started"
 
 #: Job states after which nothing of the job runs again.
 ENDED_JOB_STATES: tuple[JobState, ...] = ("done", "failed", "cancelled")
@@ -60,6 +66,15 @@ class JobRecord:
             of higher priority gets most of the workers (docs/semantics.md §22).
         queue_count: the queues its chunks are spread over, as its class said when it
             was submitted (records without one: 1); see :attr:`queues`.
+        after: the jobs it runs after (``submit(..., after=[...])``): it is recorded
+            ``waiting`` and plans nothing until each of them is done
+            (:mod:`jobs.dependencies`).
+        pipeline: the pipeline it is a step of (``submit(..., pipeline=...)``), or None.
+        delay_seconds: how long its planning waits once it may start (a job that runs
+            after others keeps its submit's delay until then).
+        dependents_started: its dependents were looked at after it ended done, and
+            those it was the last to wait for started; a finalize message delivered
+            again before this is set does it again.
     """
 
     job_id: str
@@ -80,6 +95,10 @@ class JobRecord:
     deleting_on: datetime | None = None
     priority: int = 0
     queue_count: int = 1
+    after: tuple[str, ...] = ()
+    pipeline: str | None = None
+    delay_seconds: int = 0
+    dependents_started: bool = False
 
     @property
     def name(self) -> str:
@@ -150,6 +169,10 @@ class JobRecord:
             deleting_on=p.time("deleting_on"),
             priority=p.integer("priority"),
             queue_count=_queue_count(p),
+            after=_job_ids(p, AFTER),
+            pipeline=p.text(PIPELINE) or None,
+            delay_seconds=p.integer(DELAY_SECONDS),
+            dependents_started=p.flag(DEPENDENTS_STARTED),
         )
 
 
@@ -380,6 +403,18 @@ def _is_whole(value: object) -> TypeGuard[int]:
     here: a record is read field by field, and each field should not be a call into
     another module."""
     return type(value) is int or checks.is_whole(value)
+
+
+def _job_ids(p: Properties, field: str) -> tuple[str, ...]:
+    """Job ids kept as one text of ids joined by commas (a job id holds none)."""
+    text = p.text(field)
+    if not text:
+        return ()
+    ids = tuple(text.split(","))
+    for job_id in ids:
+        if not layout.is_job_id(job_id):
+            raise p.bad(f"{field} {_shown(text)} names no job ids")
+    return ids
 
 
 def _queue_count(p: Properties) -> int:

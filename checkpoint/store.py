@@ -21,6 +21,7 @@ from datetime import datetime
 from typing import Any
 
 from checkpoint import layout, retries
+from checkpoint.catalogue.dependents import dependents, pipeline_steps
 from checkpoint.catalogue.job_index import CatalogueEntry, JobIndex
 from checkpoint.catalogue.job_records import JobRecords
 from checkpoint.clock import Clock, SystemClock
@@ -55,6 +56,8 @@ class CheckpointStore:
         self._tasks = TaskRecords(storage, self.clock, self._values)
         self._reading = JobReader(storage, self.clock, self._values)
         self._pages = ChunkPages(storage.records, self.clock)
+        self._dependents = dependents(storage.records)
+        self._steps = pipeline_steps(storage.records)
 
     def budget(self, policy: retries.RetryPolicy = retries.STANDALONE) -> Budget:
         """A budget of ``policy`` on this store's clock, bounded only by the policy."""
@@ -96,10 +99,48 @@ class CheckpointStore:
         budget: Budget | None = None,
         priority: int = 0,
         queue_count: int = 1,
+        after: Sequence[str] = (),
+        pipeline: str | None = None,
+        delay_seconds: int = 0,
     ) -> tuple[JobRecord, bool]:
         """Record a new job; if ``job_id`` exists already, return that one (and False).
-        ``queue_count``: the queues its chunks are spread over (its class's ``queues``)."""
-        return self._jobs.create_job(job_id, job_type, queue, params, budget, priority, queue_count)
+        ``queue_count``: the queues its chunks are spread over (its class's ``queues``);
+        ``after``, ``pipeline``, ``delay_seconds``: see :class:`JobRecord`."""
+        return self._jobs.create_job(
+            job_id,
+            job_type,
+            queue,
+            params,
+            budget,
+            priority,
+            queue_count,
+            after=after,
+            pipeline=pipeline,
+            delay_seconds=delay_seconds,
+        )
+
+    def note_dependent(self, job_id: str, dependent: str, budget: Budget | None = None) -> None:
+        """Note that ``dependent`` runs after ``job_id`` (idempotent)."""
+        self._dependents.note(job_id, dependent, retries.given(budget, self.clock))
+
+    def dependents(self, job_id: str, budget: Budget | None = None) -> list[str]:
+        """The ids of the jobs noted to run after ``job_id``: one query."""
+        return self._dependents.of(job_id, retries.given(budget, self.clock))
+
+    def forget_dependents(self, job_id: str, budget: Budget | None = None) -> None:
+        """Delete the notes of the jobs that run after ``job_id`` (once it is deleted)."""
+        self._dependents.forget_all(job_id, retries.given(budget, self.clock))
+
+    def note_step(self, pipeline: str, job_id: str, budget: Budget | None = None) -> None:
+        """Note ``job_id`` as a step of ``pipeline`` (idempotent)."""
+        self._steps.note(pipeline, job_id, retries.given(budget, self.clock))
+
+    def pipeline_steps(self, pipeline: str, budget: Budget | None = None) -> list[str]:
+        """The ids of the jobs noted as steps of ``pipeline``: one query."""
+        return self._steps.of(pipeline, retries.given(budget, self.clock))
+
+    def forget_step(self, pipeline: str, job_id: str, budget: Budget | None = None) -> None:
+        self._steps.forget(pipeline, job_id, retries.given(budget, self.clock))
 
     def get_job(self, job_id: str, budget: Budget | None = None) -> JobRecord:
         return self._jobs.get_job(job_id, budget)

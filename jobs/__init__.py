@@ -8,7 +8,8 @@ class MigrateOrders(ChunkedJob):
     def process(self, chunk: Chunk): ...
 
 Only what a job's code touches, and the calls that control a job (``submit``,
-``cancel``, ``pause``, ``resume``, ``delete``, ``purge``), are exported here. The
+``Pipeline``, ``cancel``, ``pause``, ``resume``, ``delete``, ``purge``), are exported
+here. The
 storage layer's errors are in :mod:`checkpoint.errors` (all derive from
 :class:`RunnerError`); a whole job runs in a test's own process with :mod:`jobs.testing`.
 """
@@ -19,6 +20,7 @@ from jobs.chunk import Chunk
 from jobs.errors import ChunkFailed, ChunkStopped, InvalidParams, JobDefinitionError
 from jobs.job import ChunkedJob
 from jobs.manage import cancel, pause, resume
+from jobs.pipeline import Pipeline
 from jobs.retention import delete, purge
 from jobs.submit import submit
 from jobs.summary import JobSummary
@@ -33,6 +35,7 @@ __all__ = [
     "JobDefinitionError",
     "JobSummary",
     "LeaseLost",
+    "Pipeline",
     "RunnerError",
     "cancel",
     "delete",

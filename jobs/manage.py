@@ -22,6 +22,7 @@ from checkpoint.clock import Clock
 from checkpoint.records import JobRecord
 from checkpoint.storage import Storage
 from checkpoint.store import CheckpointStore
+from jobs import dependencies
 from jobs.errors import JobEnded
 
 log = logging.getLogger(__name__)
@@ -38,9 +39,9 @@ def cancel(
     clock: Clock | None = None,
 ) -> JobRecord:
     """Cancel the job (``clock``: whose time records when; the system's by default):
-    nothing more of it runs, finalize included; it ends ``cancelled``
-    with when and why. Cancelling a cancelled job again changes only its reason, to
-    ``reason`` if one is given.
+    nothing more of it runs, finalize included; it ends ``cancelled`` with when and
+    why, and so do the jobs waiting to run after it. Cancelling a cancelled job again
+    changes only its reason, to ``reason`` if one is given.
 
     Raises:
         JobNotFound: no such job.
@@ -70,6 +71,8 @@ def cancel(
             store.storage.records, store.storage.queues, job_id, store.budget()
         )
         log.info("%s: %d parked messages brought back to be deleted", job_id, released.visible)
+        # The jobs waiting on it can never start now: cancelled too, with the reason.
+        dependencies.start_dependents(store, store.storage.queues, job_id, store.budget())
         return cancelled
 
 

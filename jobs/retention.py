@@ -23,6 +23,7 @@ from checkpoint.errors import BadRecord, ConfigurationError, JobNotEnded
 from checkpoint.records import ENDED_JOB_STATES, OUTPUTS, JobRecord
 from checkpoint.storage import Storage
 from checkpoint.store import CheckpointStore
+from jobs import dependencies
 from jobs.errors import JobEnded
 from jobs.manage import cancel
 from jobs.spark.chunk_output import sweep_attempts
@@ -63,7 +64,7 @@ def delete(job_id: str, *, force: bool = False, storage: Storage | str | None = 
                 )
             _cancel(job_id, store)
         _sweep_outputs(store, job_id)
-        return store.delete_job(job_id)
+        return _deleted(store, job)
 
 
 def purge(
@@ -98,7 +99,7 @@ def purge(
         deleted = []
         for job in found:
             _sweep_outputs(store, job.job_id)
-            deleted.append(store.delete_job(job.job_id))
+            deleted.append(_deleted(store, job))
         return deleted
 
 
@@ -150,6 +151,16 @@ def _sweep_outputs(store: CheckpointStore, job_id: str) -> None:
         removed += sweep_attempts(outputs) if isinstance(outputs, dict) else 0
     if removed:
         log.info("job %s: removed %d directories of dead attempts' output", job_id, removed)
+
+
+def _deleted(store: CheckpointStore, job: JobRecord) -> Deleted:
+    """Delete the job; then the jobs still waiting on it can never start: they are
+    cancelled, with the reason, and its notes of them (and its pipeline's of it) go."""
+    deleted = store.delete_job(job.job_id)
+    dependencies.after_deleted(store, store.storage.queues, job.job_id, store.budget())
+    if job.pipeline is not None:
+        store.forget_step(job.pipeline, job.job_id)
+    return deleted
 
 
 def _cancel(job_id: str, store: CheckpointStore) -> None:

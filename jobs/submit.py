@@ -5,16 +5,18 @@ from __future__ import annotations
 import functools
 import logging
 import secrets
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from checkpoint import checks, codec, messages
+from checkpoint import checks, codec, layout, messages
 from checkpoint.backends import open_storage
 from checkpoint.errors import ConfigurationError
 from checkpoint.records import JobRecord
 from checkpoint.service_targets import MAX_VISIBILITY_SECONDS
 from checkpoint.storage import NEVER_EXPIRES, Storage
 from checkpoint.store import CheckpointStore
+from jobs import dependencies
 from jobs.errors import InvalidParams, JobIdTaken
 from jobs.job import ChunkedJob, check_runnable
 from jobs.registry import load_job_class
@@ -59,6 +61,8 @@ def submit(
     job_id: str | None = None,
     delay_seconds: int = 0,
     priority: int = 0,
+    after: Sequence[str] = (),
+    pipeline: str | None = None,
     storage: Storage | str | None = None,
 ) -> str:
     """Submit a job: record it and enqueue its planning (``split`` runs on a worker).
@@ -76,6 +80,12 @@ def submit(
             one is not starved (docs/semantics.md §22). Default 0; negative is lower.
             A submit under an existing id keeps the first submission's, with a
             warning logged when this one asked for another.
+        after: ids of jobs this one runs after: it is recorded ``waiting`` and plans
+            nothing until every one of them is ``done`` (then within a poll, started
+            by the worker that finished the last; ``delay_seconds`` counts from
+            then). One of them failing leaves it blocked; cancelled or deleted, it
+            is cancelled too (docs/semantics.md §23). Each must exist.
+        pipeline: the pipeline this job is a step of (``runner status --pipeline``).
         storage: a Storage, a ``--storage`` value, or None for ``$RUNNER_STORAGE`` /
             ``./.runner``.
 
@@ -84,7 +94,9 @@ def submit(
 
     Raises:
         InvalidParams: the class's ``validate`` refused ``params`` (nothing recorded).
-        JobIdTaken: ``job_id`` is a job of another class or other params.
+        JobIdTaken: ``job_id`` is a job of another class, other params, or runs after
+            other jobs or in another pipeline.
+        JobNotFound: a job named in ``after`` does not exist (nothing recorded).
     """
     done = record_submission(
         job,
@@ -92,6 +104,8 @@ def submit(
         job_id=job_id,
         delay_seconds=delay_seconds,
         priority=priority,
+        after=after,
+        pipeline=pipeline,
         storage=storage,
     )
     said = done.not_applied()
@@ -107,6 +121,8 @@ def record_submission(
     job_id: str | None = None,
     delay_seconds: int = 0,
     priority: int = 0,
+    after: Sequence[str] = (),
+    pipeline: str | None = None,
     storage: Storage | str | None = None,
 ) -> Submitted:
     """:func:`submit`, saying what it did instead of logging it (``runner submit``
@@ -125,10 +141,25 @@ def record_submission(
     )
     low, high = PRIORITY_RANGE
     checks.whole(priority, "priority", lowest=low, highest=high, error=ConfigurationError)
+    after = _job_ids(after, "after")
+    if pipeline is not None:
+        _job_ids([pipeline], "pipeline")
     opened = storage if isinstance(storage, Storage) else open_storage(storage)
     try:
         store = CheckpointStore(opened)
+        budget = store.budget()
+        store.ensure(budget)  # the notes below go before the job's record
+        for before in after:
+            store.get_job(before, budget)  # JobNotFound, said in one line
         job_id = job_id or new_job_id(job_class, store.clock.now().strftime("%Y%m%d-%H%M%S"))
+        if job_id in after:
+            raise ConfigurationError(f"job {job_id!r} cannot run after itself")
+        # Noted before the job is recorded: a job's hand-off then cannot miss it
+        # (jobs.dependencies).
+        for before in after:
+            store.note_dependent(before, job_id, budget)
+        if pipeline is not None:
+            store.note_step(pipeline, job_id, budget)
         record, created = store.create_job(
             job_id,
             job_class.job_type(),
@@ -136,23 +167,31 @@ def record_submission(
             params,
             priority=priority,
             queue_count=job_class.queues,
+            after=after,
+            pipeline=pipeline,
+            delay_seconds=delay_seconds,
         )
         done = Submitted(job_id, priority)
         if not created:
             _same_submission(store, record, job_class.job_type(), params)
+            _same_order(record, after, pipeline)
             log.info("job %s exists already (state %s), submitted alike", job_id, record.state)
             if record.priority != priority:
                 done = Submitted(job_id, priority, kept_priority=record.priority)
-        if record.state == "planning":
-            # Also on a re-submit: if the first submit died before sending, this is the
-            # plan message; if not, the duplicate is dropped unrun when received.
-            # Retried on transient trouble; a send applied with its answer lost and sent
-            # again only duplicates the planning message (the claim runs it once).
-            budget = store.budget()
+        if record.state in ("planning", "waiting"):
             # The record's queues, not the class's: a re-submit of a job submitted
             # when its class had another count must find the queues its job uses.
             for name in record.every_queue:
                 budget.call(functools.partial(opened.queues.create_queue, name))
+        if record.state == "waiting":
+            # Its predecessors may all be done already (or one cancelled): settled
+            # here, as a hand-off that ran before this job was recorded did not.
+            dependencies.settle_waiting(store, opened.queues, record, budget)
+        elif record.state == "planning":
+            # Also on a re-submit: if the first submit died before sending, this is the
+            # plan message; if not, the duplicate is dropped unrun when received.
+            # Retried on transient trouble; a send applied with its answer lost and sent
+            # again only duplicates the planning message (the claim runs it once).
             task = messages.TaskMessage(
                 "plan", record.job_type, job_id, incarnation=record.incarnation
             )
@@ -199,6 +238,36 @@ def _same_submission(store: CheckpointStore, job: JobRecord, job_type: str, para
             shown = shown[: SHOWN_PARAMS_CHARS - 3] + "..."
         raise JobIdTaken(
             f"job {job.job_id!r} exists already with other params ({shown}); "
+            f"{_what_works(job.job_id)}"
+        )
+
+
+def _job_ids(ids: Sequence[str], what: str) -> tuple[str, ...]:
+    """Job ids as given, each once, in their order; a bad one refused in one line."""
+    if isinstance(ids, str):
+        ids = [ids]
+    kept: list[str] = []
+    for job_id in ids:
+        try:
+            layout.check_job_id(job_id)
+        except ConfigurationError as bad:
+            raise ConfigurationError(f"{what}: {bad}") from None
+        if job_id not in kept:
+            kept.append(job_id)
+    return tuple(kept)
+
+
+def _same_order(job: JobRecord, after: tuple[str, ...], pipeline: str | None) -> None:
+    """A submit under an existing id must name the same jobs to run after (in any order)
+    and the same pipeline: a job's place in a pipeline never changes."""
+    if set(job.after) != set(after):
+        was = ", ".join(job.after) or "no job"
+        raise JobIdTaken(
+            f"job {job.job_id!r} exists already, to run after {was}; {_what_works(job.job_id)}"
+        )
+    if job.pipeline != pipeline:
+        raise JobIdTaken(
+            f"job {job.job_id!r} exists already in pipeline {job.pipeline!r}; "
             f"{_what_works(job.job_id)}"
         )
 

@@ -25,7 +25,7 @@ from checkpoint.errors import (
     NotFound,
     StorageError,
 )
-from checkpoint.records import JobRecord
+from checkpoint.records import AFTER, DELAY_SECONDS, PIPELINE, JobRecord, JobState
 from checkpoint.retries import Budget
 from checkpoint.settle import WRITER
 from checkpoint.storage import BatchOp, PropertyValue, Record, Storage, Where
@@ -81,12 +81,17 @@ class JobRecords:
         budget: Budget | None = None,
         priority: int = 0,
         queue_count: int = 1,
+        after: Sequence[str] = (),
+        pipeline: str | None = None,
+        delay_seconds: int = 0,
     ) -> tuple[JobRecord, bool]:
         """Record a new job (of ``priority``); if ``job_id`` exists already, return that
         one (and False).
 
         ``queue_count`` (its class's ``queues``) is kept in the record, so its messages
-        go to the same queues whatever its class says later.
+        go to the same queues whatever its class says later. A job ``after`` others is
+        recorded ``waiting`` (with ``delay_seconds``, its planning's delay once it may
+        start); else ``planning``. ``pipeline``: the pipeline it is a step of.
 
         An insert that was applied although it failed is recognised by its writer
         token: the job is then this call's own (True), not "already there"."""
@@ -94,12 +99,15 @@ class JobRecords:
         self._ensure(budget)
         layout.check_job_id(job_id)
         now = self._clock.now()
+        state: JobState = "waiting" if after else "planning"
         properties = {
             "job_type": job_type,
             "queue": queue,
             # Recorded only past 1: a job of one queue is recorded as before.
             **({"queues": queue_count} if queue_count != 1 else {}),
-            "state": "planning",
+            **({AFTER: ",".join(after), DELAY_SECONDS: delay_seconds} if after else {}),
+            **({PIPELINE: pipeline} if pipeline else {}),
+            "state": state,
             "created_on": now,
             "updated_on": now,
             # Carried in every message of the job: a message of an earlier job of this
@@ -116,7 +124,7 @@ class JobRecords:
             beside = []
             if self._index.kept(budget):
                 properties[job_index.INDEXED] = True
-                row: dict[str, PropertyValue] = {"state": "planning", "created_on": now}
+                row: dict[str, PropertyValue] = {"state": state, "created_on": now}
                 beside.append(BatchOp("upsert_replace", job_index.active_row(job_id), row))
             mine = settle.insert(
                 self._records,

@@ -17,7 +17,7 @@ import sys
 import traceback
 from datetime import timedelta
 from pathlib import Path
-from typing import NoReturn
+from typing import Any, NoReturn
 
 import click
 
@@ -40,6 +40,7 @@ from runner.cli.dashboard.command import dashboard
 from runner.cli.json_form import to_json, utc
 from runner.cli.limit_command import limit
 from runner.cli.options import storage_option
+from runner.cli.pipeline_view import pipeline_jobs, pipeline_status, render_pipeline
 from runner.cli.redrive import redrive
 from runner.cli.render import render_poisoned, render_report, render_status, report_csv_row
 from runner.cli.selection import SHOWN_BY_DEFAULT, Listing
@@ -139,6 +140,21 @@ def check(storage: str | None) -> None:
     help="Higher first: while a job of its type with a higher priority runs, this one "
     "gets an eighth of its share of the workers.",
 )
+@click.option(
+    "--after",
+    "after",
+    multiple=True,
+    metavar="JOB_ID",
+    help="Run after this job (repeatable): recorded waiting, it plans nothing until "
+    "every job named is done, then starts by itself (--delay counts from then). One "
+    "failing blocks it; one cancelled or deleted cancels it.",
+)
+@click.option(
+    "--pipeline",
+    default=None,
+    metavar="ID",
+    help="The pipeline this job is a step of; kept in its record, shown by status.",
+)
 @storage_option
 def submit(
     job: str,
@@ -146,13 +162,22 @@ def submit(
     job_id: str | None,
     delay_seconds: int,
     priority: int,
+    after: tuple[str, ...],
+    pipeline: str | None,
     storage: str | None,
 ) -> None:
     """Submit a job; print its id alone on stdout. JOB is module:Class."""
 
     params = _json_params(params_text) if params_text is not None else None
     done = record_submission(
-        job, params, job_id=job_id, delay_seconds=delay_seconds, priority=priority, storage=storage
+        job,
+        params,
+        job_id=job_id,
+        delay_seconds=delay_seconds,
+        priority=priority,
+        after=after,
+        pipeline=pipeline,
+        storage=storage,
     )
     said = done.not_applied("--priority")
     if said is not None:
@@ -384,6 +409,13 @@ def _set_spark_target(master: str | None, remote: str | None) -> None:
     default=None,
     help=f"At most this many jobs, newest first [default: {SHOWN_BY_DEFAULT}; with --json, all].",
 )
+@click.option(
+    "--pipeline",
+    default=None,
+    metavar="ID",
+    help="Every step of this pipeline, in the order they run (what each waits on, or "
+    "why it is blocked).",
+)
 @storage_option
 @suggests_job_ids
 def status(
@@ -394,16 +426,25 @@ def status(
     states: tuple[str, ...],
     every: bool,
     limit: int | None,
+    pipeline: str | None,
     storage: str | None,
 ) -> None:
     """Show jobs, newest first: state, chunk counts, running chunks (worker, lease,
     progress), failures.
 
-    By default the jobs not ended (planning, running, finalizing), and one line
-    counting the ended ones; --all shows every job, --state the jobs in a state."""
+    By default the jobs not ended (waiting, planning, running, finalizing), and one line
+    counting the ended ones; --all shows every job, --state the jobs in a state,
+    --pipeline the steps of a pipeline."""
 
     if watch and as_json:
         raise click.UsageError("--watch shows a live view; for JSON, run --json repeatedly")
+    if pipeline is not None:
+        if job_id or states or every or limit or watch:
+            raise click.UsageError(
+                "--pipeline shows one pipeline: not with JOB_ID or --state, --all, --limit, --watch"
+            )
+        _pipeline_status(pipeline, as_json, storage)
+        return
     if (states or limit or every) and job_id:
         raise click.UsageError("--state, --all and --limit select from the list: not with JOB_ID")
     if states and every:
@@ -427,68 +468,135 @@ def status(
         click.echo(text)
 
 
+def _pipeline_status(pipeline: str, as_json: bool, storage: str | None) -> None:
+    with open_storage(storage, create=False) as opened:
+        store = CheckpointStore(opened)
+        now = store.clock.now()
+        found = pipeline_status(store, pipeline, now)
+    if as_json:
+        click.echo(json.dumps(to_json(found), indent=2))
+        return
+    color = sys.stdout.isatty()
+    click.echo(render_pipeline(found, lambda step: render_status([step], color, now=now)))
+
+
+_PIPELINE_OPTION = click.option(
+    "--pipeline",
+    default=None,
+    metavar="ID",
+    help="Every step of this pipeline not yet ended, instead of one JOB_ID.",
+)
+
+
 @cli.command(short_help="Cancel a job: nothing more of it runs.")
-@click.argument("job_id")
+@click.argument("job_id", required=False)
 @click.option("--reason", default="", help="Why, kept on the job and shown by status.")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@_PIPELINE_OPTION
 @storage_option
 @suggests_job_ids
-def cancel(job_id: str, reason: str, as_json: bool, storage: str | None) -> None:
+def cancel(
+    job_id: str | None, reason: str, as_json: bool, pipeline: str | None, storage: str | None
+) -> None:
     """Cancel a job: running chunks stop at their next checkpoint (within 2 s, whatever
-    their lease), waiting ones are dropped unrun, finalize does not run. Repeating it is
-    harmless; cancelling a job that has ended is an error."""
-    _controlled(manage.cancel(job_id, reason, storage=storage), as_json)
+    their lease), waiting ones are dropped unrun, finalize does not run; the jobs waiting
+    to run after it are cancelled too. Repeating it is harmless; cancelling a job that
+    has ended is an error."""
+    _controlled(
+        [
+            manage.cancel(one, reason, storage=storage)
+            for one in _targets(job_id, pipeline, storage)
+        ],
+        as_json,
+    )
 
 
 @cli.command(short_help="Pause a job: no new chunk of it starts until resumed.")
-@click.argument("job_id")
+@click.argument("job_id", required=False)
 @click.option(
     "--drain", is_flag=True, help="Let running chunks finish instead of handing them back."
 )
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@_PIPELINE_OPTION
 @storage_option
 @suggests_job_ids
-def pause(job_id: str, drain: bool, as_json: bool, storage: str | None) -> None:
+def pause(
+    job_id: str | None, drain: bool, as_json: bool, pipeline: str | None, storage: str | None
+) -> None:
     """Pause a job: no new chunk starts; running chunks save their state and hand their
     messages back within 2 s (no attempt spent), or finish with --drain. Nothing is
     poisoned while paused; waiting messages are parked for a quarter of the pause (5 min
     to 1 h), about 4 storage requests per waiting chunk per park. `runner resume`
     continues from the checkpoints."""
-    _controlled(manage.pause(job_id, drain=drain, storage=storage), as_json)
+    _controlled(
+        [
+            manage.pause(one, drain=drain, storage=storage)
+            for one in _targets(job_id, pipeline, storage)
+        ],
+        as_json,
+    )
 
 
 @cli.command(short_help="Resume a paused job from its checkpoints.")
-@click.argument("job_id")
+@click.argument("job_id", required=False)
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@_PIPELINE_OPTION
 @storage_option
 @suggests_job_ids
-def resume(job_id: str, as_json: bool, storage: str | None) -> None:
+def resume(job_id: str | None, as_json: bool, pipeline: str | None, storage: str | None) -> None:
     """Resume a paused job from its checkpoints (its waiting chunks come back within
     5 s, however long it was paused): its parked messages are made visible at once, one
     storage request per parked chunk, and looked for again 2 s later."""
-    _controlled(manage.resume(job_id, storage=storage), as_json)
+    _controlled(
+        [manage.resume(one, storage=storage) for one in _targets(job_id, pipeline, storage)],
+        as_json,
+    )
 
 
-def _controlled(job: JobRecord, as_json: bool) -> None:
+def _targets(job_id: str | None, pipeline: str | None, storage: str | None) -> list[str]:
+    """The job a control command acts on: JOB_ID, or each step of --pipeline not ended
+    (in the order they run)."""
+    if (job_id is None) == (pipeline is None):
+        raise click.UsageError("give a JOB_ID or --pipeline ID (one of them)")
+    if pipeline is None:
+        assert job_id is not None
+        return [job_id]
+    with open_storage(storage, create=False) as opened:
+        found, _ = pipeline_jobs(CheckpointStore(opened), pipeline)
+    return [job.job_id for job in found if not job.ended]
+
+
+def _controlled(jobs: list[JobRecord], as_json: bool) -> None:
+    """What a control command did: a JSON object per job (a list for several), or a
+    line per job."""
     if as_json:
-        fields = {
-            "job_id": job.job_id,
-            "state": job.state,
-            "paused": job.paused_on is not None,
-            "paused_on": utc(job.paused_on),
-            "drain": job.drain,
-            "cancelled_on": utc(job.cancelled_on),
-            "cancel_reason": job.cancel_reason,
-        }
-        click.echo(json.dumps(fields, indent=2))
-    elif job.cancelled_on is not None:
+        shown = [_control_fields(job) for job in jobs]
+        click.echo(json.dumps(shown[0] if len(shown) == 1 else shown, indent=2))
+        return
+    for job in jobs:
+        click.echo(_control_line(job))
+
+
+def _control_fields(job: JobRecord) -> dict[str, Any]:
+    return {
+        "job_id": job.job_id,
+        "state": job.state,
+        "paused": job.paused_on is not None,
+        "paused_on": utc(job.paused_on),
+        "drain": job.drain,
+        "cancelled_on": utc(job.cancelled_on),
+        "cancel_reason": job.cancel_reason,
+    }
+
+
+def _control_line(job: JobRecord) -> str:
+    if job.cancelled_on is not None:
         reason = f": {job.cancel_reason}" if job.cancel_reason else ""
-        click.echo(f"{job.job_id}: {job.state}, cancelled on {utc(job.cancelled_on)}{reason}")
-    elif job.paused_on is not None:
+        return f"{job.job_id}: {job.state}, cancelled on {utc(job.cancelled_on)}{reason}"
+    if job.paused_on is not None:
         drain = ", running chunks finish" if job.drain else ""
-        click.echo(f"{job.job_id}: paused since {utc(job.paused_on)}{drain}")
-    else:
-        click.echo(f"{job.job_id}: {job.state}")
+        return f"{job.job_id}: paused since {utc(job.paused_on)}{drain}"
+    return f"{job.job_id}: {job.state}"
 
 
 @cli.command(short_help="List a job's failed and poisoned chunks with their errors.")

@@ -31,6 +31,8 @@ PAYLOAD_CHARS = 120
 #: Where ``runner report`` left the engine's frames out of a traceback.
 FOLDED = "{n} engine frame(s) above your code left out: runner report --full shows them"
 _STATE_COLORS = {
+    "waiting": "33",
+    "blocked": "31",
     "done": "32",
     "failed": "31",
     "running": "36",
@@ -101,7 +103,9 @@ def _job(job: AnyJob, color: bool, now: datetime | None = None) -> str:
     priority = f"  priority {job.priority}" if job.priority else ""
     lines = [f"{job.job_id}  {job.job_type}  {state}{priority}"]
     planning = _planning_failure(job)
-    if planning is None:
+    if job.state in ("waiting", "blocked"):
+        pass  # nothing planned yet: the lines below say what it waits for
+    elif planning is None:
         # The state line says a pause already; the bar line says the pace.
         pace = [] if job.paused else rate_words(job, Rate(job.chunks_per_second, job.eta_seconds))
         pace += moved_words(job, now) if now is not None else []
@@ -111,6 +115,15 @@ def _job(job: AnyJob, color: bool, now: datetime | None = None) -> str:
     else:
         # Nothing was planned: a bar of 0/0 would hide the one thing to know.
         lines.append("  " + _planning_failed(planning, job.dropped))
+    if job.pipeline:
+        lines.append(f"  pipeline: {job.pipeline}")
+    if job.blocked:
+        lines.append(f"  {job.blocked}")
+        lines.append(
+            "  it starts once that job ends done (fix the cause, then runner poison redrive)"
+        )
+    elif job.waiting_on:
+        lines.append(f"  waiting on: {', '.join(job.waiting_on)} (starts when they are done)")
     if job.finalize:
         lines.append(f"  finalize: {job.finalize}")
     if job.cancelled_on:

@@ -27,6 +27,7 @@ from checkpoint.records import (
 )
 from checkpoint.storage import Where
 from checkpoint.store import CheckpointStore
+from jobs import dependencies
 from runner.cli.json_form import bounded_user_value, to_json, user_text
 from runner.cli.pace import last_moved, stored_rate
 from runner.cli.status_types import (
@@ -71,12 +72,15 @@ def job_status(store: CheckpointStore, job: JobRecord, now: datetime) -> JobStat
     # chunks unrun as they surface, and retries none: nothing of it is waiting.
     dropped = job.cancelled_on is not None
     unclaimed = max(0, total - settled)
+    waiting_on, blocked = _predecessors(store, job)
     return JobStatus(
         job_id=job.job_id,
         job_type=job.job_type,
         queue=job.queue,
         queues=job.queues,
-        state=job.state,
+        # Blocked is a waiting job one of whose predecessors failed: shown, not stored
+        # (a redrive that lets that one end done starts it with nobody writing here).
+        state="blocked" if blocked else job.state,
         error=job.error,
         paused=job.paused_on is not None,
         paused_on=job.paused_on,
@@ -115,7 +119,19 @@ def job_status(store: CheckpointStore, job: JobRecord, now: datetime) -> JobStat
         finalize=control_tasks[-1].state if control_tasks[-1] is not None else None,
         unreadable=tuple({(b.kind, b.index): b for b in bad}.values()),
         priority=job.priority,
+        after=job.after,
+        waiting_on=waiting_on,
+        blocked=blocked,
+        pipeline=job.pipeline,
     )
+
+
+def _predecessors(store: CheckpointStore, job: JobRecord) -> tuple[tuple[str, ...], str | None]:
+    """A waiting job's predecessors not done yet, and why it is blocked (or None)."""
+    if job.state != "waiting":
+        return (), None
+    preceding = dependencies.predecessors(store, job, store.budget())
+    return tuple(before.job_id for before in preceding.not_done), dependencies.blocked_by(preceding)
 
 
 def unreadable_job(job_id: str, bad: BadRecord) -> UnreadableJob:

@@ -163,6 +163,14 @@ class JobStatus:
     limits: tuple[LimitStatus, ...] = ()
     #: ``submit(..., priority=N)``: higher is fed first (docs/semantics.md §22).
     priority: int = 0
+    #: ``submit(..., after=[...])``: the jobs it runs after, and those of them not
+    #: done yet while it waits (docs/semantics.md §23).
+    after: tuple[str, ...] = ()
+    waiting_on: tuple[str, ...] = ()
+    #: Why it is blocked (state ``blocked``: a job it runs after failed), else None.
+    blocked: str | None = None
+    #: ``submit(..., pipeline=...)``: the pipeline it is a step of.
+    pipeline: str | None = None
 
     @property
     def dropped(self) -> bool:

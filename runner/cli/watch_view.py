@@ -34,6 +34,8 @@ from runner.cli.status_types import (
 
 #: How the states are coloured (a terminal only; recorded text has none).
 STATE_STYLES = {
+    "waiting": "yellow",
+    "blocked": "red",
     "planning": "yellow",
     "running": "cyan",
     "finalizing": "cyan",

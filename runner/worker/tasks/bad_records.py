@@ -24,7 +24,7 @@ from runner.worker.tasks.verdict import Verdict
 log = logging.getLogger(TASK_LOGGER)
 
 #: Job states in which work is still expected.
-_OPEN_STATES = ("planning", "running", "finalizing")
+_OPEN_STATES = ("waiting", "planning", "running", "finalizing")
 
 
 def poison_bad_message(

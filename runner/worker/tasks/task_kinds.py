@@ -28,6 +28,7 @@ from checkpoint import layout, retries
 from checkpoint.records import CONTROL_WORDS, JobRecord, TaskKind, TaskRecord
 from checkpoint.retries import Budget
 from checkpoint.settle import Writer
+from jobs import dependencies
 from runner.worker.leases.lease import Lease
 from runner.worker.limits.unit_limits import LimitedControl
 from runner.worker.tasks.delivery import Context, Delivery
@@ -136,17 +137,24 @@ class PlanKind(Kind):
 
     def run(self, delivery: Delivery, control: LimitedControl, after: NextStep) -> Any:
         worker = delivery.worker
+        if delivery.job.state == "waiting":
+            # Started after the jobs it runs after: its starter sends this message
+            # before it records the job planning, and may have died in between
+            # (jobs.dependencies).
+            budget = delivery.budget(retries.BOOKKEEPING)
+            set_job(worker.store, delivery.job_id, budget, state="planning", only_from=("waiting",))
         return run_plan(worker.store, worker.queues, delivery.job_class, delivery.job, control)
 
     def done_values(self, outcome: Any) -> dict[str, Any]:
         return {"progress": outcome}
 
     def followed_already(self, job: JobRecord) -> bool:
-        return job.state != "planning"
+        return job.state not in ("waiting", "planning")
 
     def after_done(self, worker: Context, job_id: str, task: TaskRecord, budget: Budget) -> None:
         total = int(worker.store.value(task.properties, "progress") or 0)
-        set_job(worker.store, job_id, budget, total=total, state="running", only_from=("planning",))
+        started = ("waiting", "planning")
+        set_job(worker.store, job_id, budget, total=total, state="running", only_from=started)
         worker.completion.check(job_id, budget)
 
 
@@ -235,10 +243,15 @@ class FinalKind(Kind):
         return run_finalize(delivery.worker.store, delivery.job_class, delivery.job, control)
 
     def followed_already(self, job: JobRecord) -> bool:
-        return job.state == "done"
+        return job.state == "done" and job.dependents_started
 
     def after_done(self, worker: Context, job_id: str, task: TaskRecord, budget: Budget) -> None:
-        set_job(worker.store, job_id, budget, state="done", only_from=("running", "finalizing"))
+        """The job ends done, then the jobs waiting on it start (before this message is
+        deleted: a crash in between leaves the message, and this runs again)."""
+        store = worker.store
+        set_job(store, job_id, budget, state="done", only_from=("running", "finalizing"))
+        dependencies.start_dependents(store, worker.queues, job_id, budget)
+        set_job(store, job_id, budget, dependents_started=True, only_from=("done",))
 
 
 #: The kind each name stands for (the one place a kind's name is looked at): a lookup,
