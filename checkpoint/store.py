@@ -56,8 +56,9 @@ class CheckpointStore:
         self._tasks = TaskRecords(storage, self.clock, self._values)
         self._reading = JobReader(storage, self.clock, self._values)
         self._pages = ChunkPages(storage.records, self.clock)
-        self._dependents = dependents(storage.records)
-        self._steps = pipeline_steps(storage.records)
+        #: Each job's dependents, and each pipeline's steps (by the pipeline's id).
+        self.dependents = dependents(storage.records, self.clock)
+        self.pipeline_steps = pipeline_steps(storage.records, self.clock)
 
     def budget(self, policy: retries.RetryPolicy = retries.STANDALONE) -> Budget:
         """A budget of ``policy`` on this store's clock, bounded only by the policy."""
@@ -118,29 +119,6 @@ class CheckpointStore:
             pipeline=pipeline,
             delay_seconds=delay_seconds,
         )
-
-    def note_dependent(self, job_id: str, dependent: str, budget: Budget | None = None) -> None:
-        """Note that ``dependent`` runs after ``job_id`` (idempotent)."""
-        self._dependents.note(job_id, dependent, retries.given(budget, self.clock))
-
-    def dependents(self, job_id: str, budget: Budget | None = None) -> list[str]:
-        """The ids of the jobs noted to run after ``job_id``: one query."""
-        return self._dependents.of(job_id, retries.given(budget, self.clock))
-
-    def forget_dependents(self, job_id: str, budget: Budget | None = None) -> None:
-        """Delete the notes of the jobs that run after ``job_id`` (once it is deleted)."""
-        self._dependents.forget_all(job_id, retries.given(budget, self.clock))
-
-    def note_step(self, pipeline: str, job_id: str, budget: Budget | None = None) -> None:
-        """Note ``job_id`` as a step of ``pipeline`` (idempotent)."""
-        self._steps.note(pipeline, job_id, retries.given(budget, self.clock))
-
-    def pipeline_steps(self, pipeline: str, budget: Budget | None = None) -> list[str]:
-        """The ids of the jobs noted as steps of ``pipeline``: one query."""
-        return self._steps.of(pipeline, retries.given(budget, self.clock))
-
-    def forget_step(self, pipeline: str, job_id: str, budget: Budget | None = None) -> None:
-        self._steps.forget(pipeline, job_id, retries.given(budget, self.clock))
 
     def get_job(self, job_id: str, budget: Budget | None = None) -> JobRecord:
         return self._jobs.get_job(job_id, budget)

@@ -136,7 +136,7 @@ def start_dependents(
     """After ``job_id`` ended (done, cancelled, or deleted): settle each of its waiting
     dependents (:func:`settle_waiting`). Returns them as this left them."""
     settled = []
-    for dependent in store.dependents(job_id, budget):
+    for dependent in store.dependents.of(job_id, budget):
         try:
             job = store.get_job(dependent, budget)
         except JobNotFound:
@@ -150,7 +150,7 @@ def after_deleted(store: CheckpointStore, queues: QueueStore, job_id: str, budge
     """After ``job_id`` was deleted: its waiting dependents are cancelled (it can never
     end done now), then its notes of them are deleted."""
     start_dependents(store, queues, job_id, budget)
-    store.forget_dependents(job_id, budget)
+    store.dependents.forget_all(job_id, budget)
 
 
 def cancel_waiting(
@@ -164,7 +164,7 @@ def cancel_waiting(
     pending, seen = [job_id], {job_id}
     while pending and len(seen) < MAX_CASCADE:
         ended = pending.pop()
-        for dependent in store.dependents(ended, budget):
+        for dependent in store.dependents.of(ended, budget):
             if dependent in seen:
                 continue
             seen.add(dependent)

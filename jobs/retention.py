@@ -159,7 +159,7 @@ def _deleted(store: CheckpointStore, job: JobRecord) -> Deleted:
     deleted = store.delete_job(job.job_id)
     dependencies.after_deleted(store, store.storage.queues, job.job_id, store.budget())
     if job.pipeline is not None:
-        store.forget_step(job.pipeline, job.job_id)
+        store.pipeline_steps.forget(job.pipeline, job.job_id)
     return deleted
 
 

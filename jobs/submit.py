@@ -157,9 +157,9 @@ def record_submission(
         # Noted before the job is recorded: a job's hand-off then cannot miss it
         # (jobs.dependencies).
         for before in after:
-            store.note_dependent(before, job_id, budget)
+            store.dependents.note(before, job_id, budget)
         if pipeline is not None:
-            store.note_step(pipeline, job_id, budget)
+            store.pipeline_steps.note(pipeline, job_id, budget)
         record, created = store.create_job(
             job_id,
             job_class.job_type(),

@@ -52,7 +52,7 @@ def pipeline_jobs(
     record cannot be read. Raises PipelineNotFound if it has none."""
     found: list[JobRecord] = []
     unreadable: list[UnreadableJob] = []
-    for job_id in store.pipeline_steps(pipeline):
+    for job_id in store.pipeline_steps.of(pipeline):
         try:
             found.append(store.get_job(job_id))
         except JobNotFound:

@@ -211,7 +211,7 @@ def test_a_deleted_predecessor_cancels_its_waiting_dependents(world: World):
         f"runs after {first}, which was cancelled",
         f"runs after {first}, which was deleted",
     )
-    assert world.store.dependents(first) == []
+    assert world.store.dependents.of(first) == []
 
 
 def test_a_job_waiting_on_a_job_deleted_when_done_is_not_touched(world: World):
@@ -366,7 +366,7 @@ def test_a_submit_dying_between_the_note_and_the_record_is_finished_by_its_retry
     # Given a job after another whose submit noted it, then died before recording it
     first = _submit(world, "stage")
     second = _id("transform")
-    world.store.note_dependent(first, second)
+    world.store.dependents.note(first, second)
 
     # When the first ends, its hand-off skips the job that does not exist
     _run_until_idle(world)

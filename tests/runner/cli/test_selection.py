@@ -80,6 +80,7 @@ def test_a_default_listing_is_the_active_jobs_newest_first_then_the_unreadable()
 
     assert chosen == ["new-plan", "old-run", "garbled"]
     assert dict(counts.by_state) == {
+        "waiting": 0,
         "planning": 1,
         "running": 1,
         "finalizing": 0,

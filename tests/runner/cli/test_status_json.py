@@ -225,6 +225,10 @@ RICH_JSON = {
         }
     ],
     "priority": 0,
+    "after": [],
+    "waiting_on": [],
+    "blocked": None,
+    "pipeline": None,
 }
 
 

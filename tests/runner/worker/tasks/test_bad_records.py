@@ -292,8 +292,8 @@ def test_status_shows_unreadable_records_without_a_traceback(
         text = _status(backend, location, good)
         assert f"unreadable: chunk 1 of job {good!r}: attempt 'x' is not a whole" in text
         assert _status(backend, location, bad).strip() == (
-            f"{bad}  unreadable: job {bad!r}: state 42 is not one of planning, running, "
-            "finalizing, done, failed, cancelled"
+            f"{bad}  unreadable: job {bad!r}: state 42 is not one of waiting, planning, "
+            "running, finalizing, done, failed, cancelled"
         )
         everything = json.loads(_status(backend, location, "--json", whole_store=True))
         by_id = {entry["job_id"]: entry for entry in everything}

@@ -3,6 +3,8 @@ deciding the steps it takes its own way."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from typing import get_args
 
 import pytest
@@ -36,7 +38,9 @@ def test_only_feeding_waits_for_its_running_step_and_only_finalize_holds_on_reco
         ("plan", {"running", "finalizing", "done", "failed", "cancelled"}),
         ("feed", set(get_args(JobState))),
         ("chunk", {"finalizing", "done"}),
-        ("final", {"done"}),
+        # finalize is followed by its job's hand-off to the jobs waiting on it
+        # (test_a_done_finalize_is_followed_once_its_dependents_started)
+        ("final", set()),
     ],
 )
 def test_what_follows_a_done_task_is_known_done_from_the_job_state(
@@ -66,3 +70,10 @@ def test_log_lines_name_a_chunk_by_index_and_the_others_by_their_word() -> None:
     assert kind_of("plan").title("job-x", 0) == "planning of job-x"
     assert kind_of("feed").title("job-x", 0) == "feeding of job-x"
     assert kind_of("final").title("job-x", 0) == "finalize of job-x"
+
+
+def test_a_done_finalize_is_followed_once_its_dependents_started() -> None:
+    final = kind_of("final")
+    assert not final.followed_already(_job_in("done"))
+    assert final.followed_already(replace(_job_in("done"), dependents_started=True))
+    assert not final.followed_already(replace(_job_in("running"), dependents_started=True))
