@@ -17,7 +17,13 @@ storage layer's errors are in :mod:`checkpoint.errors` (all derive from
 from checkpoint.errors import LeaseLost, RunnerError
 from jobs.backoff import Backoff
 from jobs.chunk import Chunk
-from jobs.errors import ChunkFailed, ChunkStopped, InvalidParams, JobDefinitionError
+from jobs.errors import (
+    ChunkFailed,
+    ChunkStopped,
+    InvalidParams,
+    JobDefinitionError,
+    PipelineStop,
+)
 from jobs.job import ChunkedJob
 from jobs.manage import cancel, pause, resume
 from jobs.pipeline import Pipeline
@@ -36,6 +42,7 @@ __all__ = [
     "JobSummary",
     "LeaseLost",
     "Pipeline",
+    "PipelineStop",
     "RunnerError",
     "cancel",
     "delete",

@@ -43,6 +43,17 @@ class ChunkFailed(RunnerError):
         self.retry = retry
 
 
+class PipelineStop(ChunkFailed):
+    """Raise from ``finalize`` to refuse to let the pipeline go on: the job ends
+    ``failed`` with this message as its error, nothing of it is tried again, and the
+    jobs that run after it stay blocked (a verify step that found differences keeps
+    the publish step from running). Raised from ``process``, it poisons that chunk at
+    once, as ``ChunkFailed(..., retry=False)`` does."""
+
+    def __init__(self, message: str):
+        super().__init__(message, retry=False)
+
+
 class JobCancelled(ChunkStopped):
     """Raised by :meth:`Chunk.checkpoint` when the job was cancelled (or failed past its
     tolerated failures): progress saved, the chunk dropped without a retry."""

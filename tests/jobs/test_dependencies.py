@@ -16,7 +16,7 @@ import pytest
 from checkpoint import messages
 from checkpoint.errors import ConfigurationError, JobNotFound, StorageError
 from checkpoint.storage import QueueMessage
-from jobs import dependencies, manage
+from jobs import PipelineStop, dependencies, manage
 from jobs.errors import JobIdTaken
 from jobs.job_run import SimulatedCrash
 from jobs.retention import delete as delete_job
@@ -48,7 +48,7 @@ def _run_until_idle(
 ) -> list[messages.TaskMessage]:
     """Deliver every visible message, again and again, until none is left; the
     messages handled, in order (each as received added to ``received`` too)."""
-    handled = []
+    handled: list[messages.TaskMessage] = []
     for _ in range(rounds):
         found = world.receive_all()
         if not found:
@@ -392,3 +392,37 @@ def test_a_planning_message_sent_twice_runs_the_dependents_planning_once(world: 
     assert _kinds(handled, second).count("plan") == 2
     assert _kinds(handled, second).count("chunk") == 2
     assert world.job_record(second).state == "done" and len(FINALIZED[second]) == 1
+
+
+# --------------------------------------------------------------------------- PipelineStop
+
+
+def test_a_finalize_raising_pipeline_stop_fails_its_job_and_blocks_the_next(world: World):
+    # Given a verify step whose finalize finds differences, and a publish step after it
+    verify = _submit(world, "verify")
+    publish = _submit(world, "publish", after=[verify])
+
+    def differs() -> None:
+        raise PipelineStop("3 rows differ")
+
+    # When its chunks run, then its finalize stops the pipeline
+    handled: list[messages.TaskMessage] = []
+    while found := world.receive_all():
+        for message in found:
+            task = messages.decode(message.body)
+            if task.kind == "final" and task.job_id == verify:
+                world.during(verify, differs)
+            handled.append(task)
+            world.deliver(message)
+
+    # Then the step failed with those words, its finalize was not tried again, and the
+    # step after it is blocked, saying why, with nothing of it run
+    job = world.job_record(verify)
+    assert (job.state, job.error) == ("failed", "3 rows differ")
+    assert _kinds(handled, verify).count("final") == 1
+    final = world.task(verify, "final")
+    assert final.state == "poisoned" and final.attempt == 1
+    waiting = world.job_record(publish)
+    assert waiting.state == "waiting" and _kinds(handled, publish) == []
+    preceding = dependencies.predecessors(world.store, waiting, world.store.budget())
+    assert dependencies.blocked_by(preceding) == f"blocked: step {verify} failed (3 rows differ)"

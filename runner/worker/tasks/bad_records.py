@@ -72,16 +72,17 @@ def poison_unreadable(delivery: Delivery, bad: BadRecord) -> None:
         found = worker.store.task_as_found(delivery.job_id, kind.name, index)
         if found.properties.get("state") not in ("done", "poisoned"):
             attempt = found.properties.get("attempt")
+            verdict = Verdict(reason, retryable=False)
             changes = TaskChanges(
                 state="poisoned",
                 attempt=attempt if checks.is_whole(attempt) and attempt >= 0 else 0,
                 owner="",
                 message_id="",
                 lease_until=worker.clock.now(),
-                verdict=Verdict(reason, retryable=False),
+                verdict=verdict,
                 error=(bad, ""),
             )
-            kind.write_poisoned(delivery, found, changes, {}, reason, Writer())
+            kind.write_poisoned(delivery, found, changes, {}, verdict, Writer())
     except (Conflict, NotFound):
         log.warning("%s changed while poisoning; left to its owner", bad)
         worker.keeper.drop(lease)

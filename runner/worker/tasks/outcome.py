@@ -141,7 +141,7 @@ def poison_task(
     current = control.end() if control else task
     writer = control.writer if control else Writer()
     try:
-        KINDS[task.kind].write_poisoned(delivery, current, changes, values, reason, writer)
+        KINDS[task.kind].write_poisoned(delivery, current, changes, values, verdict, writer)
     except (Conflict, NotFound):
         log.warning(
             "%s %s of %s changed while poisoning; left to its owner",

@@ -37,6 +37,7 @@ from runner.worker.tasks.job_completion import set_job
 from runner.worker.tasks.plan import run_plan
 from runner.worker.tasks.record_changes import TaskChanges
 from runner.worker.tasks.user_code import run_chunk, run_finalize
+from runner.worker.tasks.verdict import Verdict
 
 
 class Kind(ABC):
@@ -111,15 +112,16 @@ class Kind(ABC):
         task: TaskRecord,
         changes: TaskChanges,
         values: dict[str, Any],
-        reason: str,
+        verdict: Verdict,
         writer: Writer,
     ) -> None:
         """Write the poisoned mark on its record, then fail the job: a job whose
-        planning, feeding or finalize cannot run cannot end well."""
+        planning, feeding or finalize cannot run cannot end well (with a
+        ``PipelineStop``'s own words, if that is why)."""
         store, budget = delivery.worker.store, delivery.budget(retries.TASK_WRITE)
         store.write_task(task, changes.properties(), values, token=writer.next(), budget=budget)
         delivery.worker.hooks.poisoned(delivery.job.job_type, self.name)
-        error = f"{self.name} poisoned: {reason}"
+        error = verdict.job_error or f"{self.name} poisoned: {verdict.reason}"
         set_job(store, delivery.job_id, budget, state="failed", error=error)
 
     def after_poisoned(  # noqa: B027 - nothing follows by default; a kind may add a step
@@ -212,7 +214,7 @@ class ChunkKind(Kind):
         task: TaskRecord,
         changes: TaskChanges,
         values: dict[str, Any],
-        reason: str,
+        verdict: Verdict,
         writer: Writer,
     ) -> None:
         """In one batch with its shard's ``poisoned`` counter; the job fails only past

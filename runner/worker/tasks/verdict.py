@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from jobs.errors import ChunkFailed
+from jobs.errors import ChunkFailed, PipelineStop
 from jobs.job import ChunkedJob
 
 
@@ -28,12 +28,16 @@ class Verdict:
             when the judgement counted them.
         tries_again: the task is retried after a backoff (a failed attempt that is
             neither final nor the last).
+        job_error: what the job's record says if this poisoning fails the job: a
+            :class:`~jobs.errors.PipelineStop`'s own words; None for the usual
+            ``<kind> poisoned: <reason>``.
     """
 
     reason: str
     retryable: bool | None = None
     max_attempts: int | None = None
     tries_again: bool = False
+    job_error: str | None = None
 
     def properties(self) -> dict[str, Any]:
         """The judgement as the task record stores it; ``""`` clears a ``retryable`` an
@@ -48,6 +52,9 @@ def failure_verdict(attempt: int, error: BaseException, job_class: type[ChunkedJ
     """The verdict on an attempt that raised ``error``: tried again after a backoff,
     unless trying again cannot help or it was the last attempt allowed."""
     max_attempts = job_class.max_attempts
+    if isinstance(error, PipelineStop):
+        reason = f"stopped the pipeline on attempt {attempt}: {error}"
+        return Verdict(reason, retryable=False, max_attempts=max_attempts, job_error=str(error))
     if not _retryable(error, job_class):
         reason = f"failed on attempt {attempt}, not retryable: {error!r}"
         return Verdict(reason, retryable=False, max_attempts=max_attempts)

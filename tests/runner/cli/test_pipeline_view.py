@@ -22,6 +22,7 @@ from jobs import Pipeline, manage
 from jobs.errors import JobIdTaken
 from runner.cli import commands as cli
 from runner.cli.pipeline_view import PipelineNotFound, pipeline_status
+from runner.cli.status_types import JobStatus
 from tests.backends import Backend
 from tests.runner.cli.invoke import one_error_line, run_runner
 from tests.runner.world import Verdicts, World, make_world
@@ -106,7 +107,8 @@ def test_status_of_a_pipeline_shows_every_step_in_order_with_what_it_waits_on(wo
     found = pipeline_status(world.store, run.pipeline_id, world.clock.now())
     assert [step.job_id for step in found.steps] == ids
     assert (found.state, found.steps_done) == ("running", 0)
-    assert [step.waiting_on for step in found.steps] == [(), (ids[0],), (ids[1],)]
+    steps = [step for step in found.steps if isinstance(step, JobStatus)]
+    assert [step.waiting_on for step in steps] == [(), (ids[0],), (ids[1],)]
 
     text = _invoke(world, "status", "--pipeline", run.pipeline_id).output
     assert text.startswith(f"pipeline {run.pipeline_id}  running  0/3 steps done")
@@ -128,7 +130,9 @@ def test_a_failed_step_shows_the_next_blocked_with_the_reason(world: World):
 
     assert found.state == "failed"
     assert [step.state for step in found.steps] == ["failed", "blocked", "waiting"]
-    assert found.steps[1].blocked == "blocked: step stage failed (2 rows differ)"
+    blocked = found.steps[1]
+    assert isinstance(blocked, JobStatus)
+    assert blocked.blocked == "blocked: step stage failed (2 rows differ)"
     text = _invoke(world, "status", "--pipeline", run.pipeline_id).output
     assert "blocked: step stage failed (2 rows differ)" in text
 

@@ -4,7 +4,6 @@ deciding the steps it takes its own way."""
 from __future__ import annotations
 
 from dataclasses import replace
-
 from typing import get_args
 
 import pytest
