@@ -11,8 +11,9 @@ from typing import Any
 
 from checkpoint import checks, codec, layout, messages
 from checkpoint.backends import open_storage
-from checkpoint.errors import ConfigurationError
+from checkpoint.errors import ConfigurationError, JobNotFound
 from checkpoint.records import JobRecord
+from checkpoint.retries import Budget
 from checkpoint.service_targets import MAX_VISIBILITY_SECONDS
 from checkpoint.storage import NEVER_EXPIRES, Storage
 from checkpoint.store import CheckpointStore
@@ -150,7 +151,7 @@ def record_submission(
         budget = store.budget()
         store.ensure(budget)  # the notes below go before the job's record
         for before in after:
-            store.get_job(before, budget)  # JobNotFound, said in one line
+            _must_exist(store, before, budget)
         job_id = job_id or new_job_id(job_class, store.clock.now().strftime("%Y%m%d-%H%M%S"))
         if job_id in after:
             raise ConfigurationError(f"job {job_id!r} cannot run after itself")
@@ -255,6 +256,16 @@ def _job_ids(ids: Sequence[str], what: str) -> tuple[str, ...]:
         if job_id not in kept:
             kept.append(job_id)
     return tuple(kept)
+
+
+def _must_exist(store: CheckpointStore, job_id: str, budget: Budget) -> None:
+    try:
+        store.get_job(job_id, budget)
+    except JobNotFound:
+        raise JobNotFound(
+            f"cannot run after {job_id!r}: no such job in {store.storage.description} "
+            "(submit it first; nothing was recorded)"
+        ) from None
 
 
 def _same_order(job: JobRecord, after: tuple[str, ...], pipeline: str | None) -> None:

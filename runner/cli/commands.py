@@ -230,7 +230,8 @@ def _json_params(text: str) -> object:
 @click.option(
     "--burst",
     is_flag=True,
-    help="Exit 0 once every job of these types has ended and their queues are empty.",
+    help="Exit 0 once every job of these types has ended (or waits on other jobs) and "
+    "their queues are empty.",
 )
 @click.option(
     "--stop-timeout",

@@ -398,14 +398,20 @@ class WorkerLoop:
                         self._outstanding_changed.notify()
 
     def _no_work_left(self) -> bool:
-        """Every job of these types has ended and their queues hold nothing at all (then
-        a job type that had no job at all is named: see :func:`_say_what_was_found`)."""
+        """Every job of these types has ended or waits on others, and their queues hold
+        nothing at all (then a job type that had no job at all is named: see
+        :func:`_say_what_was_found`).
+
+        A job that waits on others is not waited for: it starts only when the last of
+        them ends, whose hand-off sends its planning message before anything else, so a
+        start under way is a message in these queues; one that waits on a failed job
+        would keep a burst worker for ever."""
         types = {cls.job_type() for cls in self._classes}
         try:
             every = self.context.store.list_jobs()
             self._serve_also(every, self.context.store.budget())
             jobs = [job for job in every if job.job_type in types]
-            if not all(job.ended for job in jobs):
+            if not all(job.ended or job.state == "waiting" for job in jobs):
                 return False
             if not all(
                 self.storage.queues.approximate_length(queue) == 0

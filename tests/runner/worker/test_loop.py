@@ -16,7 +16,7 @@ from checkpoint.limits.book import LimitBook
 from checkpoint.retries import STANDALONE, Budget
 from checkpoint.storage import NEVER_EXPIRES
 from checkpoint.store import CheckpointStore
-from jobs import manage
+from jobs import Pipeline, PipelineStop, manage
 from jobs.chunk import Chunk
 from jobs.job import ChunkedJob
 from jobs.submit import submit
@@ -51,6 +51,39 @@ def test_a_burst_worker_waits_for_a_hidden_message_of_an_ended_job(tmp_path: Pat
         assert exit_code == 0
         assert storage.queues.approximate_length(Noop.queue) == 0
         assert held.id  # the message it waited for was real
+    finally:
+        storage.close()
+
+
+class Stops(Noop):
+    """A step whose finalize refuses to let its pipeline go on."""
+
+    queue = "loop-burst-stops"
+
+    def finalize(self, params: dict[str, Any], summary: Any) -> None:
+        raise PipelineStop("2 rows differ")
+
+
+def test_a_burst_worker_runs_a_pipeline_and_leaves_a_blocked_step_waiting(tmp_path: Path):
+    # Given a pipeline of three steps: the second stops the pipeline
+    storage = open_storage(str(tmp_path / "store"))
+    try:
+        run = Pipeline("loop-pipe")
+        first = run.step("stage", Noop, {})
+        second = run.step("verify", Stops, {}, after=[first])
+        third = run.step("publish", Noop, {}, after=[second])
+        run.submit(storage=storage)
+
+        # When one burst worker serves both types
+        exit_code = WorkerLoop(storage, [Noop, Stops], WorkerSettings(burst=True)).run()
+
+        # Then it ran the first two steps in order and exited, leaving the third
+        # waiting on the failed one (it would otherwise have waited for it for ever)
+        assert exit_code == 0
+        store = CheckpointStore(storage)
+        states = [store.get_job(job_id).state for job_id in (first, second, third)]
+        assert states == ["done", "failed", "waiting"]
+        assert store.get_job(second).error == "2 rows differ"
     finally:
         storage.close()
 
