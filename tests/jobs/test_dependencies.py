@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from checkpoint import messages
-from checkpoint.errors import ConfigurationError, JobNotFound, StorageError
+from checkpoint.errors import BadRecord, ConfigurationError, JobNotFound, StorageError
 from checkpoint.storage import QueueMessage
 from jobs import PipelineStop, dependencies, manage
 from jobs.errors import JobIdTaken
@@ -426,3 +426,64 @@ def test_a_finalize_raising_pipeline_stop_fails_its_job_and_blocks_the_next(worl
     assert waiting.state == "waiting" and _kinds(handled, publish) == []
     preceding = dependencies.predecessors(world.store, waiting, world.store.budget())
     assert dependencies.blocked_by(preceding) == f"blocked: step {verify} failed (3 rows differ)"
+
+
+# --------------------------------------------------------------------------- edges
+
+
+def test_deleting_a_failed_predecessor_cancels_its_blocked_dependent(world: World):
+    first = _submit(world, "transform")
+    second = _submit(world, "verify", after=[first])
+    world.store.change_job(first, lambda job: {"state": "failed", "error": "bad rows"})
+
+    delete_job(first, storage=world.backend.storage)
+
+    job = world.job_record(second)
+    assert job.state == "cancelled"
+    assert job.cancel_reason == f"runs after {first}, which was deleted"
+
+
+def test_a_diamond_is_cancelled_once_through_either_side(world: World):
+    # Given stage -> top -> (left, right) -> joined, and a note naming a job never
+    # recorded (its submit died)
+    stage = _submit(world, "stage")
+    top = _submit(world, "top", after=[stage])
+    left = _submit(world, "left", after=[top])
+    right = _submit(world, "right", after=[top])
+    joined = _submit(world, "joined", after=[left, right])
+    world.store.dependents.note(left, _id("never-recorded"))
+
+    manage.cancel(stage, "wrong input", storage=world.backend.storage)
+
+    steps = (stage, top, left, right, joined)
+    assert [world.job_record(job_id).state for job_id in steps] == ["cancelled"] * 5
+    assert world.job_record(joined).cancel_reason in (
+        f"runs after {left}, which was cancelled",
+        f"runs after {right}, which was cancelled",
+    )
+
+
+def test_settling_or_cancelling_a_job_no_longer_waiting_changes_nothing(world: World):
+    first = _submit(world, "stage")
+    job = world.job_record(first)
+    budget = world.store.budget()
+
+    assert (
+        dependencies.settle_waiting(world.store, world.backend.storage.queues, job, budget) == job
+    )
+    assert dependencies.cancel_waiting(world.store, first, "too late", budget) is None
+    assert dependencies.cancel_waiting(world.store, _id("missing"), "gone", budget) is None
+    assert world.job_record(first).state == "planning"
+
+
+def test_after_may_be_one_id_given_alone(world: World):
+    first = _submit(world, "stage")
+    second = submit(Verdicts, OK, job_id=_id("one"), after=first, storage=world.backend.storage)
+    assert world.job_record(second).after == (first,)
+
+
+def test_a_garbled_after_makes_the_job_record_unreadable(world: World):
+    first = _submit(world, "stage")
+    world.garble_job(first, {"after": "not an id,x"})
+    with pytest.raises(BadRecord, match="after 'not an id,x' names no job ids"):
+        world.job_record(first)

@@ -20,6 +20,8 @@ from checkpoint.backends import open_storage
 from checkpoint.errors import ConfigurationError
 from jobs import Pipeline, manage
 from jobs.errors import JobIdTaken
+from jobs.retention import delete as delete_job
+from jobs.submit import submit
 from runner.cli import commands as cli
 from runner.cli.pipeline_view import PipelineNotFound, pipeline_status
 from runner.cli.status_types import JobStatus
@@ -180,3 +182,38 @@ def test_an_unknown_pipeline_is_one_line_from_the_command(tmp_path: Path):
         assert one_error_line(result) == (
             "runner: error: no pipeline 'nope': no job was submitted with --pipeline nope"
         )
+
+
+def test_a_deleted_step_leaves_the_pipeline_and_a_lost_or_garbled_one_is_said(world: World):
+    # Given a pipeline whose last step was deleted, one note naming a job never
+    # recorded (its submit died), and a step whose record was garbled
+    run = _pipeline(world)
+    ids = run.submit(storage=world.backend.storage)
+    manage.cancel(ids[0], storage=world.backend.storage)
+    delete_job(ids[2], storage=world.backend.storage)
+    world.store.pipeline_steps.note(run.pipeline_id, run.job_id("lost"))
+    world.garble_job(ids[1], {"state": 42})
+
+    found = pipeline_status(world.store, run.pipeline_id, world.clock.now())
+
+    assert [step.job_id for step in found.steps] == [ids[0], ids[1]]
+    assert found.steps[1].state == "unreadable"
+
+
+def test_a_pipeline_waiting_on_a_job_outside_it_is_waiting(world: World):
+    outside = submit(
+        Verdicts, OK, job_id=f"outside-{uuid.uuid4().hex[:8]}", storage=world.backend.storage
+    )
+    manage.pause(outside, storage=world.backend.storage)
+    run = Pipeline(f"later-{uuid.uuid4().hex[:8]}")
+    run.step("only", Verdicts, OK, after=outside)
+    run.submit(storage=world.backend.storage)
+
+    found = pipeline_status(world.store, run.pipeline_id, world.clock.now())
+
+    assert (found.state, found.steps_done) == ("waiting", 0)
+
+
+def test_status_of_a_pipeline_is_not_mixed_with_other_selections(world: World):
+    result = CliRunner().invoke(cli.cli, ["status", "some-job", "--pipeline", "p"])
+    assert result.exit_code == 2 and "--pipeline shows one pipeline" in result.output
