@@ -42,7 +42,13 @@ from runner.cli.limit_command import limit
 from runner.cli.options import storage_option
 from runner.cli.pipeline_view import pipeline_jobs, pipeline_status, render_pipeline
 from runner.cli.redrive import redrive
-from runner.cli.render import render_poisoned, render_report, render_status, report_csv_row
+from runner.cli.render import (
+    render_job,
+    render_poisoned,
+    render_report,
+    render_status,
+    report_csv_row,
+)
 from runner.cli.selection import SHOWN_BY_DEFAULT, Listing
 from runner.cli.snapshot import read_snapshot
 from runner.cli.status import REPORT_COLUMNS, failure_report, poisoned_chunks
@@ -478,7 +484,7 @@ def _pipeline_status(pipeline: str, as_json: bool, storage: str | None) -> None:
         click.echo(json.dumps(to_json(found), indent=2))
         return
     color = sys.stdout.isatty()
-    click.echo(render_pipeline(found, lambda step: render_status([step], color, now=now)))
+    click.echo(render_pipeline(found, lambda step: render_job(step, color, now)))
 
 
 _PIPELINE_OPTION = click.option(

@@ -64,8 +64,44 @@ def render_status(
             return "no jobs"
         empty = "no active jobs" if not (listing.states or listing.every) else "no jobs"
         return empty + (f"; {left_out.removeprefix('and ')}" if left_out else "")
-    shown = "\n\n".join(_job(job, color, now) for job in report)
+    shown = "\n\n".join(_group(group, color, now) for group in _by_pipeline(report))
     return shown + (f"\n\n{left_out}" if left_out else "")
+
+
+def render_job(job: AnyJob, color: bool = False, now: datetime | None = None) -> str:
+    """One job's block, as ``runner status JOB_ID`` shows it."""
+    return _job(job, color, now)
+
+
+def _by_pipeline(report: Sequence[AnyJob]) -> list[list[AnyJob]]:
+    """The jobs in their order, each pipeline's steps gathered where its first one is
+    (``runner status`` groups a pipeline's jobs); a job of none is a group of its own."""
+    groups: list[list[AnyJob]] = []
+    of_pipeline: dict[str, list[AnyJob]] = {}
+    for job in report:
+        pipeline = job.pipeline if isinstance(job, JobStatus) else None
+        if pipeline is None:
+            groups.append([job])
+        elif pipeline in of_pipeline:
+            of_pipeline[pipeline].append(job)
+        else:
+            of_pipeline[pipeline] = [job]
+            groups.append(of_pipeline[pipeline])
+    return groups
+
+
+def _group(group: list[AnyJob], color: bool, now: datetime | None) -> str:
+    """One job, or a pipeline's steps under a line naming it."""
+    shown = "\n\n".join(_job(job, color, now) for job in group)
+    first = group[0]
+    if not isinstance(first, JobStatus) or first.pipeline is None:
+        return shown
+    steps = "step" if len(group) == 1 else "steps"
+    head = (
+        f"pipeline {first.pipeline} ({len(group)} {steps} shown; "
+        f"runner status --pipeline {first.pipeline} shows them all)"
+    )
+    return f"{head}\n\n{shown}"
 
 
 def listing_line(counts: JobCounts, listing: Listing) -> str | None:

@@ -24,6 +24,8 @@ from jobs.retention import delete as delete_job
 from jobs.submit import submit
 from runner.cli import commands as cli
 from runner.cli.pipeline_view import PipelineNotFound, pipeline_status
+from runner.cli.render import render_status
+from runner.cli.status import job_status
 from runner.cli.status_types import JobStatus
 from tests.backends import Backend
 from tests.runner.cli.invoke import one_error_line, run_runner
@@ -217,3 +219,24 @@ def test_a_pipeline_waiting_on_a_job_outside_it_is_waiting(world: World):
 def test_status_of_a_pipeline_is_not_mixed_with_other_selections(world: World):
     result = CliRunner().invoke(cli.cli, ["status", "some-job", "--pipeline", "p"])
     assert result.exit_code == 2 and "--pipeline shows one pipeline" in result.output
+
+
+def test_the_list_of_jobs_gathers_a_pipelines_steps_under_its_name(world: World):
+    run = _pipeline(world)
+    ids = run.submit(storage=world.backend.storage)
+    alone = submit(
+        Verdicts, OK, job_id=f"alone-{uuid.uuid4().hex[:8]}", storage=world.backend.storage
+    )
+    jobs = [
+        job_status(world.store, world.job_record(job_id), world.clock.now())
+        for job_id in (ids[2], alone, ids[0], ids[1])
+    ]
+
+    text = render_status(jobs)
+
+    head = f"pipeline {run.pipeline_id} (3 steps shown; runner status --pipeline {run.pipeline_id}"
+    assert text.startswith(head)
+    # its steps together, where its first one was; the other job after them
+    heads = [text.index(f"\n{job_id}  ") for job_id in (ids[2], ids[0], ids[1], alone)]
+    assert heads == sorted(heads)
+    assert text.count("pipeline " + run.pipeline_id + " (") == 1
