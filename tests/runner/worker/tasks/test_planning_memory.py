@@ -28,8 +28,10 @@ PAD_BYTES = 4000
 #: Chunks of the small and the large job (whole pages, so both end on a full page).
 SIZES = {"embedded": (2 * PAGE_CHUNKS, 8 * PAGE_CHUNKS), "azurite": (PAGE_CHUNKS, 2 * PAGE_CHUNKS)}
 #: Allowed growth of the peak from the small job to the large one (noise: caches, the
-#: Azure SDK's connections and buffers; measured below 400 KiB on Azurite).
-SLACK_BYTES = 1024 * 1024
+#: Azure SDK's connections and buffers). Below 400 KiB on a quiet machine; on Azurite in
+#: a loaded suite (its requests' buffers in flight at once depend on the scheduling)
+#: up to 1.27 MB was seen, in 2 of 5 full runs over 1 MiB.
+SLACK_BYTES = {"embedded": 1024 * 1024, "azurite": 3 * 1024 * 1024 // 2}
 
 
 class Wide(ChunkedJob):
@@ -71,5 +73,6 @@ def test_planning_a_larger_job_takes_no_more_memory(backend: Backend):
 
     # Then the peak did not grow with the chunks: holding the extra chunks' payloads
     # alone would have added (large - small) x PAD_BYTES
-    assert (large - small) * PAD_BYTES > 2 * SLACK_BYTES  # the test can tell
-    assert large_peak - small_peak < SLACK_BYTES, (small_peak, large_peak)
+    slack = SLACK_BYTES[backend.name]
+    assert (large - small) * PAD_BYTES > 2 * slack  # the test can tell
+    assert large_peak - small_peak < slack, (small_peak, large_peak)
