@@ -30,7 +30,7 @@ SIZES = {"embedded": (2 * PAGE_CHUNKS, 8 * PAGE_CHUNKS), "azurite": (PAGE_CHUNKS
 #: Allowed growth of the peak from the small job to the large one (noise: caches, the
 #: Azure SDK's connections and buffers). Below 400 KiB on a quiet machine; on Azurite in
 #: a loaded suite (its requests' buffers in flight at once depend on the scheduling)
-#: up to 1.27 MB was seen, in 2 of 5 full runs over 1 MiB.
+#: up to 1.27 MB was seen, in 2 of 4 full runs over 1 MiB.
 SLACK_BYTES = {"embedded": 1024 * 1024, "azurite": 3 * 1024 * 1024 // 2}
 
 
