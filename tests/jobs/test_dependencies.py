@@ -21,9 +21,17 @@ from jobs.errors import JobIdTaken
 from jobs.job_run import SimulatedCrash
 from jobs.retention import delete as delete_job
 from jobs.submit import submit
+from runner.cli.redrive import redrive
 from runner.worker.job_cache import FRESH_SECONDS
 from tests.backends import Backend
-from tests.runner.world import FINALIZED, LEASE_SECONDS, Verdicts, World, make_world
+from tests.runner.world import (
+    FINALIZED,
+    FIRST_BACKOFF_SECONDS,
+    LEASE_SECONDS,
+    Verdicts,
+    World,
+    make_world,
+)
 
 OK = {"payloads": [{"act": "ok"}, {"act": "ok"}]}
 
@@ -487,3 +495,52 @@ def test_a_garbled_after_makes_the_job_record_unreadable(world: World):
     world.garble_job(first, {"after": "not an id,x"})
     with pytest.raises(BadRecord, match="after 'not an id,x' names no job ids"):
         world.job_record(first)
+
+
+# --------------------------------------------------------------------------- redrive
+
+
+def test_a_redriven_step_ends_done_and_its_blocked_dependent_runs_by_itself(world: World):
+    # Given a step with a chunk that fails each attempt, and a step after it
+    params = {"payloads": [{"act": "ok"}, {"act": "fail"}]}
+    first = submit(Verdicts, params, job_id=_id("transform"), storage=world.backend.storage)
+    second = _submit(world, "verify", after=[first])
+
+    # When it runs: the bad chunk fails, is retried after its backoff, and is poisoned
+    received: list[QueueMessage] = []
+    _run_until_idle(world, received=received)
+    retried = [m for m in received if messages.decode(m.body).index == 1]
+    world.let_pass(FIRST_BACKOFF_SECONDS, retried[-1])
+    _run_until_idle(world)
+
+    # Then the step failed at its end, and the one after it is blocked
+    assert world.job_record(first).state == "failed"
+    waiting = world.job_record(second)
+    preceding = dependencies.predecessors(world.store, waiting, world.store.budget())
+    assert dependencies.blocked_by(preceding) is not None
+    done_before = [t.index for t in world.store.chunks(first) if t.state == "done"]
+    assert done_before == [0]
+
+    # When the cause is fixed and its poisoned chunk redriven
+    world.monkeypatch.setattr(Verdicts, "process", _fixed(Verdicts.process))
+    assert redrive(world.store, world.backend.storage.queues, first).count == 1
+    again = _run_until_idle(world)
+
+    # Then only that chunk ran again, the step finalized once and ended done, and the
+    # step after it started by itself and ran to its end
+    assert [(m.kind, m.index) for m in again if m.job_id == first] == [("chunk", 1), ("final", 0)]
+    assert world.job_record(first).state == "done" and len(FINALIZED[first]) == 1
+    assert world.job_record(second).state == "done"
+    assert _kinds(again, second) == ["plan", "chunk", "chunk", "final"]
+
+
+def _fixed(process: Any) -> Any:
+    """``process`` with its input fixed: a chunk that failed now succeeds."""
+
+    def fixed(self: Any, chunk: Any) -> Any:
+        if chunk.payload.get("act") == "fail":
+            chunk.checkpoint("half")
+            return chunk.index * 10
+        return process(self, chunk)
+
+    return fixed
