@@ -26,12 +26,13 @@ from tests.bench.throughput import plan_only_loop
 #: a message body of about as much) per chunk.
 PAD_BYTES = 4000
 #: Chunks of the small and the large job (whole pages, so both end on a full page).
-SIZES = {"embedded": (2 * PAGE_CHUNKS, 8 * PAGE_CHUNKS), "azurite": (PAGE_CHUNKS, 2 * PAGE_CHUNKS)}
+SIZES = {"embedded": (2 * PAGE_CHUNKS, 8 * PAGE_CHUNKS), "azurite": (PAGE_CHUNKS, 3 * PAGE_CHUNKS)}
 #: Allowed growth of the peak from the small job to the large one (noise: caches, the
 #: Azure SDK's connections and buffers). Below 400 KiB on a quiet machine; on Azurite in
 #: a loaded suite (its requests' buffers in flight at once depend on the scheduling)
-#: up to 1.27 MB was seen, in 2 of 4 full runs over 1 MiB.
-SLACK_BYTES = {"embedded": 1024 * 1024, "azurite": 3 * 1024 * 1024 // 2}
+#: up to 1.66 MB was seen, in 3 of 5 full runs over 1 MiB. Azurite's large job is two
+#: pages longer, so that holding its extra payloads (8.2 MB) stays far above the slack.
+SLACK_BYTES = {"embedded": 1024 * 1024, "azurite": 5 * 1024 * 1024 // 2}
 
 
 class Wide(ChunkedJob):
