@@ -47,8 +47,11 @@ DEFAULT_FILES = 24
 DEFAULT_FILES_PER_CHUNK = 4
 #: How often the demo asks ``runner status``.
 POLL_SECONDS = 1.0
-#: How often the demo looks at the store for a chunk to kill the worker of.
+#: How often the demo looks at the store for a chunk to kill the worker of, and for how
+#: long between two status lines: a `runner status` took 12 s on a loaded machine, and
+#: a chunk of a few batches can pass its middle in less.
 KILL_LOOK_SECONDS = 0.1
+KILL_WINDOW_SECONDS = 10.0
 #: A progress line at least this often, even when nothing changed.
 QUIET_SECONDS = 10.0
 
@@ -279,14 +282,14 @@ def _batch(progress: Any) -> tuple[int, int]:
 def _kill_when_due(
     runner: Runner, store: CheckpointStore, job_id: str, worker_args: tuple[str, ...], say: Say
 ) -> Crash | None:
-    """For up to :data:`POLL_SECONDS`, look at the job's running chunks in the store
-    every :data:`KILL_LOOK_SECONDS`; SIGKILL the worker of the first one with a
+    """For up to :data:`KILL_WINDOW_SECONDS`, look at the job's running chunks in the
+    store every :data:`KILL_LOOK_SECONDS`; SIGKILL the worker of the first one with a
     checkpoint and batches still to do. None if there was none meanwhile.
 
     The store is read here rather than through ``runner status`` (a process, a second
     or more on a loaded machine): a chunk of a few batches is past its first and not at
     its last only for a few seconds."""
-    deadline = time.monotonic() + POLL_SECONDS
+    deadline = time.monotonic() + KILL_WINDOW_SECONDS
     while True:
         for seen in _killable(store, job_id):
             worker = runner.worker_with_pid(worker_pid(seen.owner) or -1)
