@@ -107,20 +107,22 @@ def settle_waiting(
     return start(store, queues, job, budget)
 
 
-def start(store: CheckpointStore, queues: QueueStore, job: JobRecord, budget: Budget) -> JobRecord:
-    """Send a waiting job's planning message, then record it ``planning``."""
+def send_planning(queues: QueueStore, job: JobRecord, delay_seconds: int, budget: Budget) -> None:
+    """Send the job's planning message to its first queue, hidden ``delay_seconds``: a
+    submit's, or a waiting job's start. Retried on transient trouble; a send applied
+    with its answer lost and sent again only duplicates it (the claim runs one)."""
     body = messages.encode(
         messages.TaskMessage("plan", job.job_type, job.job_id, incarnation=job.incarnation)
     )
-    budget.call(
-        functools.partial(
-            queues.send,
-            job.queues[0],
-            body,
-            delay_seconds=job.delay_seconds,
-            ttl_seconds=NEVER_EXPIRES,
-        )
+    send = functools.partial(
+        queues.send, job.queues[0], body, delay_seconds=delay_seconds, ttl_seconds=NEVER_EXPIRES
     )
+    budget.call(send)
+
+
+def start(store: CheckpointStore, queues: QueueStore, job: JobRecord, budget: Budget) -> JobRecord:
+    """Send a waiting job's planning message, then record it ``planning``."""
+    send_planning(queues, job, job.delay_seconds, budget)
     started = store.change_job(
         job.job_id,
         lambda fresh: {"state": "planning"} if _same_waiting(fresh, job) else None,

@@ -9,13 +9,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from checkpoint import checks, codec, layout, messages
+from checkpoint import checks, codec, layout
 from checkpoint.backends import open_storage
 from checkpoint.errors import ConfigurationError, JobNotFound
 from checkpoint.records import JobRecord
 from checkpoint.retries import Budget
 from checkpoint.service_targets import MAX_VISIBILITY_SECONDS
-from checkpoint.storage import NEVER_EXPIRES, Storage
+from checkpoint.storage import Storage
 from checkpoint.store import CheckpointStore
 from jobs import dependencies
 from jobs.errors import InvalidParams, JobIdTaken
@@ -191,17 +191,7 @@ def record_submission(
         elif record.state == "planning":
             # Also on a re-submit: if the first submit died before sending, this is the
             # plan message; if not, the duplicate is dropped unrun when received.
-            # Retried on transient trouble; a send applied with its answer lost and sent
-            # again only duplicates the planning message (the claim runs it once).
-            task = messages.TaskMessage(
-                "plan", record.job_type, job_id, incarnation=record.incarnation
-            )
-            body = messages.encode(task)
-            budget.call(
-                lambda: opened.queues.send(
-                    record.queues[0], body, delay_seconds=delay_seconds, ttl_seconds=NEVER_EXPIRES
-                )
-            )
+            dependencies.send_planning(opened.queues, record, delay_seconds, budget)
         return done
     finally:
         if opened is not storage:

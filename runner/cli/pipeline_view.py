@@ -18,7 +18,7 @@ from checkpoint.store import CheckpointStore
 from runner.cli.status import job_status, unreadable_job
 from runner.cli.status_types import AnyJob, JobStatus, UnreadableJob
 
-#: A pipeline's state from its steps' (the first rule that applies).
+#: The job states in which a step is under way: its pipeline is then ``running``.
 RUNNING_STATES = ("planning", "running", "finalizing")
 
 

@@ -199,6 +199,19 @@ class Meanwhile:
         return Fault("busy") if call in self.busy else None
 
 
+class Unclosed:
+    """A storage whose ``with`` block leaves it open (the test's backend owns it)."""
+
+    def __init__(self, storage: Any):
+        self._storage = storage
+
+    def __enter__(self) -> Any:
+        return self._storage
+
+    def __exit__(self, *exc: Any) -> None:
+        pass
+
+
 class World:
     """One worker, assembled as the loop does, serving Verdicts (from a fresh queue) and
     Second; a store to set records up and read them; the queues as a test sees them."""

@@ -29,28 +29,15 @@ from runner.cli.status import job_status
 from runner.cli.status_types import JobStatus
 from tests.backends import Backend
 from tests.runner.cli.invoke import one_error_line, run_runner
-from tests.runner.world import Verdicts, World, make_world
+from tests.runner.world import Unclosed, Verdicts, World, make_world
 
 OK = {"payloads": [{"act": "ok"}]}
-
-
-class _Unclosed:
-    """A storage whose ``with`` block leaves it open (the test's backend owns it)."""
-
-    def __init__(self, storage: Any):
-        self._storage = storage
-
-    def __enter__(self) -> Any:
-        return self._storage
-
-    def __exit__(self, *exc: Any) -> None:
-        pass
 
 
 @pytest.fixture
 def world(backend: Backend, monkeypatch: pytest.MonkeyPatch) -> Iterator[World]:
     storage = backend.storage
-    monkeypatch.setattr(cli, "open_storage", lambda location, **_: _Unclosed(storage))
+    monkeypatch.setattr(cli, "open_storage", lambda location, **_: Unclosed(storage))
     yield from make_world(backend, monkeypatch)
 
 

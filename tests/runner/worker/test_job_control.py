@@ -29,7 +29,7 @@ from runner.worker.job_cache import FRESH_SECONDS
 from runner.worker.loop import WorkerSettings
 from runner.worker.stop_orders import CHECK_SECONDS
 from runner.worker.tasks.parking import PARK_MAX_SECONDS, PARK_MIN_SECONDS, park_seconds
-from tests.runner.world import FINALIZED, Verdicts, World
+from tests.runner.world import FINALIZED, Unclosed, Verdicts, World
 
 #: The longest a resumed job may wait for its work to start again (issue 22, item 5).
 RESUME_BOUND_SECONDS = 5.0
@@ -539,7 +539,7 @@ def test_the_report_command_writes_csv_and_json_lines(world: World, monkeypatch)
     world.send(job_id)
     world.deliver()
     storage = world.backend.storage
-    monkeypatch.setattr(cli, "open_storage", lambda location, **_: _Unclosed(storage))
+    monkeypatch.setattr(cli, "open_storage", lambda location, **_: Unclosed(storage))
 
     as_csv = CliRunner().invoke(cli.cli, ["report", job_id, "--csv"])
     as_json = CliRunner().invoke(cli.cli, ["report", job_id, "--json"])
@@ -549,19 +549,6 @@ def test_the_report_command_writes_csv_and_json_lines(world: World, monkeypatch)
     assert [row["error_message"] for row in rows] == ["bad row 0"]
     assert [json.loads(line)["state"] for line in as_json.output.splitlines()] == ["retrying"]
     assert "chunk #0 retrying after attempt 1 of 2, next try at" in as_text.output
-
-
-class _Unclosed:
-    """A storage whose ``with`` block leaves it open (the test's backend owns it)."""
-
-    def __init__(self, storage: Any):
-        self._storage = storage
-
-    def __enter__(self) -> Any:
-        return self._storage
-
-    def __exit__(self, *exc: Any) -> None:
-        pass
 
 
 def test_a_message_kind_survives_the_park(world: World):
