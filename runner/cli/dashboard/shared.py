@@ -5,7 +5,9 @@ job's chunks); :class:`SharedReads` reads it at most once per ``max_age_seconds`
 key, whoever asks and however often, and hands every viewer the same value. Viewers of
 one key wait for the one read in progress instead of starting their own. A read that
 fails keeps the last good value, marked with the error, for the same time: a store out of
-reach is not asked again by every refresh of every viewer. Keys are bounded
+reach is not asked again by every refresh of every viewer. A read begun before an
+:meth:`SharedReads.expire` (an action changed the store meanwhile) is handed to its viewer
+but not kept: the page shown after the action reads again. Keys are bounded
 (:class:`runner.worker.lru_map.LruMap`), so a dashboard open for weeks does not grow.
 """
 
@@ -59,6 +61,8 @@ class SharedReads(Generic[K, V]):
         self._monotonic = monotonic
         self._entries: LruMap[K, _Entry[V]] = LruMap(keys)
         self._lock = threading.Lock()
+        #: Counts expiries: a read that saw it change while it ran may predate an action.
+        self._expiries = 0
 
     def get(self, key: K) -> V:
         """The value of ``key``, read now if the one held is older than the max age.
@@ -69,19 +73,23 @@ class SharedReads(Generic[K, V]):
             now = self._monotonic()
             if entry.value is not None and now - entry.read_at < self.max_age_seconds:
                 return entry.value
+            expiries = self._expiries
             try:
                 value = self._read(key)
             except RunnerError as error:
                 if entry.value is None:
                     raise
                 value = self._stale(entry.value, str(error))
-            entry.value, entry.read_at = value, now
+            # Kept to fall back on either way; fresh only if no action expired it meanwhile
+            fresh = expiries == self._expiries
+            entry.value, entry.read_at = value, now if fresh else -math.inf
             return value
 
     def expire(self) -> None:
         """Read every key again at its next :meth:`get` (after an action changed the
         store); values are kept, to fall back on."""
         with self._lock:
+            self._expiries += 1
             for entry in self._entries.values():
                 entry.read_at = -math.inf
 

@@ -138,6 +138,37 @@ def test_expire_reads_every_key_again_at_its_next_get():
     assert shared.get("a") == Value("a", 3)
 
 
+def test_a_read_begun_before_an_expiry_is_not_kept():
+    # Given a read of the store in progress (a refresh) when an action changes the store
+    clock = FakeClock()
+    started, release = threading.Event(), threading.Event()
+    reads: list[str] = []
+
+    def slow(key: str) -> Value:
+        reads.append(key)
+        if len(reads) == 1:
+            started.set()
+            release.wait(10)
+        return Value(key, len(reads))
+
+    shared = SharedReads(slow, lambda v, e: v, 2.0, clock.monotonic)
+    got: list[Value] = []
+    refresh = threading.Thread(target=lambda: got.append(shared.get("all")))
+    refresh.start()
+    assert started.wait(10)
+
+    # When the action expires the reads and the refresh then ends
+    shared.expire()
+    release.set()
+    refresh.join(10)
+
+    # Then the refresh's viewer has what it read, but the next viewer (the page after
+    # the action) reads the store again instead of getting the value from before it
+    assert got == [Value("all", 1)]
+    assert shared.get("all") == Value("all", 2)
+    assert shared.get("all") == Value("all", 2) and len(reads) == 2
+
+
 def test_keys_are_bounded_the_least_recently_used_read_again():
     reader, clock = Reader(), FakeClock()
     shared = _shared(reader, clock, keys=2)
