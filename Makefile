@@ -37,6 +37,7 @@ help:
 	@echo "                not under coverage: the quick loop while you work"
 	@echo "make bench      storage operations, the chunk engine, requests per chunk by kind"
 	@echo "                (SCALE.md's input), a resume of 1,000 parked chunks (both backends),"
+	@echo "                a pipeline step's hand-off to the next (both backends),"
 	@echo "                shared rate and running limits over 4 worker processes (both"
 	@echo "                backends), a small job's first chunk behind a 10,000-chunk one"
 	@echo "                (2,000 on Azurite; before and after windowed feeding), a metrics"
@@ -113,6 +114,7 @@ bench: venv azurite
 	$(BIN)/python -m tests.bench.requests_per_chunk --output BENCHMARKS.md
 	$(BIN)/python -m tests.bench.retained --output BENCHMARKS.md
 	$(BIN)/python -m tests.bench.parks --output BENCHMARKS.md
+	$(BIN)/python -m tests.bench.handoff --output BENCHMARKS.md
 	$(BIN)/python -m tests.bench.limits --output BENCHMARKS.md
 	$(BIN)/python -m tests.bench.fairness --baseline-ref 99a0db2 --output BENCHMARKS.md
 	$(BIN)/python -m tests.bench.fairness --azurite --large 2000 --chunk-ms 5 --baseline-ref 99a0db2 --output BENCHMARKS.md
