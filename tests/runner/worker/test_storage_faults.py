@@ -34,6 +34,8 @@ ITEMS_PER_CHUNK = 10
 #: Every item applied, by (job, item); finalize runs by job (one process, so a dict).
 APPLIED: Counter[tuple[str, int]] = Counter()
 FINALIZED: Counter[str] = Counter()
+#: ``split`` runs by job: a planning run twice would split twice.
+SPLIT: Counter[str] = Counter()
 _LOCK = threading.Lock()
 
 
@@ -43,6 +45,8 @@ class Faulted(ChunkedJob):
     checkpoint_interval_seconds = 0.05
 
     def split(self, params: dict[str, Any]) -> Any:
+        with _LOCK:
+            SPLIT[params.get("name", "")] += 1
         return ({"first": n * ITEMS_PER_CHUNK} for n in range(params["chunks"]))
 
     def process(self, chunk: Chunk) -> int:
@@ -113,6 +117,45 @@ def test_a_job_completes_exactly_once_under_busy_ambiguous_and_slow_storage(
     assert fenced == [] and lost == []
     faults = faulty.counts.snapshot()["faults"]
     assert min(faults.get(kind, 0) for kind in ("busy", "ambiguous", "delay")) > 0, faults
+
+
+@pytest.mark.timeout(300)
+def test_a_pipeline_hands_off_exactly_once_under_busy_ambiguous_and_slow_storage(
+    storage: Storage, caplog: pytest.LogCaptureFixture
+):
+    # Given storage where 10 % of calls are busy, 5 % applied-then-lost, 10 % slow,
+    # and a pipeline of two steps, the second after the first
+    plan = RandomFaults(seed=7, busy=0.10, ambiguous=0.05, delayed=0.10, delay_seconds=(0, 0.05))
+    faulty = FaultyStorage(storage, plan)
+    tag = uuid.uuid4().hex[:8]
+    steps: list[str] = []
+    for name in ("stage", "publish"):
+        steps.append(
+            submit(
+                Faulted,
+                {"chunks": 2, "name": f"{name}-{tag}"},
+                storage=faulty.storage,
+                job_id=f"faulted-{name}-{tag}",
+                after=steps[-1:],
+                pipeline=f"faulted-{tag}",
+            )
+        )
+
+    # When two workers run what there is until nothing is left
+    caplog.set_level(logging.WARNING)
+    _run_workers(faulty.storage, workers=2)
+
+    # Then both steps are done, each planned once, each item applied once, each
+    # finalized once: the hand-off started the second exactly once
+    store = CheckpointStore(storage)
+    assert [store.get_job(step).state for step in steps] == ["done"] * 2
+    assert [SPLIT[f"{name}-{tag}"] for name in ("stage", "publish")] == [1, 1]
+    for step in steps:
+        applied = {item: n for (job, item), n in APPLIED.items() if job == step}
+        assert sorted(applied) == list(range(2 * ITEMS_PER_CHUNK)) and set(applied.values()) == {1}
+        assert FINALIZED[step] == 1 and store.get_job(step).dependents_started
+    faults = faulty.counts.snapshot()["faults"]
+    assert faults.get("ambiguous", 0) > 0, faults
 
 
 def test_a_worker_waits_for_storage_at_start_up_instead_of_exiting(
