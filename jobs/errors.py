@@ -6,7 +6,7 @@ tell ``process`` to stop; :class:`JobDefinitionError` refuses a malformed job cl
 
 from __future__ import annotations
 
-from checkpoint.errors import RunnerError
+from checkpoint.errors import JobNotFound, RunnerError
 
 
 class ChunkStopped(RunnerError):
@@ -77,7 +77,21 @@ class JobEnded(RunnerError):
 
 class JobIdTaken(RunnerError):
     """A submit names an existing job's id but another class or other params: it would
-    be dropped, so it is refused. Submitting the same job again is a no-op."""
+    be dropped, so it is refused. Submitting the same job again is a no-op. ``clash``
+    says what differs, without the advice for ``runner submit``."""
+
+    def __init__(self, message: str, clash: str = ""):
+        super().__init__(message)
+        self.clash = clash or message
+
+
+class UnknownPredecessor(JobNotFound):
+    """A job named in a submit's ``after`` does not exist (``job_id``): nothing was
+    recorded."""
+
+    def __init__(self, job_id: str, message: str):
+        super().__init__(message)
+        self.job_id = job_id
 
 
 class InvalidParams(RunnerError, ValueError):
