@@ -13,6 +13,7 @@ from __future__ import annotations
 import functools
 import itertools
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -120,13 +121,33 @@ def delete_blobs(blobs: BlobStore, job_id: str, budget: Budget) -> int:
 
 def sweep(queues: QueueStore, queue: str, job_id: str, budget: Budget) -> int:
     """Delete the job's visible messages from ``queue`` (a job queue or a poison queue),
-    looking at each visible message once; returns how many were deleted.
+    looking at each visible message once; returns how many were deleted
+    (:func:`sweep_where`)."""
+
+    def of_job(message: QueueMessage) -> bool:
+        task = messages.named_task(message.body)
+        return task is not None and task.job_id == job_id
+
+    return sweep_where(queues, queue, of_job, budget)
+
+
+def sweep_where(
+    queues: QueueStore,
+    queue: str,
+    wanted: Callable[[QueueMessage], bool],
+    budget: Budget,
+    *,
+    delete: bool = True,
+) -> int:
+    """Delete the visible messages of ``queue`` that are ``wanted``, looking at each
+    visible message once; returns how many were deleted (with ``delete`` False: how
+    many would be, all of them handed back).
 
     Azure cannot delete a message without receiving it, so messages are received with a
-    short visibility. Other jobs' messages stay hidden only while the sweep goes on and
-    are then handed back with visibility 0 (hiding them is what lets the next receive
-    reach past them). It ends at an empty receive, at a receive of messages it saw
-    already (their visibility ran out, or workers handed them back), or after
+    short visibility. The others stay hidden only while the sweep goes on and are then
+    handed back with visibility 0 (hiding them is what lets the next receive reach past
+    them). It ends at an empty receive, at a receive of messages it saw already (their
+    visibility ran out, or workers handed them back), or after
     :data:`SWEEP_MAX_MESSAGES`: workers competing for the queue cannot keep it going.
     """
     seen: set[str] = set()
@@ -136,16 +157,17 @@ def sweep(queues: QueueStore, queue: str, job_id: str, budget: Budget) -> int:
         while len(seen) < SWEEP_MAX_MESSAGES:
             batch = _receive(queues, queue, budget)
             fresh = [message for message in batch if message.id not in seen]
+            seen.update(message.id for message in batch)
             mine = []
             for message in batch:
-                seen.add(message.id)
-                task = messages.named_task(message.body)
-                if task is not None and task.job_id == job_id:
+                if delete and wanted(message):
                     mine.append((message.id, message.pop_receipt or ""))
                     others.pop(message.id, None)
                 else:
                     others[message.id] = message.pop_receipt or ""
             deleted += _delete(queues, queue, mine, budget)
+            if not delete:  # counted once each, handed back at the end
+                deleted += sum(1 for message in fresh if wanted(message))
             if not fresh:
                 return deleted
         return deleted
