@@ -60,6 +60,28 @@ QUEUE_BLOCK = SHARD_BLOCK
 RESUME_SUFFIX = "-resume"
 
 
+#: A job type's intake queue, where other programs put submissions of its jobs (when
+#: its class has ``intake = True``), and where those that cannot be read are moved with
+#: their reason (runner.worker.intake).
+INTAKE_SUFFIX = "-intake"
+REJECTED_SUFFIX = "-intake-rejected"
+
+
+def intake_queue_of(queue: str) -> str:
+    """The intake queue of job queue ``queue``: ``<queue>-intake``."""
+    return queue + INTAKE_SUFFIX
+
+
+def rejected_queue_of(queue: str) -> str:
+    """Where the submissions of ``queue``'s intake that cannot be read are moved:
+    ``<queue>-intake-rejected``."""
+    return queue + REJECTED_SUFFIX
+
+
+def is_rejected_queue(queue: str) -> bool:
+    return queue.endswith(REJECTED_SUFFIX)
+
+
 def resume_queue_of(queue: str) -> str:
     """The resume queue of job queue ``queue``."""
     return queue + RESUME_SUFFIX

@@ -84,6 +84,11 @@ class ChunkedJob:
             is not queued behind all of an earlier one's chunks (docs/semantics.md
             §22). Keep it several times the slots (workers x concurrency + prefetch)
             serving the type, or workers wait for the feeder; >= 1.
+        intake: accept jobs submitted by other programs: a JSON message put on
+            ``<queue>-intake`` (docs/intake.md) is recorded as a job of this type by
+            its workers, and one that cannot be read is moved to
+            ``<queue>-intake-rejected`` with the reason. Off by default: a type's
+            workers then ask no intake queue at all.
     """
 
     queue: ClassVar[str] = ""
@@ -100,6 +105,7 @@ class ChunkedJob:
     max_running: ClassVar[int | None] = None
     limits: ClassVar[Mapping[str, str]] = {}
     feed_window: ClassVar[int] = DEFAULT_FEED_WINDOW
+    intake: ClassVar[bool] = False
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -139,6 +145,17 @@ class ChunkedJob:
         """Where a running chunk's message waits: ``<queue>-resume``, one for the type
         however many queues it has, polled before them (see :mod:`runner.worker.tasks.resume`)."""
         return resume_queue_of(cls.queue)
+
+    @classmethod
+    def intake_queue(cls) -> str:
+        """Where other programs put submissions of this type, ``<queue>-intake`` (asked
+        by its workers only when ``intake`` is on)."""
+        return layout.intake_queue_of(cls.queue)
+
+    @classmethod
+    def rejected_queue(cls) -> str:
+        """Where submissions that cannot be read are moved: ``<queue>-intake-rejected``."""
+        return layout.rejected_queue_of(cls.queue)
 
     def validate(self, params: Any) -> None:
         """Refuse params this job cannot run on (optional): raise ValueError (or
@@ -187,8 +204,13 @@ def check_job_class(cls: type[ChunkedJob]) -> None:
         unit="queues",
         error=JobDefinitionError,
     )
-    # The longest name is the last queue's poison queue: '<queue>-<n>-poison'.
+    if not isinstance(cls.intake, bool):
+        raise JobDefinitionError(f"{name}.intake must be True or False")
+    # The longest name is the last queue's poison queue, '<queue>-<n>-poison', or with
+    # an intake '<queue>-intake-rejected'.
     suffix = layout.poison_queue_of(layout.job_queues("", cls.queues)[-1])
+    if cls.intake and len(layout.REJECTED_SUFFIX) > len(suffix):
+        suffix = layout.REJECTED_SUFFIX
     if not service_targets.is_queue_name(cls.queue) or not service_targets.is_queue_name(
         f"{cls.queue}{suffix}"
     ):

@@ -15,13 +15,14 @@ import logging
 import os
 import sys
 import traceback
-from datetime import timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any, NoReturn
 
 import click
 
 from checkpoint.backends import open_storage
+from checkpoint.clock import SystemClock
 from checkpoint.deletion import Deleted
 from checkpoint.errors import BadRecord, ConfigurationError, MissingExtra, RunnerError
 from checkpoint.location import parse_location
@@ -42,6 +43,12 @@ from runner.cli.limit_command import limit
 from runner.cli.options import storage_option
 from runner.cli.pipeline_view import pipeline_jobs, pipeline_status, render_pipeline
 from runner.cli.redrive import redrive
+from runner.cli.rejections import (
+    purge_rejections,
+    read_rejections,
+    rejections_json,
+    render_rejections,
+)
 from runner.cli.render import (
     render_job,
     render_poisoned,
@@ -635,24 +642,90 @@ def report(job_id: str, as_json: bool, as_csv: bool, full: bool, storage: str | 
             click.echo(render_report(job_id, entries, full))
 
 
-@cli.group()
+@cli.group(short_help="Poisoned chunks and rejected submissions: list, redrive, purge.")
 def poison() -> None:
-    """Inspect and re-run poisoned chunks."""
+    """Inspect and re-run poisoned chunks; list and purge the submissions the intake
+    queues rejected."""
 
 
-@poison.command("list")
-@click.argument("job_id")
+@poison.command("list", short_help="List a job's poisoned chunks, or rejected submissions.")
+@click.argument("job_id", required=False)
+@click.option(
+    "--queue",
+    "job_queue",
+    metavar="QUEUE",
+    default=None,
+    help="With no JOB_ID: only the submissions rejected by QUEUE's intake "
+    "(QUEUE-intake). Default: every intake's.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @storage_option
 @suggests_job_ids
-def poison_list(job_id: str, as_json: bool, storage: str | None) -> None:
-    """List a job's poisoned chunks with their last error."""
+def poison_list(
+    job_id: str | None, job_queue: str | None, as_json: bool, storage: str | None
+) -> None:
+    """List a job's poisoned chunks with their last error; with no JOB_ID, the
+    submissions the intake queues rejected, with their reasons (the oldest 32 of each
+    queue)."""
 
+    if job_id is not None and job_queue is not None:
+        raise click.UsageError("--queue lists rejected submissions: give it without a JOB_ID")
     with open_storage(storage, create=False) as opened:
+        if job_id is None:
+            found_rejected = read_rejections(opened.queues, job_queue)
+            if as_json:
+                click.echo(json.dumps(rejections_json(found_rejected), indent=2))
+            else:
+                click.echo(render_rejections(found_rejected))
+            return
         store = CheckpointStore(opened)
         store.get_job(job_id)
         found = poisoned_chunks(store, job_id)
     click.echo(json.dumps(to_json(found), indent=2) if as_json else render_poisoned(job_id, found))
+
+
+@poison.command("purge", short_help="Delete the submissions the intake queues rejected.")
+@click.option(
+    "--queue",
+    "job_queue",
+    metavar="QUEUE",
+    default=None,
+    help="Only those rejected by QUEUE's intake (QUEUE-intake). Default: every intake's.",
+)
+@click.option(
+    "--older-than",
+    metavar="AGE",
+    default=None,
+    callback=lambda ctx, param, value: _age(ctx, param, value) if value else None,
+    help="Only those rejected longer ago than this: a whole number with s, m, h or d.",
+)
+@click.option("--dry-run", is_flag=True, help="Count what would be deleted; delete nothing.")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@storage_option
+def poison_purge(
+    job_queue: str | None,
+    older_than: timedelta | None,
+    dry_run: bool,
+    as_json: bool,
+    storage: str | None,
+) -> None:
+    """Delete the submissions the intake queues rejected (a job's poisoned chunks go
+    with `poison redrive` or `delete`)."""
+
+    with open_storage(storage, create=False) as opened:
+        budget = CheckpointStore(opened).budget()
+        counts = purge_rejections(
+            opened.queues, budget, job_queue, older_than, now=_now(), dry_run=dry_run
+        )
+    if as_json:
+        shown = [{"queue": q, "deleted": n, "dry_run": dry_run} for q, n in counts.items()]
+        click.echo(json.dumps(shown, indent=2))
+        return
+    verb = "would delete" if dry_run else "deleted"
+    for name, count in counts.items():
+        click.echo(f"{name}: {verb} {count} rejected submission(s)")
+    suffix = " (dry run)" if dry_run else ""
+    click.echo(f"{verb} {sum(counts.values())} rejected submission(s){suffix}")
 
 
 @poison.command("redrive", short_help="Re-run a job's poisoned chunks with fresh attempts.")
@@ -685,6 +758,11 @@ def delete(job_id: str, force: bool, as_json: bool, storage: str | None) -> None
 
     deleted = delete_job(job_id, force=force, storage=storage)
     click.echo(json.dumps(_deleted_json(deleted), indent=2) if as_json else _deleted_line(deleted))
+
+
+def _now() -> datetime:
+    """Now, from which ages are counted (a test moves it)."""
+    return SystemClock().now()
 
 
 def _age(ctx: click.Context, param: click.Parameter, value: str) -> timedelta:

@@ -31,6 +31,7 @@ from checkpoint.store import CheckpointStore
 from checkpoint.workers import WorkerBook
 from jobs.job import ChunkedJob
 from runner.worker.hooks import HookChain
+from runner.worker.intake import takes_submissions
 from runner.worker.job_cache import JobCache
 from runner.worker.leases.lease import Lease, LeaseKeeper, take_lease
 from runner.worker.limits.admission import Admission
@@ -40,7 +41,7 @@ from runner.worker.observing.logs import in_context, worker_ids
 from runner.worker.observing.metrics_hooks import Metrics
 from runner.worker.observing.recorder import SILENT, Recorder
 from runner.worker.poison import PoisonRouter
-from runner.worker.receiving.polling import served_queues
+from runner.worker.receiving.polling import own_queues, served_queues
 from runner.worker.receiving.prefetch import RECEIVE_BATCH, Slots
 from runner.worker.receiving.receive_order import Received, ReceiveOrder, receive_from
 from runner.worker.stop_orders import StopOrderWatcher
@@ -265,10 +266,13 @@ class WorkerLoop:
         self._serve_also(self.context.store.list_jobs(budget), budget)
 
     def _create(self, queue: str, budget: Budget) -> None:
-        # A resume queue has no poison queue of its own: a message from it is poisoned
-        # into that of its chunk's queue (runner.worker.poison), created with that one.
-        resume = layout.is_resume_queue(queue)
-        names = [queue] if resume else [queue, layout.poison_queue_of(queue)]
+        names = [queue, layout.poison_queue_of(queue)]
+        if takes_submissions(self.context.by_queue, queue):
+            names = [queue, self.context.by_queue[queue].rejected_queue()]
+        elif layout.is_resume_queue(queue):
+            # A resume queue has no poison queue of its own: a message from it is
+            # poisoned into that of its chunk's queue (runner.worker.poison).
+            names = [queue]
         for name in names:
             budget.call(functools.partial(self.storage.queues.create_queue, name))
 
@@ -475,7 +479,7 @@ def _check_queues(job_classes: list[type[ChunkedJob]]) -> None:
         raise ConfigurationError("name at least one job type to serve")
     seen: dict[str, str] = {}
     for cls in job_classes:
-        for name in (*cls.chunk_queues(), cls.resume_queue()):
+        for name in own_queues(cls):
             other = seen.setdefault(name, cls.job_type())
             if other != cls.job_type():
                 raise ConfigurationError(

@@ -239,12 +239,15 @@ def run_workers(options: StartOptions, workers: int, restart: bool = True) -> in
 
 def _queues(classes: list[type[ChunkedJob]]) -> list[str]:
     """The queues whose message counts the metrics show: each job type's queues, its
-    resume queue and their poison queues."""
+    resume queue and their poison queues, and its intake and rejected queues if it
+    takes submissions."""
     names: list[str] = []
     for cls in classes:
         for queue in cls.chunk_queues():
             names += (queue, layout.poison_queue_of(queue))
         names.append(cls.resume_queue())
+        if cls.intake:
+            names += (cls.intake_queue(), cls.rejected_queue())
     return names
 
 

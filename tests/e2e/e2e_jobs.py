@@ -142,6 +142,13 @@ class Delayed(Items):
     queue = queue_for("delayed")
 
 
+class Submitted(Items):
+    """:class:`Items` taking submissions from other programs on ``<queue>-intake``."""
+
+    queue = queue_for("submitted")
+    intake = True
+
+
 class Graceful(Items):
     """A long lease and a long checkpoint interval: a prompt resume after SIGTERM can
     only come from the released message, and an exact one only from the flush."""

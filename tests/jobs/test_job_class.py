@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from checkpoint.errors import JobNotFound, LeaseLost
-from checkpoint.layout import POISON_SUFFIX
+from checkpoint.layout import POISON_SUFFIX, REJECTED_SUFFIX
 from checkpoint.records import Progress
 from jobs.backoff import Backoff
 from jobs.chunk import Chunk
@@ -113,6 +113,24 @@ def test_longest_queue_name_leaves_room_for_the_poison_suffix():
             queue = "q" * (64 - len(POISON_SUFFIX))
 
 
+def test_a_type_taking_submissions_leaves_room_for_its_rejected_queue():
+    # Given the longest queue a type with an intake may have
+    class Taking(ChunkedJob):
+        queue = "q" * (63 - len(REJECTED_SUFFIX))
+        intake = True
+
+    # Then its intake queues are <queue>-intake and <queue>-intake-rejected, of 63
+    assert Taking.intake_queue() == Taking.queue + "-intake"
+    assert Taking.rejected_queue() == Taking.queue + "-intake-rejected"
+    assert len(Taking.rejected_queue()) == 63
+    # and one character more is refused, naming the suffix it leaves room for
+    with pytest.raises(JobDefinitionError, match="room is left for '-intake-rejected'"):
+
+        class TooLong(ChunkedJob):
+            queue = "q" * (64 - len(REJECTED_SUFFIX))
+            intake = True
+
+
 @pytest.mark.parametrize(
     "queue", ["ab", "Upper-Case", "under_score", "double--hyphen", "-lead", "trail-", 7]
 )
@@ -201,6 +219,7 @@ def test_the_longest_queue_name_leaves_room_for_the_last_numbered_poison_queue()
         ("max_chunk_seconds", True, "max_chunk_seconds"),
         ("backoff", {"first_seconds": 1}, "backoff"),
         ("resume_first", "yes", "resume_first must be True or False"),
+        ("intake", 1, "intake must be True or False"),
         ("rate_limit", "200", r"rate_limit must be a count per unit, like '200/s'"),
         ("rate_limit", "0/s", "rate_limit"),
         ("rate_limit", 200, "rate_limit"),

@@ -8,7 +8,8 @@ status as JSON, and the actions.
   page of its chunks (``page``, ``size``, ``chunk``; or ``state`` and ``after``);
 - ``GET /workers``: the workers of the last hour, from their heartbeats;
 - ``GET /poison``: the poisoned tasks of a tab and page of the jobs list (``?state=``,
-  ``?page=``, as ``/``), as ``runner poison list`` shows them;
+  ``?page=``, as ``/``), as ``runner poison list`` shows them, and the submissions the
+  intake queues rejected, as ``runner poison list`` with no JOB_ID shows them;
 - ``GET /api/status[/{job_id}]``: ``runner status [JOB_ID] --json``, from the same snapshot
   (the list takes the jobs page's ``state`` and ``page``);
 - ``POST /jobs/{job_id}/{action}``: cancel, pause, resume, redrive (:mod:`.actions`).
@@ -55,6 +56,7 @@ from runner.cli.dashboard.job_list import DEFAULT_JOBS, JobsQuery, pages, shown_
 from runner.cli.dashboard.shared import DEFAULT_KEYS, SharedReads
 from runner.cli.dashboard.views import STATIC, environment
 from runner.cli.json_form import to_json
+from runner.cli.rejections import RejectedQueue, read_rejections
 from runner.cli.selection import Listing
 from runner.cli.snapshot import read_snapshot
 from runner.cli.status_types import JobStatus, WatchFrame
@@ -158,6 +160,9 @@ class Pages:
         self.tables: SharedReads[tuple[str, ChunkQuery], ChunkTable] = SharedReads(
             self._read_table, stale_table, age, monotonic
         )
+        self.rejected: SharedReads[None, RejectedView] = SharedReads(
+            self._read_rejected, _stale_rejected, age, monotonic, keys=1
+        )
         self._rates: LruMap[FrameKey, Rates] = LruMap(DEFAULT_KEYS)
 
     # ----------------------------------------------------------------- reading
@@ -180,6 +185,17 @@ class Pages:
 
     def _read_table(self, key: tuple[str, ChunkQuery]) -> ChunkTable:
         return read_chunk_table(self.store, *key)
+
+    def _read_rejected(self, key: None) -> RejectedView:
+        return RejectedView(tuple(read_rejections(self.store.storage.queues)))
+
+    def _rejected(self) -> RejectedView:
+        """The rejected submissions, or why they could not be read: the page of
+        poisoned jobs is shown either way."""
+        try:
+            return self.rejected.get(None)
+        except RunnerError as error:
+            return RejectedView((), str(error))
 
     # ----------------------------------------------------------------- pages
 
@@ -244,6 +260,7 @@ class Pages:
                 "frame": frame,
                 "now": frame.snapshot.taken_on,
                 "poisoned": poisoned,
+                "rejected": self._rejected(),
                 "max_rows": MAX_TASK_ROWS,
                 "query": query,
                 "tabs": tabs(query, counts),
@@ -320,6 +337,19 @@ class Pages:
 
 def _stale_frame(frame: WatchFrame, error: str) -> WatchFrame:
     return replace(frame, error=error)
+
+
+@dataclass(frozen=True)
+class RejectedView:
+    """The poison page's rejected submissions (``runner poison list`` with no JOB_ID),
+    and why they are not fresh, if they are not."""
+
+    queues: tuple[RejectedQueue, ...]
+    error: str | None = None
+
+
+def _stale_rejected(view: RejectedView, error: str) -> RejectedView:
+    return replace(view, error=error)
 
 
 def _status_of(error: RunnerError, refused: int = 503) -> int:

@@ -1,8 +1,9 @@
 """Which queues a worker polls, and in which order.
 
-A worker serves the queues of its job types: each class's ``chunk_queues()``, and the
-queues recorded by its job types' unfinished jobs when they differ (a job submitted
-when its class had another ``queues`` count keeps the queues it was submitted to).
+A worker serves the queues of its job types: each class's ``chunk_queues()`` (and its
+intake queue, ``<queue>-intake``, for a class with ``intake = True``), and the queues
+recorded by its job types' unfinished jobs when they differ (a job submitted when its
+class had another ``queues`` count keeps the queues it was submitted to).
 Each job type's resume queue (one however many queues it has) is asked before them
 (:func:`runner.worker.tasks.resume.queues_to_poll`) and takes no part in the turns below.
 
@@ -47,13 +48,21 @@ def served_queues(
     """Every queue a worker of ``classes`` polls, with the class its messages are for:
     each class's resume queue and queues, then those its unfinished ``jobs`` were
     submitted to."""
-    served = {queue: cls for cls in classes for queue in (cls.resume_queue(), *cls.chunk_queues())}
+    served = {queue: cls for cls in classes for queue in own_queues(cls)}
     by_type = {cls.job_type(): cls for cls in classes}
     for job in jobs:
         cls = by_type.get(job.job_type)
         if cls is not None and not job.ended:
             served.update((queue, cls) for queue in job.queues if queue not in served)
     return served
+
+
+def own_queues(cls: type[ChunkedJob]) -> tuple[str, ...]:
+    """The queues a worker of ``cls`` asks whatever its jobs: its resume queue, its
+    queues, and its intake queue if it takes submissions (runner.worker.intake: one
+    more queue in its rotation)."""
+    intake = (cls.intake_queue(),) if cls.intake else ()
+    return (cls.resume_queue(), *cls.chunk_queues(), *intake)
 
 
 class Rotation:

@@ -5,6 +5,9 @@ step in a module of its own, given the message in hand as one
 :class:`~runner.worker.tasks.delivery.Delivery`:
 
 1. Take the message's lease at once (the keeper renews it from now on).
+   A message of a job type's intake queue is a submission from another program, not
+   a task: it is recorded as a job or rejected (:mod:`runner.worker.intake`), and its
+   life ends there.
 2. Decode it; anything not ours goes to ``<queue>-poison`` with the reason
    (:mod:`runner.worker.tasks.bad_records`). A message left over from a deleted job (its job
    gone, being deleted, or another incarnation of that id) is deleted unrun
@@ -38,6 +41,7 @@ from checkpoint.errors import BadMessage, BadRecord
 from checkpoint.retries import Budget
 from checkpoint.settle import Writer
 from checkpoint.storage import QueueMessage
+from runner.worker.intake import take_submission, takes_submissions
 from runner.worker.leases.lease import Lease, take_lease
 from runner.worker.tasks.bad_records import poison_bad_message, unreadable_after_all
 from runner.worker.tasks.claim import claim, claim_planned, claimable
@@ -69,6 +73,9 @@ def handle(
     if lease is None:
         lease = take_lease(worker.keeper, queue, message, worker.by_queue[queue], received_at)
     try:
+        if takes_submissions(worker.by_queue, queue):
+            take_submission(worker, lease, message)
+            return None
         delivery = _delivery(worker, lease, message)
         return None if delivery is None else _run_task(delivery)
     except BadRecord as bad:
