@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Literal, TypeGuard, TypeVar, get_args
+from typing import Any, Final, Literal, TypeGuard, TypeVar, get_args
 
 from checkpoint import checks, layout
 from checkpoint.errors import BadRecord
@@ -42,8 +42,27 @@ PIPELINE = "pipeline"
 DELAY_SECONDS = "delay_seconds"
 DEPENDENTS_STARTED = "dependents_started"
 
+#: A job record property: a redrive of the job is under way (:mod:`runner.cli.redrive`);
+#: one that finds it set gives every unfinished task a message again, as the one that
+#: set it died before it cleared it.
+REDRIVING = "redriving"
+
 #: Job states after which nothing of the job runs again.
 ENDED_JOB_STATES: tuple[JobState, ...] = ("done", "failed", "cancelled")
+
+
+class _Removed:
+    """The type of :data:`REMOVED`."""
+
+    def __repr__(self) -> str:
+        return "REMOVED"
+
+
+#: A job change's value that removes the property from the record, where a merge would
+#: keep it (``cancelled_on``, which a redrive of a job failed past its tolerance takes
+#: away): the record is then replaced whole, on its ETag, with that change
+#: (:class:`checkpoint.catalogue.job_moves.StateMoves`).
+REMOVED: Final = _Removed()
 
 _Known = TypeVar("_Known", bound=str)
 
@@ -55,6 +74,7 @@ class JobRecord:
     Attributes:
         cancelled_on: when its remaining tasks were cancelled (``runner cancel``, or
             more chunks poisoned than it tolerates), else None; ``cancel_reason`` why.
+            A redrive of a job failed past its tolerance removes both.
         paused_on: when it was paused (``runner pause``), None while it runs; with
             ``drain``, chunks running then were let finish.
         incarnation: a random token set when the record was created and carried in
@@ -75,6 +95,7 @@ class JobRecord:
         dependents_started: its dependents were looked at after it ended done, and
             those it was the last to wait for started; a finalize message delivered
             again before this is set does it again.
+        redriving: a redrive of it began and has not finished (:data:`REDRIVING`).
     """
 
     job_id: str
@@ -99,6 +120,7 @@ class JobRecord:
     pipeline: str | None = None
     delay_seconds: int = 0
     dependents_started: bool = False
+    redriving: bool = False
 
     @property
     def name(self) -> str:
@@ -173,6 +195,7 @@ class JobRecord:
             pipeline=p.text(PIPELINE) or None,
             delay_seconds=p.integer(DELAY_SECONDS),
             dependents_started=p.flag(DEPENDENTS_STARTED),
+            redriving=p.flag(REDRIVING),
         )
 
 

@@ -24,7 +24,7 @@ from checkpoint.catalogue.job_index import (
     reopened,
 )
 from checkpoint.errors import BatchFailed, Conflict, NotFound
-from checkpoint.records import JobRecord, JobState
+from checkpoint.records import REMOVED, JobRecord, JobState
 from checkpoint.retries import TRANSIENT, Budget
 from checkpoint.settle import token_of
 from checkpoint.storage import BatchOp, Record, RecordStore
@@ -42,18 +42,20 @@ class StateMoves:
         self._index = index
 
     def move(self, job: JobRecord, changes: Mapping[str, Any], budget: Budget) -> Record:
-        """Merge ``changes`` (a new ``state`` and a fresh writer token) into the job if
-        its ETag still matches, with its index rows; returns the job record written.
+        """Merge ``changes`` (a new ``state``, or a property :data:`REMOVED`, and a
+        fresh writer token) into the job if its ETag still matches, with its index
+        rows; returns the job record written. A change removing a property replaces the
+        record whole: what was read, changed, on the ETag it was read with.
 
         Raises Conflict if someone else wrote the job, NotFound if it is gone."""
-        after: JobState = changes["state"]
+        after: JobState = changes.get("state", job.state)
         token = settle.token_of(changes)
         record = Record(layout.JOBS_PARTITION, job.job_id, job.properties, job.etag)
 
         def attempt() -> Record:
             counts = self._index.counts_row(budget)
             written = {**changes, **({INDEXED: True} if reopened(job, after, counts) else {})}
-            ops = [BatchOp("merge", job.job_id, written, etag=job.etag)]
+            ops = [_job_op(job, written)]
             ops += index_ops(job, after, counts, changes["updated_on"])
             try:
                 etags = self._batch(ops)
@@ -67,6 +69,8 @@ class StateMoves:
                     raise lost  # not applied: the budget decides whether to try again
                 raise _changed(found) from lost
             self._index.wrote(ops, etags)
+            if ops[0].kind == "replace":
+                return Record(record.partition_key, record.row_key, ops[0].properties, etags[0])
             return merged(record, written, etags[0])
 
         return _again_while_counts_move(lambda: budget.call(attempt, f"write {job.job_id}"))
@@ -116,6 +120,16 @@ class StateMoves:
 
 
 _T = TypeVar("_T")
+
+
+def _job_op(job: JobRecord, written: Mapping[str, Any]) -> BatchOp:
+    """The job record's own write: a merge of ``written``, or, if it removes a property
+    (:data:`REMOVED`), a replace by the record as read with ``written`` applied."""
+    if not any(value is REMOVED for value in written.values()):
+        return BatchOp("merge", job.job_id, written, etag=job.etag)
+    whole = {**job.properties, **written}
+    kept = {name: value for name, value in whole.items() if value is not REMOVED}
+    return BatchOp("replace", job.job_id, kept, etag=job.etag)
 
 
 def _again_while_counts_move(write: Callable[[], _T]) -> _T:

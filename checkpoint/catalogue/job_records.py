@@ -25,7 +25,7 @@ from checkpoint.errors import (
     NotFound,
     StorageError,
 )
-from checkpoint.records import AFTER, DELAY_SECONDS, PIPELINE, JobRecord, JobState
+from checkpoint.records import AFTER, DELAY_SECONDS, PIPELINE, REMOVED, JobRecord, JobState
 from checkpoint.retries import Budget
 from checkpoint.settle import WRITER
 from checkpoint.storage import BatchOp, PropertyValue, Record, Storage, Where
@@ -254,10 +254,14 @@ class JobRecords:
     def update_job(self, job: JobRecord, budget: Budget | None = None, **changes: Any) -> JobRecord:
         """Merge ``changes`` into the job if nobody changed it since ``job`` was read.
 
+        A change to :data:`~checkpoint.records.REMOVED` removes that property (the
+        record is replaced whole, on its ETag, as a change of state is written).
+
         Raises Conflict if someone else did (never for this call's own applied write)."""
         changes = {**changes, "updated_on": self._clock.now(), WRITER: settle.one_off()}
         budget = retries.given(budget, self._clock)
-        if changes.get("state", job.state) != job.state:
+        removes = any(value is REMOVED for value in changes.values())
+        if changes.get("state", job.state) != job.state or removes:
             return JobRecord.from_record(self._moves.move(job, changes, budget))
         written = settle.merge(
             self._records,

@@ -42,7 +42,7 @@ from runner.cli.json_form import to_json, utc
 from runner.cli.limit_command import limit
 from runner.cli.options import storage_option
 from runner.cli.pipeline_view import pipeline_jobs, pipeline_status, render_pipeline
-from runner.cli.redrive import redrive
+from runner.cli.redrive import redrive, redriven_line
 from runner.cli.rejections import (
     purge_rejections,
     read_rejections,
@@ -737,7 +737,7 @@ def poison_redrive(job_id: str, storage: str | None) -> None:
 
     with open_storage(storage, create=False) as opened:
         done = redrive(CheckpointStore(opened), opened.queues, job_id)
-    click.echo(f"redrove {done.count} poisoned task(s) of {job_id}")
+    click.echo(redriven_line(job_id, done))
     for _, _, problem in done.unreadable:
         click.echo(f"not redriven, unreadable: {problem}")
     if done.unreadable:

@@ -1,34 +1,54 @@
-"""``runner poison redrive``: give a job's poisoned work new attempts.
+"""``runner poison redrive``: give a job's poisoned work new attempts, and a job failed
+past its ``tolerated_failures`` the rest of its work back.
 
 1. Every poisoned task (chunk, planning, finalize) goes back to waiting with its attempt
    count reset (a chunk's shard counter is adjusted in the same batch).
-2. The job's messages in ``<queue>-poison`` are moved back to the job queue, originals
+2. A failed job is reopened: back to ``running`` (``planning`` if planning never
+   finished), its error cleared, and, if it failed past its tolerance, its
+   ``cancelled_on`` and ``cancel_reason`` removed, so workers run its messages again.
+   The same write marks it ``redriving`` (:data:`~checkpoint.records.REDRIVING`).
+3. The job's messages in ``<queue>-poison`` are moved back to the job queue, originals
    unchanged; other jobs' poison messages stay where they are. A job of several queues
    has a poison queue per queue: each message goes back to the queue it came from.
-3. A reset task whose poison message is gone (purged by hand, say) gets a new message,
+4. A reset task whose poison message is gone (purged by hand, say) gets a new message,
    on its chunk's own queue (planning and finalize: the job's first queue).
+5. A job that failed past its tolerance had its other messages dropped unrun
+   (docs/semantics.md §16): each unfinished task gets one again (:func:`send_dropped`).
+6. The ``redriving`` mark is cleared.
+
+Every step is safe to repeat, so a redrive that died midway (or whose write was applied
+with its answer lost) is finished by running it again: a job still marked ``redriving``
+has step 5 done again, whatever its cause. A task sent a message twice runs once (the
+claim's compare-and-swap, docs/semantics.md §5). A job cancelled (``runner cancel``, or
+a job it ran after cancelled) is not redriven: that was someone's decision.
 
 A record that cannot be read (garbled by hand or by another version) is gone past:
 it is reported, left as it is with its poison messages, and the rest is redriven.
-
-The job then leaves ``failed`` and can complete and finalize.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Set
+import functools
+from collections.abc import Callable, Iterator, Set
 from dataclasses import dataclass, field
+from typing import Any
 
-from checkpoint import messages
+from checkpoint import layout, messages
 from checkpoint.errors import BadMessage, BadRecord, Conflict, LeaseLost, NotFound
 from checkpoint.layout import poison_queue_of
-from checkpoint.records import TaskKind
-from checkpoint.storage import NEVER_EXPIRES, QueueStore
+from checkpoint.records import REDRIVING, REMOVED, JobRecord, TaskKind
+from checkpoint.retries import Budget
+from checkpoint.storage import NEVER_EXPIRES, QueueStore, Where
 from checkpoint.store import CheckpointStore
+from checkpoint.tasks.task_records import PlannedChunk
+from jobs import dependencies
 from jobs.errors import JobEnded
+from runner.worker.tasks.plan import feed_message, send_chunk_messages, sender_of_unsent
 
 #: How long poison messages of other jobs stay hidden while we look past them.
 SCAN_VISIBILITY_SECONDS = 30
+#: Chunk messages sent again per batch of sends (a page of the chunks scanned).
+RESEND_PAGE_CHUNKS = 256
 
 _RESET = {"state": "waiting", "owner": "", "attempt": 0}
 
@@ -41,52 +61,91 @@ class Redriven:
         count: tasks reset or messages moved back (each task counted once).
         unreadable: ``(kind, index, problem)`` of each record that cannot be read, so
             was left as it is, its poison messages with it (nothing can reset it).
+        resent: unfinished tasks of a job failed past its tolerance given a message
+            again (theirs were dropped unrun when it failed).
     """
 
     count: int
     unreadable: list[tuple[TaskKind, int, str]] = field(default_factory=list)
+    resent: int = 0
 
 
 def redrive(store: CheckpointStore, queues: QueueStore, job_id: str) -> Redriven:
-    """Re-run a job's poisoned work, going past records that cannot be read."""
+    """Re-run a job's poisoned work (and the rest of a job failed past its tolerance),
+    going past records that cannot be read.
+
+    Raises:
+        JobNotFound: no such job.
+        JobEnded: the job was cancelled.
+    """
     job = store.get_job(job_id)
-    if job.cancelled_on is not None:
-        # Its waiting chunks were dropped unrun: reopening it would finish nothing.
-        # A submit under its id finds the job and does nothing: say what does run it.
+    if job.state == "cancelled":
+        # Its remaining work was dropped on purpose: running it again is a new submit.
         raise JobEnded(
-            f"job {job_id!r} was {job.state} and its remaining chunks cancelled "
-            f"({job.cancel_reason or 'no reason given'}), so it cannot be redriven; to run "
-            f"it again, submit it under a new --job-id, or `runner delete {job_id}` first "
-            "and submit it under this id"
+            f"job {job_id!r} was cancelled ({job.cancel_reason or 'no reason given'}) and a "
+            "cancelled job is not redriven; to run it again, submit it under a new --job-id, "
+            f"or `runner delete {job_id}` first and submit it under this id"
         )
+    # Its messages were dropped (failed past its tolerance), or may never have been
+    # sent (an earlier redrive died before it cleared its mark).
+    dropped = job.cancelled_on is not None or job.redriving
     unreadable: list[tuple[TaskKind, int, str]] = []
     reset = _reset_poisoned(store, job_id, unreadable)
+    # Reopened before any message is sent: a worker deletes unrun a message of a job it
+    # finds failed past its tolerance (it reads such a record afresh first).
+    reopened = _reopen(store, job_id, bool(reset))
+    job = reopened or job
+    budget = store.budget()
     left = {(kind, index) for kind, index, _ in unreadable}
+    moved = _move_back_all(queues, job, left, budget)
+    for kind, index in sorted(reset - moved):
+        message = messages.TaskMessage(
+            kind, job.job_type, job_id, index, incarnation=job.incarnation
+        )
+        queue = job.chunk_queue(index) if kind == "chunk" else job.queues[0]
+        _send(queues, queue, messages.encode(message), budget)
+    resent = 0
+    if reopened is not None:
+        if dropped:
+            before = len(unreadable)
+            resent = send_dropped(store, queues, job, reset | moved, unreadable)
+            if len(unreadable) > before:
+                # Left marked: mended, they get their messages from the next redrive.
+                return Redriven(len(reset | moved), unreadable, resent)
+        store.change_job(job_id, lambda fresh: {REDRIVING: False} if fresh.redriving else None)
+    return Redriven(len(reset | moved), unreadable, resent)
+
+
+def redriven_line(job_id: str, done: Redriven) -> str:
+    """What ``runner poison redrive`` says it did: ``redrove 2 poisoned task(s) of x``,
+    and how many dropped tasks were sent again if any were."""
+    resent = f", and sent {done.resent} dropped task(s) again" if done.resent else ""
+    return f"redrove {done.count} poisoned task(s) of {job_id}{resent}"
+
+
+def _move_back_all(
+    queues: QueueStore, job: JobRecord, left: Set[tuple[TaskKind, int]], budget: Budget
+) -> set[tuple[TaskKind, int]]:
+    """Move every poison message of the job back (:func:`move_back`) but those of
+    ``left``; the tasks they name."""
     moved: set[tuple[TaskKind, int]] = set()
     for queue in job.queues:
-        moved |= move_back(queues, queue, job_id, job.incarnation, left_alone=left)
+        moved |= move_back(queues, queue, job.job_id, job.incarnation, budget, left_alone=left)
     if job.resume_poison_queue is not None:
         # Poisoned from the type's resume queue while the job could not be read: each
         # goes back to its own chunk's queue, known now.
         moved |= move_back(
             queues,
             job.queue,
-            job_id,
+            job.job_id,
             job.incarnation,
+            budget,
             left_alone=left,
             home=lambda task: (
                 job.chunk_queue(task.index) if task.kind == "chunk" else job.queues[0]
             ),
         )
-    for kind, index in sorted(reset - moved):
-        message = messages.TaskMessage(
-            kind, job.job_type, job_id, index, incarnation=job.incarnation
-        )
-        queue = job.chunk_queue(index) if kind == "chunk" else job.queues[0]
-        queues.send(queue, messages.encode(message), ttl_seconds=NEVER_EXPIRES)
-    if reset or moved:
-        _reopen(store, job_id)
-    return Redriven(len(reset | moved), unreadable)
+    return moved
 
 
 def _reset_poisoned(
@@ -109,17 +168,94 @@ def _reset_poisoned(
     return reset
 
 
-def _reopen(store: CheckpointStore, job_id: str) -> None:
-    while True:
-        job = store.get_job(job_id)
+def _reopen(store: CheckpointStore, job_id: str, reset: bool) -> JobRecord | None:
+    """Take a failed job back to ``running`` (``planning`` if planning never ended),
+    marked ``redriving``, its error and any cancel of its failure removed; a job still
+    under way with tasks ``reset`` just marked. Returns the job so marked (one marked
+    already, by a redrive that died, as it is), or None: nothing to finish."""
+
+    def decide(job: JobRecord) -> dict[str, Any] | None:
         if job.state != "failed":
-            return
+            return None if job.ended or job.redriving or not reset else {REDRIVING: True}
+        cancel: dict[str, Any] = {}
+        if job.cancelled_on is not None:
+            cancel = {"cancelled_on": REMOVED, "cancel_reason": REMOVED}
         state = "planning" if job.total is None else "running"
-        try:
-            store.update_job(job, state=state, error="")
-            return
-        except Conflict:
-            continue
+        return {"state": state, "error": "", **cancel, REDRIVING: True}
+
+    job = store.change_job(job_id, decide) or store.get_job(job_id)
+    return job if job.redriving else None
+
+
+def send_dropped(
+    store: CheckpointStore,
+    queues: QueueStore,
+    job: JobRecord,
+    sent_already: Set[tuple[TaskKind, int]],
+    unreadable: list[tuple[TaskKind, int, str]],
+) -> int:
+    """Send a message again to each unfinished task of a job whose messages were dropped
+    when it failed past its tolerance (or may not have been sent, by a redrive that
+    died); returns how many were sent. Some may have a message still: the claim runs
+    one of the two (docs/semantics.md §5).
+
+    - planning, if it never ended (it goes on from the chunks it recorded);
+    - feeding, unless it ended: from its cursor, or from chunk 0 if it never started
+      (then at most the first window of chunks had messages, so at most that many done
+      ones get a message again, each deleted unrun);
+    - every chunk its feeding sent (below its cursor; every chunk once it ended) that
+      is neither done nor poisoned, but those in ``sent_already``.
+
+    A chunk record that cannot be read is added to ``unreadable`` and gets nothing.
+    """
+    budget = store.budget()
+    sent = 0
+    if job.total is None and ("plan", 0) not in sent_already:
+        dependencies.send_planning(queues, job, 0, budget)
+        sent += 1
+    cursor, feeding_ended = _feeding(store, job)
+    if not feeding_ended and ("feed", 0) not in sent_already:
+        budget.call(sender_of_unsent(queues, job.queues[0], [feed_message(job, 0)]))
+        sent += 1
+    page: list[PlannedChunk] = []
+    for index in _unfinished_chunks(store, job, cursor, unreadable):
+        if ("chunk", index) not in sent_already:
+            page.append(PlannedChunk(index))
+        if len(page) >= RESEND_PAGE_CHUNKS:
+            send_chunk_messages(queues, job, page, budget)
+            sent, page = sent + len(page), []
+    send_chunk_messages(queues, job, page, budget)
+    return sent + len(page)
+
+
+def _feeding(store: CheckpointStore, job: JobRecord) -> tuple[int, bool]:
+    """How many of the job's chunks its feeding has sent (its cursor; 0 if it never
+    started), and whether it ended (every chunk's message sent)."""
+    try:
+        feed = store.get_task(job.job_id, "feed", 0)
+    except NotFound:
+        return 0, False
+    cursor = store.value(feed.properties, "progress", of=feed.name)
+    return (cursor if isinstance(cursor, int) else 0), feed.state == "done"
+
+
+def _unfinished_chunks(
+    store: CheckpointStore, job: JobRecord, below: int, unreadable: list[tuple[TaskKind, int, str]]
+) -> Iterator[int]:
+    """The chunks below ``below`` that are neither done nor poisoned, in index order:
+    one query per shard, which returns only those."""
+    if not below:
+        return
+    where = [
+        Where("RowKey", "lt", layout.chunk_row(below)),
+        Where("state", "ne", "done"),
+        Where("state", "ne", "poisoned"),
+    ]
+    for index, chunk in store.scan_chunks(job.job_id, where=where, total=job.total):
+        if isinstance(chunk, BadRecord):
+            unreadable.append(("chunk", index, str(chunk)))
+        else:
+            yield index
 
 
 def move_back(
@@ -127,6 +263,7 @@ def move_back(
     queue: str,
     job_id: str,
     incarnation: str | None,
+    budget: Budget,
     left_alone: Set[tuple[TaskKind, int]] = frozenset(),
     home: Callable[[messages.TaskMessage], str] | None = None,
 ) -> set[tuple[TaskKind, int]]:
@@ -138,14 +275,16 @@ def move_back(
     Messages of another ``incarnation`` (an earlier job of this id, deleted since) are
     not this job's: they stay, and its tasks get fresh messages instead. So do those
     of the tasks in ``left_alone`` (their records cannot be read: a worker would only
-    poison them again)."""
+    poison them again). Each call is tried again on transient trouble (``budget``): a
+    send applied with its answer lost is sent twice, and the claim runs one."""
     moved: set[tuple[TaskKind, int]] = set()
     poison_queue = poison_queue_of(queue)
+    receive = functools.partial(
+        queues.receive, poison_queue, max_messages=32, visibility_seconds=SCAN_VISIBILITY_SECONDS
+    )
     while True:
         try:
-            batch = queues.receive(
-                poison_queue, max_messages=32, visibility_seconds=SCAN_VISIBILITY_SECONDS
-            )
+            batch = budget.call(receive)
         except NotFound:
             batch = []  # never made: nothing was poisoned there
         if not batch:
@@ -159,12 +298,21 @@ def move_back(
                 continue
             if (task.kind, task.index) in left_alone:
                 continue
-            queues.send(queue if home is None else home(task), body, ttl_seconds=NEVER_EXPIRES)
+            _send(queues, queue if home is None else home(task), body, budget)
             try:
-                queues.delete(poison_queue, message.id, message.pop_receipt or "")
-            except LeaseLost:
-                pass
+                budget.call(
+                    functools.partial(
+                        queues.delete, poison_queue, message.id, message.pop_receipt or ""
+                    )
+                )
+            except (LeaseLost, NotFound):
+                pass  # received or deleted since (by this call's own applied try, say)
             moved.add((task.kind, task.index))
+
+
+def _send(queues: QueueStore, queue: str, body: bytes, budget: Budget) -> None:
+    send = functools.partial(queues.send, queue, body, ttl_seconds=NEVER_EXPIRES)
+    budget.call(send)
 
 
 def _original(body: bytes) -> tuple[bytes, messages.TaskMessage] | None:

@@ -168,6 +168,11 @@ def _job(job: AnyJob, color: bool, now: datetime | None = None) -> str:
         lines.append(f"  {what} on {utc(job.cancelled_on)}: {why}")
     if job.error and job.error != job.cancel_reason and planning is None:
         lines.append(f"  error: {job.error}")
+    if job.redriving:
+        lines.append(
+            f"  a redrive is under way; if none is running, `runner poison redrive "
+            f"{job.job_id}` again finishes it"
+        )
     for chunk in job.running:
         expired = " (lease expired: worker gone?)" if chunk.lease_expired else ""
         # A fresh attempt's state is None until its first checkpoint is written.

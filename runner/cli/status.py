@@ -123,6 +123,7 @@ def job_status(store: CheckpointStore, job: JobRecord, now: datetime) -> JobStat
         waiting_on=waiting_on,
         blocked=blocked,
         pipeline=job.pipeline,
+        redriving=job.redriving,
     )
 
 

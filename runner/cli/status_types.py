@@ -171,6 +171,9 @@ class JobStatus:
     blocked: str | None = None
     #: ``submit(..., pipeline=...)``: the pipeline it is a step of.
     pipeline: str | None = None
+    #: A redrive of it began and has not finished (``runner poison redrive`` again
+    #: finishes it).
+    redriving: bool = False
 
     @property
     def dropped(self) -> bool:

@@ -51,24 +51,6 @@ def _submit(world: World, name: str, after: list[str] = (), **options: Any) -> s
     )
 
 
-def _run_until_idle(
-    world: World, rounds: int = 50, received: list[QueueMessage] | None = None
-) -> list[messages.TaskMessage]:
-    """Deliver every visible message, again and again, until none is left; the
-    messages handled, in order (each as received added to ``received`` too)."""
-    handled: list[messages.TaskMessage] = []
-    for _ in range(rounds):
-        found = world.receive_all()
-        if not found:
-            return handled
-        for message in found:
-            handled.append(messages.decode(message.body))
-            if received is not None:
-                received.append(message)
-            world.deliver(message)
-    raise AssertionError(f"still busy after {rounds} rounds")
-
-
 def _kinds(handled: list[messages.TaskMessage], job_id: str) -> list[str]:
     return [message.kind for message in handled if message.job_id == job_id]
 
@@ -87,7 +69,7 @@ def test_a_job_after_another_waits_recorded_then_starts_when_it_is_done(world: W
     assert [m.job_id for m in world.visible()] == [first]
 
     # When the worker runs what there is
-    handled = _run_until_idle(world)
+    handled = world.run_until_idle()
 
     # Then the first ran to its end, and only then the second, by itself
     assert _kinds(handled, first) == ["plan", "chunk", "chunk", "final"]
@@ -107,28 +89,28 @@ def test_a_job_waits_for_every_job_it_names(world: World):
     joined = _submit(world, "joined", after=[first, other])
 
     # When the first ends, then the joined one still waits for the other
-    _run_until_idle(world)
+    world.run_until_idle()
     assert world.job_record(first).state == "done"
     assert world.job_record(joined).state == "waiting"
 
     # When the other is resumed and ends, then the joined one starts and ends
     manage.resume(other, storage=world.backend.storage)
     world.clock.advance(FRESH_SECONDS)  # what the worker knew of the job is stale now
-    _run_until_idle(world)
+    world.run_until_idle()
     assert world.job_record(other).state == "done"
     assert world.job_record(joined).state == "done"
 
 
 def test_a_job_submitted_after_a_job_already_done_starts_at_once(world: World):
     first = _submit(world, "done-first")
-    _run_until_idle(world)
+    world.run_until_idle()
     assert world.job_record(first).state == "done"
 
     second = _submit(world, "late", after=[first])
 
     assert world.job_record(second).state == "planning"
     assert [(m.job_id, m.kind) for m in world.visible()] == [(second, "plan")]
-    _run_until_idle(world)
+    world.run_until_idle()
     assert world.job_record(second).state == "done"
 
 
@@ -137,7 +119,7 @@ def test_a_chain_of_three_runs_in_order_with_nobody_watching(world: World):
     transform = _submit(world, "transform", after=[stage])
     publish = _submit(world, "publish", after=[transform])
 
-    handled = _run_until_idle(world)
+    handled = world.run_until_idle()
 
     order = [(m.job_id, m.kind) for m in handled]
     assert order.index((stage, "final")) < order.index((transform, "plan"))
@@ -202,7 +184,7 @@ def test_a_cancelled_predecessor_cancels_its_waiting_dependents_and_theirs(world
     assert job.state == "cancelled"
     assert job.cancel_reason == f"runs after {transform}, which was cancelled"
     # and nothing of theirs ever runs
-    handled = _run_until_idle(world)
+    handled = world.run_until_idle()
     assert _kinds(handled, transform) == [] and _kinds(handled, publish) == []
 
 
@@ -225,7 +207,7 @@ def test_a_deleted_predecessor_cancels_its_waiting_dependents(world: World):
 def test_a_job_waiting_on_a_job_deleted_when_done_is_not_touched(world: World):
     first = _submit(world, "stage")
     second = _submit(world, "transform", after=[first])
-    _run_until_idle(world)
+    world.run_until_idle()
 
     delete_job(first, storage=world.backend.storage)
 
@@ -301,7 +283,7 @@ def test_a_worker_dying_between_done_and_the_hand_off_strands_nothing(world: Wor
     world.monkeypatch.setattr(dependencies, "start_dependents", dies)
     received: list[QueueMessage] = []
     with pytest.raises(SimulatedCrash):
-        _run_until_idle(world, received=received)
+        world.run_until_idle(received=received)
     world.meanwhile.dead = False
     world.monkeypatch.setattr(dependencies, "start_dependents", original)
     assert world.job_record(first).state == "done"
@@ -312,7 +294,7 @@ def test_a_worker_dying_between_done_and_the_hand_off_strands_nothing(world: Wor
     final = received[-1]
     assert messages.decode(final.body).kind == "final"
     world.let_pass(LEASE_SECONDS, final)
-    handled = _run_until_idle(world)
+    handled = world.run_until_idle()
 
     # Then its hand-off ran again, finalize did not, and the second ran once
     assert _kinds(handled, first) == ["final"]
@@ -346,11 +328,11 @@ def test_a_starter_dying_between_the_message_and_the_record_starts_it_once(world
     assert world.job_record(second).state == "waiting"
 
     # When its planning message is received, and the hand-off runs again besides
-    handled = _run_until_idle(world)
+    handled = world.run_until_idle()
     dependencies.start_dependents(
         world.store, world.backend.storage.queues, first, world.store.budget()
     )
-    handled += _run_until_idle(world)
+    handled += world.run_until_idle()
 
     # Then its planning moved it on, and it ran once
     assert world.job_record(second).state == "done"
@@ -363,7 +345,7 @@ def _run_until_idle_after_first(world: World, first: str) -> None:
     test starts the dependent itself)."""
     original = dependencies.start_dependents
     world.monkeypatch.setattr(dependencies, "start_dependents", lambda *args: [])
-    _run_until_idle(world)
+    world.run_until_idle()
     world.monkeypatch.setattr(dependencies, "start_dependents", original)
     assert world.job_record(first).state == "done"
 
@@ -377,12 +359,12 @@ def test_a_submit_dying_between_the_note_and_the_record_is_finished_by_its_retry
     world.store.dependents.note(first, second)
 
     # When the first ends, its hand-off skips the job that does not exist
-    _run_until_idle(world)
+    world.run_until_idle()
     assert world.job_record(first).state == "done"
 
     # Then the submit's retry records it and, the first being done, starts it
     submit(Verdicts, OK, job_id=second, after=[first], storage=world.backend.storage)
-    _run_until_idle(world)
+    world.run_until_idle()
     assert world.job_record(second).state == "done"
 
 
@@ -395,7 +377,7 @@ def test_a_planning_message_sent_twice_runs_the_dependents_planning_once(world: 
     dependencies.start(world.store, world.backend.storage.queues, job, world.store.budget())
     dependencies.start(world.store, world.backend.storage.queues, job, world.store.budget())
 
-    handled = _run_until_idle(world)
+    handled = world.run_until_idle()
 
     assert _kinds(handled, second).count("plan") == 2
     assert _kinds(handled, second).count("chunk") == 2
@@ -508,10 +490,10 @@ def test_a_redriven_step_ends_done_and_its_blocked_dependent_runs_by_itself(worl
 
     # When it runs: the bad chunk fails, is retried after its backoff, and is poisoned
     received: list[QueueMessage] = []
-    _run_until_idle(world, received=received)
+    world.run_until_idle(received=received)
     retried = [m for m in received if messages.decode(m.body).index == 1]
     world.let_pass(FIRST_BACKOFF_SECONDS, retried[-1])
-    _run_until_idle(world)
+    world.run_until_idle()
 
     # Then the step failed at its end, and the one after it is blocked
     assert world.job_record(first).state == "failed"
@@ -524,7 +506,7 @@ def test_a_redriven_step_ends_done_and_its_blocked_dependent_runs_by_itself(worl
     # When the cause is fixed and its poisoned chunk redriven
     world.monkeypatch.setattr(Verdicts, "process", _fixed(Verdicts.process))
     assert redrive(world.store, world.backend.storage.queues, first).count == 1
-    again = _run_until_idle(world)
+    again = world.run_until_idle()
 
     # Then only that chunk ran again, the step finalized once and ended done, and the
     # step after it started by itself and ran to its end

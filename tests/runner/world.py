@@ -336,6 +336,23 @@ class World:
             self.worker.chunk_times.observe(job_type, chunk_seconds)
         return message
 
+    def run_until_idle(
+        self, rounds: int = 50, received: list[QueueMessage] | None = None
+    ) -> list[messages.TaskMessage]:
+        """Deliver every visible message, again and again, until none is left; the
+        messages handled, in order (each as received added to ``received`` too)."""
+        handled: list[messages.TaskMessage] = []
+        for _ in range(rounds):
+            found = self.receive_all()
+            if not found:
+                return handled
+            for message in found:
+                handled.append(messages.decode(message.body))
+                if received is not None:
+                    received.append(message)
+                self.deliver(message)
+        raise AssertionError(f"still busy after {rounds} rounds")
+
     def let_pass(self, seconds: float, message: QueueMessage) -> None:
         """``seconds`` pass, ending ``message``'s hidden time."""
         self.clock.advance(seconds)  # on the embedded store, its queue's clock too

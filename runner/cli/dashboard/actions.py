@@ -43,24 +43,26 @@ def token_matches(given: str | None, token: str) -> bool:
 @dataclass(frozen=True)
 class Done:
     """What an action did: which, to which job, and how many tasks a redrive reset
-    (``count``) or could not read (``unreadable``)."""
+    (``count``), could not read (``unreadable``) or sent again once dropped
+    (``resent``)."""
 
     action: str
     job_id: str
     count: int = 0
     unreadable: int = 0
+    resent: int = 0
 
 
 def actions_for(job: AnyJob) -> tuple[str, ...]:
     """The actions that apply to the job as status shows it, in the page's order: pause
     or resume (whichever it is not) and cancel until it ends; redrive while a task of it
-    is poisoned and its chunks are not dropped (cancelled, or failed past its
-    tolerance). A job whose record cannot be read has none."""
+    is poisoned (or a redrive of it is unfinished) and it was not cancelled. A job whose
+    record cannot be read has none."""
     if not isinstance(job, JobStatus):
         return ()
     ended = job.state in ENDED_JOB_STATES
     offered = [] if ended else ["resume" if job.paused else "pause"]
-    if (job.chunks.poisoned or job.poisoned) and not job.dropped:
+    if (job.chunks.poisoned or job.poisoned or job.redriving) and job.state != "cancelled":
         offered.append("redrive")
     if not ended:
         offered.append("cancel")
@@ -84,7 +86,7 @@ def act(store: CheckpointStore, job_id: str, action: str, form: Mapping[str, str
         manage.resume(job_id, storage=storage, clock=clock)
     else:
         done = redrive(store, storage.queues, job_id)
-        return Done(action, job_id, done.count, len(done.unreadable))
+        return Done(action, job_id, done.count, len(done.unreadable), done.resent)
     return Done(action, job_id)
 
 
@@ -96,5 +98,6 @@ def said(done: Done) -> str:
             if done.unreadable
             else ""
         )
-        return f"redrove {done.count} poisoned task(s){left}"
+        resent = f", and sent {done.resent} dropped task(s) again" if done.resent else ""
+        return f"redrove {done.count} poisoned task(s){resent}{left}"
     return {"cancel": "cancelled", "pause": "paused", "resume": "resumed"}[done.action]

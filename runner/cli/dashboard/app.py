@@ -381,7 +381,9 @@ def _job_url(job_id: str, params: Mapping[str, str]) -> str:
 def _done_params(done: Done) -> dict[str, str]:
     params = {"did": done.action}
     if done.action == "redrive":
-        params.update(count=str(done.count), unreadable=str(done.unreadable))
+        params.update(
+            count=str(done.count), unreadable=str(done.unreadable), resent=str(done.resent)
+        )
     return params
 
 
@@ -390,9 +392,9 @@ def _said(params: Mapping[str, str]) -> str | None:
     action = params.get("did")
     if action not in ACTIONS:
         return None
-    counts = [params.get(name, "0") for name in ("count", "unreadable")]
-    count, unreadable = (int(text) if text.isdigit() else 0 for text in counts)
-    return said(Done(action, "", count, unreadable))
+    counts = [params.get(name, "0") for name in ("count", "unreadable", "resent")]
+    count, unreadable, resent = (int(text) if text.isdigit() else 0 for text in counts)
+    return said(Done(action, "", count, unreadable, resent))
 
 
 def _paging(job: Any, query: ChunkQuery, table: ChunkTable | None) -> list[tuple[str, str | None]]:

@@ -65,6 +65,13 @@ def leftover_reason(task_message: TaskMessage, job: JobRecord | None) -> str | N
     return None
 
 
+def redrivable(job: JobRecord) -> bool:
+    """Whether the job's tasks are stopped by a failure past its tolerance, which a
+    redrive may have undone since the record was read (a cancel by the user it cannot:
+    :mod:`runner.cli.redrive`)."""
+    return job.state == "failed" and job.stop_order == "cancelled"
+
+
 def recorded_for_another(task: TaskRecord, task_message: TaskMessage) -> bool:
     """Whether the task was recorded for another incarnation than the message's: the
     job record this worker remembers may be of a job deleted since (and submitted again
@@ -82,13 +89,15 @@ def _job_now(
     A record read in the last second (:mod:`runner.worker.job_cache`) serves a chunk it
     does not condemn. Planning and finalize are judged by the stored record (they would
     record their task anew for a job gone: ``ensure_task``), and so is a chunk the
-    remembered record condemns: it may be of a job deleted and submitted again since.
+    remembered record condemns: it may be of a job deleted and submitted again since,
+    or one failed past its tolerance and redriven since, whose message would otherwise
+    be deleted unrun and its chunk left with none (:func:`redrivable`).
     """
     budget = Budget(retries.READ, worker.clock, deadline=lambda: lease.visible_at)
     fresh = fresh or not KINDS[task_message.kind].trusts_cached_job
     try:
         job = worker.job_cache.job(task_message.job_id, budget, fresh=fresh)
-        if not fresh and leftover_reason(task_message, job) is not None:
+        if not fresh and (leftover_reason(task_message, job) is not None or redrivable(job)):
             job = worker.job_cache.job(task_message.job_id, budget, fresh=True)
     except JobNotFound:
         return None

@@ -1,5 +1,6 @@
 """Messages of a job with a stop order: deleted unrun for a cancelled job, parked for a
-paused one (docs/semantics.md §16)."""
+paused one (docs/semantics.md §16); a task its job's cancel stopped keeps its message
+if a redrive undid that cancel meanwhile (§23)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import logging
 from datetime import datetime
 
 from checkpoint import parks, retries
-from checkpoint.errors import StorageError
+from checkpoint.errors import BadRecord, JobNotFound, StorageError
 from checkpoint.records import TaskKind
 from checkpoint.storage import NEVER_EXPIRES
 from runner.worker.observing.logs import TASK_LOGGER
@@ -32,6 +33,29 @@ def set_aside(delivery: Delivery) -> None:
     else:
         log.debug("%s of %s: the job is paused; message parked", what, job.job_id)
         park(delivery, task.kind, task.index)
+
+
+def drop_stopped(delivery: Delivery) -> None:
+    """Delete the message of a task that its job's cancel stopped (its record written
+    back to waiting already), unless the job is no longer cancelled: failed past its
+    tolerance and redriven since. Then the message is made visible again at once.
+
+    Read afresh after the task's hand-back: a redrive that reopened the job before this
+    read is seen here, and one after it finds the task waiting and sends it a message
+    itself, so the task is never left with none. A read that fails (or finds the job
+    gone) gives the message back too: its next delivery is judged by the job then."""
+    worker, lease = delivery.worker, delivery.lease
+    try:
+        job = worker.job_cache.job(delivery.job_id, delivery.budget(retries.READ), fresh=True)
+    except (StorageError, BadRecord, JobNotFound) as error:
+        log.warning("reading job %s after a cancel failed: %s", delivery.job_id, error)
+        worker.keeper.release(lease, 0)
+        return
+    if job.stop_order == "cancelled":
+        worker.keeper.delete(lease)
+        return
+    log.info("%s: the job was redriven since its cancel; message given back", delivery.job_id)
+    worker.keeper.release(lease, 0)
 
 
 def park_seconds(paused_on: datetime | None, now: datetime) -> int:

@@ -22,7 +22,7 @@ from runner.worker.tasks.control import TaskControl
 from runner.worker.tasks.delivery import Delivery
 from runner.worker.tasks.feed import FeedStep, NextStep, feed_later
 from runner.worker.tasks.outcome import failed, poison_task, stopped, succeeded
-from runner.worker.tasks.parking import park
+from runner.worker.tasks.parking import drop_stopped, park
 from runner.worker.tasks.task_kinds import KINDS
 from runner.worker.tasks.verdict import Verdict
 
@@ -75,7 +75,7 @@ def _execute(delivery: Delivery, control: LimitedControl) -> None:
         return
     except JobCancelled:
         log.info("%s %s of %s stopped: the job was cancelled", task.kind, task.index, job.job_id)
-        stopped(delivery, control, lambda: worker.keeper.delete(lease))
+        stopped(delivery, control, lambda: drop_stopped(delivery))
         return
     except JobPaused:
         log.info("%s %s of %s handed back: the job is paused", task.kind, task.index, job.job_id)

@@ -23,7 +23,7 @@ from checkpoint.errors import (
     NotFound,
     Unavailable,
 )
-from checkpoint.records import ENDED_JOB_STATES
+from checkpoint.records import ENDED_JOB_STATES, REMOVED
 from checkpoint.storage import Record, RecordStore, Storage
 from checkpoint.store import CheckpointStore
 from checkpoint.testing.faults import FaultyStorage, ScriptedFaults
@@ -216,6 +216,34 @@ def test_a_batch_applied_with_its_answer_lost_is_counted_once(index: Index, writ
     after = index.read()
     assert _moved(before, after) == {**NONE_MOVED, "done": 1 if write == "end" else -1}
     assert job_id not in _active(after)
+
+
+@pytest.mark.parametrize("lost", [False, True])
+def test_a_reopen_that_removes_a_property_keeps_the_rest_and_counts_once(index: Index, lost: bool):
+    # Given a job failed past its tolerance: cancelled_on set, its params spilled or not
+    job_id = index.job("running")
+    now = index.store.clock.now()
+    index.store.change_job(
+        job_id, lambda job: {"state": "failed", "cancelled_on": now, "cancel_reason": "3"}
+    )
+    before = index.read()
+    index.records.armed = int(lost)
+
+    # When a redrive reopens it, removing cancelled_on (its answer lost, or not)
+    reopen = {"state": "running", "cancelled_on": REMOVED, "cancel_reason": ""}
+    written = index.store.change_job(job_id, lambda job: reopen)
+
+    # Then the property is gone, the rest as it was, and the index moved once
+    job = index.store.get_job(job_id)
+    assert written is not None and written.cancelled_on is None
+    assert (job.state, job.cancelled_on, job.cancel_reason) == ("running", None, None)
+    assert "cancelled_on" not in job.properties
+    assert index.store.params(job) == {"n": 1} and job.job_type == "tests:Job"
+    assert _moved(before, index.read()) == {**NONE_MOVED, "failed": -1}
+    assert _active(index.read())[job_id] == "running"
+    # And a property removed with no change of state is removed too
+    index.store.change_job(job_id, lambda job: {"cancel_reason": REMOVED})
+    assert "cancel_reason" not in index.store.get_job(job_id).properties
 
 
 @pytest.mark.parametrize("meanwhile", ["job changed", "counts moved"])

@@ -229,6 +229,7 @@ RICH_JSON = {
     "waiting_on": [],
     "blocked": None,
     "pipeline": None,
+    "redriving": False,
 }
 
 

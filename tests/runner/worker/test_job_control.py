@@ -567,8 +567,8 @@ def test_a_cancelled_job_is_not_redriven_and_the_advice_given_works(world: World
     with pytest.raises(JobEnded) as refused:
         redrive(world.store, world.backend.storage.queues, job_id)
     assert str(refused.value) == (
-        f"job {job_id!r} was cancelled and its remaining chunks cancelled (wrong input), so "
-        "it cannot be redriven; to run it again, submit it under a new --job-id, or "
+        f"job {job_id!r} was cancelled (wrong input) and a cancelled job is not redriven; "
+        "to run it again, submit it under a new --job-id, or "
         f"`runner delete {job_id}` first and submit it under this id"
     )
     # Then what it advises runs it: deleted, the id takes a new job

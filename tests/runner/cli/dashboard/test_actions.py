@@ -38,12 +38,13 @@ POISONED_PLAN = FailedTask(
 )
 
 
-def _expected(state: str, paused: bool, poisoned: bool, dropped: bool) -> tuple[str, ...]:
+def _expected(state: str, paused: bool, poisoned: bool) -> tuple[str, ...]:
     """What applies, said once more by hand: pause or resume and cancel until the job
-    ends, redrive while something is poisoned and its chunks are not dropped."""
+    ends, redrive while something is poisoned and it was not cancelled (a job failed
+    past its tolerance, its chunks dropped, included)."""
     ended = state in ("done", "failed", "cancelled")
     expected = [] if ended else ["resume" if paused else "pause"]
-    if poisoned and not dropped:
+    if poisoned and state != "cancelled":
         expected.append("redrive")
     if not ended:
         expected.append("cancel")
@@ -78,7 +79,7 @@ def test_only_the_actions_that_apply_to_a_jobs_state_are_offered(
 
     offered = actions_for(job)
 
-    assert offered == _expected(state, paused, bool(poisoned), job.dropped)
+    assert offered == _expected(state, paused, bool(poisoned))
     assert set(offered) <= set(ACTIONS)
 
 
@@ -101,6 +102,9 @@ def test_what_each_action_says_it_did():
         "resumed",
     ]
     assert said(Done("redrive", "j", 2)) == "redrove 2 poisoned task(s)"
+    assert said(Done("redrive", "j", 1, resent=3)) == (
+        "redrove 1 poisoned task(s), and sent 3 dropped task(s) again"
+    )
 
 
 def test_an_action_not_known_is_refused_before_the_store_is_touched():
@@ -114,11 +118,20 @@ def test_an_action_not_known_is_refused_before_the_store_is_touched():
         ({}, ("pause", "cancel")),  # running: no Resume, no Redrive (nothing poisoned)
         ({"paused": True, "paused_on": NOW}, ("resume", "cancel")),
         ({"state": "failed", "poisoned": (POISONED_PLAN,)}, ("redrive",)),  # no Pause
-        ({"state": "failed", "poisoned": (POISONED_PLAN,), "cancelled_on": NOW}, ()),
+        ({"state": "failed", "poisoned": (POISONED_PLAN,), "cancelled_on": NOW}, ("redrive",)),
+        ({"redriving": True}, ("pause", "redrive", "cancel")),
         ({"state": "done"}, ()),
         ({"state": "cancelled", "cancelled_on": NOW}, ()),
     ],
-    ids=["running", "paused", "failed", "failed-past-tolerance", "done", "cancelled"],
+    ids=[
+        "running",
+        "paused",
+        "failed",
+        "failed-past-tolerance",
+        "redrive-unfinished",
+        "done",
+        "cancelled",
+    ],
 )
 def test_the_actions_of_the_states_found_in_use(changes: dict[str, Any], offered: tuple[str, ...]):
     assert actions_for(replace(_job(), **changes)) == offered
