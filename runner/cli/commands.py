@@ -42,7 +42,7 @@ from runner.cli.json_form import to_json, utc
 from runner.cli.limit_command import limit
 from runner.cli.options import storage_option
 from runner.cli.pipeline_view import pipeline_jobs, pipeline_status, render_pipeline
-from runner.cli.redrive import redrive, redriven_line
+from runner.cli.redrive import redrive_job, redrive_pipeline
 from runner.cli.rejections import (
     purge_rejections,
     read_rejections,
@@ -729,21 +729,43 @@ def poison_purge(
 
 
 @poison.command("redrive", short_help="Re-run a job's poisoned chunks with fresh attempts.")
-@click.argument("job_id")
+@click.argument("job_id", required=False)
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@click.option(
+    "--pipeline",
+    default=None,
+    metavar="ID",
+    help="Every failed step of this pipeline, in the order they run, instead of one JOB_ID.",
+)
 @storage_option
 @suggests_job_ids
-def poison_redrive(job_id: str, storage: str | None) -> None:
-    """Re-run a job's poisoned chunks (fresh attempts); the job can then finish."""
-
+def poison_redrive(
+    job_id: str | None, as_json: bool, pipeline: str | None, storage: str | None
+) -> None:
+    """Re-run a job's poisoned chunks (fresh attempts), and those a failure past its
+    tolerated_failures dropped; the job can then finish, and the jobs after it start.
+    Running it again finishes a redrive that died midway. Nothing done runs again."""
+    if (job_id is None) == (pipeline is None):
+        raise click.UsageError("give a JOB_ID or --pipeline ID (one of them)")
     with open_storage(storage, create=False) as opened:
-        done = redrive(CheckpointStore(opened), opened.queues, job_id)
-    click.echo(redriven_line(job_id, done))
-    for _, _, problem in done.unreadable:
-        click.echo(f"not redriven, unreadable: {problem}")
-    if done.unreadable:
+        store = CheckpointStore(opened)
+        if pipeline is None:
+            assert job_id is not None
+            outcomes = [redrive_job(store, opened.queues, job_id)]
+        else:
+            outcomes = redrive_pipeline(store, opened.queues, pipeline)
+    if as_json:
+        shown = to_json(outcomes if pipeline is not None else outcomes[0])
+        click.echo(json.dumps(shown, indent=2))
+    else:
+        for outcome in outcomes:
+            click.echo("\n".join(outcome.lines()))
+    left = sum(len(outcome.unreadable) for outcome in outcomes)
+    if left:
+        of = job_id if pipeline is None else f"pipeline {pipeline}"
         raise BadRecord(
-            f"{len(done.unreadable)} record(s) of {job_id} cannot be read and were left as "
-            "they are (see above); mend or delete them by hand, then redrive again"
+            f"{left} record(s) of {of} cannot be read and were left as they are (see "
+            "above); mend or delete them by hand, then redrive again"
         )
 
 

@@ -24,6 +24,9 @@ a job it ran after cancelled) is not redriven: that was someone's decision.
 
 A record that cannot be read (garbled by hand or by another version) is gone past:
 it is reported, left as it is with its poison messages, and the rest is redriven.
+
+``runner poison redrive --pipeline ID`` redrives each failed step of a pipeline, in the
+order they run (:func:`redrive_pipeline`), and leaves the others as they are.
 """
 
 from __future__ import annotations
@@ -43,6 +46,8 @@ from checkpoint.store import CheckpointStore
 from checkpoint.tasks.task_records import PlannedChunk
 from jobs import dependencies
 from jobs.errors import JobEnded
+from runner.cli.pipeline_view import pipeline_jobs
+from runner.cli.status_types import Unreadable
 from runner.worker.tasks.plan import feed_message, send_chunk_messages, sender_of_unsent
 
 #: How long poison messages of other jobs stay hidden while we look past them.
@@ -114,6 +119,62 @@ def redrive(store: CheckpointStore, queues: QueueStore, job_id: str) -> Redriven
                 return Redriven(len(reset | moved), unreadable, resent)
         store.change_job(job_id, lambda fresh: {REDRIVING: False} if fresh.redriving else None)
     return Redriven(len(reset | moved), unreadable, resent)
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What ``runner poison redrive`` says of one job (``--json``: an object each).
+
+    Attributes:
+        state: the job's state as the command found it (``unreadable``: its record
+            cannot be read).
+        redriven: whether it was redriven (a step of a pipeline that has not failed is
+            left as it is).
+        count, resent: as :class:`Redriven`'s.
+        unreadable: its records that cannot be read, left as they are.
+    """
+
+    job_id: str
+    state: str
+    redriven: bool
+    count: int = 0
+    resent: int = 0
+    unreadable: tuple[Unreadable, ...] = ()
+
+    def lines(self) -> list[str]:
+        """The text form: a line for the job, then one per record left unread."""
+        if self.state == "unreadable":
+            return [f"{self.job_id}: not redriven, unreadable: {self.unreadable[0].problem}"]
+        if not self.redriven:
+            return [f"{self.job_id}: {self.state}, not redriven (only a failed step is)"]
+        done = Redriven(self.count, resent=self.resent)
+        bad = [f"not redriven, unreadable: {each.problem}" for each in self.unreadable]
+        return [redriven_line(self.job_id, done), *bad]
+
+
+def redrive_job(store: CheckpointStore, queues: QueueStore, job_id: str) -> Outcome:
+    """:func:`redrive` the job, as an :class:`Outcome`."""
+    state = store.get_job(job_id).state
+    done = redrive(store, queues, job_id)
+    bad = tuple(Unreadable(kind, index, problem) for kind, index, problem in done.unreadable)
+    return Outcome(job_id, state, True, done.count, done.resent, bad)
+
+
+def redrive_pipeline(store: CheckpointStore, queues: QueueStore, pipeline: str) -> list[Outcome]:
+    """Redrive each step of ``pipeline`` that failed (or whose redrive is unfinished), in
+    the order they run; the others are left as they are. A failed step's dependents
+    wait for it to end done, so its redrive is all they need. Raises PipelineNotFound
+    if it has no step."""
+    found, unreadable = pipeline_jobs(store, pipeline)
+    outcomes = []
+    for job in found:
+        if job.state == "failed" or job.redriving:
+            outcomes.append(redrive_job(store, queues, job.job_id))
+        else:
+            outcomes.append(Outcome(job.job_id, job.state, False))
+    for step in unreadable:
+        outcomes.append(Outcome(step.job_id, step.state, False, unreadable=step.unreadable))
+    return outcomes
 
 
 def redriven_line(job_id: str, done: Redriven) -> str:

@@ -166,7 +166,7 @@ def test_an_unknown_pipeline_is_one_line(world: World):
 def test_an_unknown_pipeline_is_one_line_from_the_command(tmp_path: Path):
     store = tmp_path / "store"
     open_storage(str(store)).close()
-    for command in (["status"], ["pause"]):
+    for command in (["status"], ["pause"], ["poison", "redrive"]):
         result = run_runner(tmp_path, *command, "--pipeline", "nope", "--storage", str(store))
         assert one_error_line(result) == (
             "runner: error: no pipeline 'nope': no job was submitted with --pipeline nope"

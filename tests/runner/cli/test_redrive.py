@@ -8,21 +8,25 @@ of the failure deletes nothing, and a cancelled job is still not redriven.
 
 from __future__ import annotations
 
+import json
 import uuid
 from typing import Any
 
 import pytest
 from click.testing import CliRunner
 
+from checkpoint.errors import BadRecord
 from checkpoint.records import JobRecord
 from checkpoint.store import CheckpointStore
 from checkpoint.testing.faults import Fault, FaultyStorage, ScriptedFaults
+from jobs import Pipeline
 from jobs.chunk import Chunk
 from jobs.job_run import SimulatedCrash
 from jobs.submit import submit
 from runner.cli import commands as cli
 from runner.cli import redrive as redriving
-from runner.cli.redrive import redrive
+from runner.cli.pipeline_view import PipelineNotFound
+from runner.cli.redrive import redrive, redrive_pipeline
 from runner.cli.render import render_status
 from runner.cli.status import job_status
 from runner.worker.stop_orders import CHECK_SECONDS
@@ -132,6 +136,54 @@ def test_a_step_failed_past_its_tolerance_is_redriven_and_the_next_step_runs(
     )
     # and the worker, whose record of the failure is not a second old, runs them all
     _ends_done_once(world, runs, first, second, before)
+
+
+def test_redrive_of_a_pipeline_redrives_its_failed_step_alone_and_the_rest_runs(
+    world: World, runs: Runs
+):
+    # Given a pipeline whose first step is done, second failed past its tolerance, and
+    # third blocked behind it
+    run = Pipeline(f"orders-{uuid.uuid4().hex[:8]}")
+    stage = run.step("stage", Verdicts, {"payloads": PAYLOADS[:1]})
+    transform = run.step("transform", Verdicts, {"payloads": PAYLOADS[:3]}, after=[stage])
+    run.step("verify", Verdicts, {"payloads": PAYLOADS[:1]}, after=[transform])
+    ids = run.submit(storage=world.backend.storage)
+    world.run_until_idle()
+    assert [world.job_record(j).state for j in ids] == ["done", "failed", "waiting"]
+
+    # When the cause is fixed and the pipeline redriven, by the command
+    runs.fixed = True
+    world.monkeypatch.setattr(cli, "open_storage", lambda *_, **__: Unclosed(world.backend.storage))
+    said = CliRunner().invoke(cli.cli, ["poison", "redrive", "--pipeline", run.pipeline_id])
+
+    # Then a line per step in the order they run: only the failed one was redriven
+    assert said.exit_code == 0, said.output
+    assert said.output.splitlines() == [
+        f"{ids[0]}: done, not redriven (only a failed step is)",
+        f"redrove 2 poisoned task(s) of {ids[1]}",
+        f"{ids[2]}: waiting, not redriven (only a failed step is)",
+    ]
+    # and the pipeline runs to its end, nothing done running again
+    world.run_until_idle()
+    assert [world.job_record(j).state for j in ids] == ["done"] * 3
+    assert [runs.of(j) for j in ids] == [[0], [0, 1, 1, 2, 2], [0]]
+    # With --json, an object per step; a second redrive redrives nothing
+    again = CliRunner().invoke(
+        cli.cli, ["poison", "redrive", "--pipeline", run.pipeline_id, "--json"]
+    )
+    assert [(o["job_id"], o["state"], o["redriven"]) for o in json.loads(again.output)] == [
+        (j, "done", False) for j in ids
+    ]
+    # A step whose record cannot be read is said and left, and the command fails
+    world.garble_job(ids[2], {"state": 42})
+    garbled = CliRunner().invoke(cli.cli, ["poison", "redrive", "--pipeline", run.pipeline_id])
+    assert f"{ids[2]}: not redriven, unreadable: job {ids[2]!r}: state 42" in garbled.output
+    assert isinstance(garbled.exception, BadRecord)
+    assert f"1 record(s) of pipeline {run.pipeline_id} cannot be read" in str(garbled.exception)
+    # An unknown pipeline is one error; neither or both of a job and a pipeline, a misuse
+    with pytest.raises(PipelineNotFound, match="no pipeline 'nope'"):
+        redrive_pipeline(world.store, world.backend.storage.queues, "nope")
+    assert CliRunner().invoke(cli.cli, ["poison", "redrive"]).exit_code == 2
 
 
 def test_redrives_that_die_at_each_write_in_turn_are_finished_by_the_next(world: World, runs: Runs):
