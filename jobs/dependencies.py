@@ -78,17 +78,17 @@ def blocked_by(preceding: Predecessors) -> str | None:
     for before in preceding.not_done:
         if before.state == "failed":
             why = f" ({before.error})" if before.error else ""
-            return f"blocked: step {step_name(before)} failed{why}"
+            return f"blocked: step {step_name(before.job_id, before.pipeline)} failed{why}"
     return None
 
 
-def step_name(job: JobRecord) -> str:
-    """A job's name in its pipeline: its id without the pipeline's prefix (the ids
+def step_name(job_id: str, pipeline: str | None) -> str:
+    """A job's name in ``pipeline``: its id without the pipeline's prefix (the ids
     :class:`jobs.Pipeline` gives), else its id."""
-    prefix = f"{job.pipeline}-" if job.pipeline else ""
-    if prefix and job.job_id.startswith(prefix) and len(job.job_id) > len(prefix):
-        return job.job_id[len(prefix) :]
-    return job.job_id
+    prefix = f"{pipeline}-" if pipeline else ""
+    if prefix and job_id.startswith(prefix) and len(job_id) > len(prefix):
+        return job_id[len(prefix) :]
+    return job_id
 
 
 def settle_waiting(

@@ -28,6 +28,10 @@ def last_moved(counted_on: datetime | None, tasks: Iterable[TaskRecord | None]) 
     return max((when for when in times if when is not None), default=None)
 
 
+#: Job states without a rate: not begun, or ended.
+_NO_RATE = ("waiting", *ENDED_JOB_STATES)
+
+
 def stored_rate(
     job: JobRecord,
     done: float,
@@ -36,10 +40,11 @@ def stored_rate(
     now: datetime,
 ) -> Rate:
     """The job's rate since its work began (``began_on``: its planning's start, else its
-    creation) and the ETA of what is left at that rate. None while it is paused or once
-    it has ended (as ``--watch`` says), and no ETA while it is still planning."""
+    creation) and the ETA of what is left at that rate. None while it waits on the jobs
+    it runs after (its work has not begun), while it is paused or once it has ended (as
+    ``--watch`` says), and no ETA while it is still planning."""
     began_on = began_on or job.created_on
-    if job.state in ENDED_JOB_STATES or job.paused_on is not None or began_on is None:
+    if job.state in _NO_RATE or job.paused_on is not None or began_on is None:
         return Rate()
     seconds = (now - began_on).total_seconds()
     if seconds < STORED_RATE_MIN_SECONDS:

@@ -6,13 +6,16 @@ status as JSON, and the actions.
   state; ``page``);
 - ``GET /jobs/{job_id}``: one job: counts, running and failed chunks, its workers, and a
   page of its chunks (``page``, ``size``, ``chunk``; or ``state`` and ``after``);
+- ``GET /pipelines/{pipeline_id}``: a pipeline's steps in the order they run, each with
+  its state, progress and what it waits on, linked to its page (:mod:`.pipeline_page`);
 - ``GET /workers``: the workers of the last hour, from their heartbeats;
 - ``GET /poison``: the poisoned tasks of a tab and page of the jobs list (``?state=``,
   ``?page=``, as ``/``), as ``runner poison list`` shows them, and the submissions the
   intake queues rejected, as ``runner poison list`` with no JOB_ID shows them;
 - ``GET /api/status[/{job_id}]``: ``runner status [JOB_ID] --json``, from the same snapshot
   (the list takes the jobs page's ``state`` and ``page``);
-- ``POST /jobs/{job_id}/{action}``: cancel, pause, resume, redrive (:mod:`.actions`).
+- ``POST /jobs/{job_id}/{action}``: cancel, pause, resume, redrive (:mod:`.actions`);
+  ``POST /pipelines/{pipeline_id}/{action}``: each on every step it applies to.
 
 Each page with ``?fragment=1`` is only its live part, which the page's script fetches
 every refresh and swaps in. Every page reads the one snapshot of :mod:`.shared` for its
@@ -53,6 +56,15 @@ from runner.cli.dashboard.actions import (
 )
 from runner.cli.dashboard.chunk_table import ChunkQuery, ChunkTable, read_chunk_table, stale_table
 from runner.cli.dashboard.job_list import DEFAULT_JOBS, JobsQuery, pages, shown_range, tabs
+from runner.cli.dashboard.pipeline_page import (
+    PIPELINE_ACTIONS,
+    PipelineFrame,
+    act_on_pipeline,
+    pipeline_actions,
+    pipeline_said,
+    read_pipeline,
+    stale_pipeline,
+)
 from runner.cli.dashboard.shared import DEFAULT_KEYS, SharedReads
 from runner.cli.dashboard.views import STATIC, environment
 from runner.cli.json_form import to_json
@@ -113,6 +125,13 @@ def build_app(
         Route("/", pages.jobs, name="jobs"),
         Route("/jobs/{job_id}", pages.job, name="job"),
         Route("/jobs/{job_id}/{action}", pages.action, methods=["POST"], name="action"),
+        Route("/pipelines/{pipeline_id}", pages.pipeline, name="pipeline"),
+        Route(
+            "/pipelines/{pipeline_id}/{action}",
+            pages.pipeline_action,
+            methods=["POST"],
+            name="pipeline_action",
+        ),
         Route("/workers", pages.workers, name="workers"),
         Route("/poison", pages.poison, name="poison"),
         Route("/api/status", pages.status_json, name="status"),
@@ -162,6 +181,9 @@ class Pages:
         )
         self.rejected: SharedReads[None, RejectedView] = SharedReads(
             self._read_rejected, _stale_rejected, age, monotonic, keys=1
+        )
+        self.pipelines: SharedReads[str, PipelineFrame] = SharedReads(
+            lambda pipeline: read_pipeline(store, pipeline), stale_pipeline, age, monotonic
         )
         self._rates: LruMap[FrameKey, Rates] = LruMap(DEFAULT_KEYS)
 
@@ -237,6 +259,23 @@ class Pages:
             }
 
         return self._page(request, "job", context)
+
+    def pipeline(self, request: Request) -> Response:
+        pipeline_id = request.path_params["pipeline_id"]
+
+        def context() -> dict[str, Any]:
+            frame = self.pipelines.get(pipeline_id)
+            return {
+                "frame": frame,
+                "now": frame.taken_on,
+                "pipeline": frame.status,
+                "said": pipeline_said(
+                    request.query_params.get("did"), request.query_params.get("count")
+                ),
+                "actions": pipeline_actions(frame.status),
+            }
+
+        return self._page(request, "pipeline", context)
 
     def workers(self, request: Request) -> Response:
         def context() -> dict[str, Any]:
@@ -314,11 +353,41 @@ class Pages:
     async def action(self, request: Request) -> Response:
         """An action on a job: 403 unless actions are on and the token is given."""
         job_id, action = request.path_params["job_id"], request.path_params["action"]
+        form = await self._allowed(request, action, ACTIONS)
+        if isinstance(form, Response):
+            return form
+        try:
+            done = await run_in_threadpool(act, self.store, job_id, action, form)
+        except RunnerError as error:
+            return self._error(request, _status_of(error, refused=409), str(error))
+        self._expire()
+        return RedirectResponse(_job_url(job_id, _done_params(done)), status_code=303)
+
+    async def pipeline_action(self, request: Request) -> Response:
+        """An action on every step of a pipeline it applies to, on the same terms."""
+        pipeline_id, action = request.path_params["pipeline_id"], request.path_params["action"]
+        form = await self._allowed(request, action, PIPELINE_ACTIONS)
+        if isinstance(form, Response):
+            return form
+        try:
+            count = await run_in_threadpool(act_on_pipeline, self.store, pipeline_id, action, form)
+        except RunnerError as error:
+            return self._error(request, _status_of(error, refused=409), str(error))
+        self._expire()
+        query = urlencode({"did": action, "count": count})
+        url = f"/pipelines/{quote(pipeline_id, safe='')}?{query}"
+        return RedirectResponse(url, status_code=303)
+
+    async def _allowed(
+        self, request: Request, action: str, known: tuple[str, ...]
+    ) -> dict[str, str] | Response:
+        """The posted form if ``action`` is one of ``known``, actions are on and the
+        token is given; else the error page saying why (403, 404 or 413)."""
         if self.settings.token is None:
             message = "actions are off: start the dashboard with --allow-actions"
             return self._error(request, 403, message)
-        if action not in ACTIONS:
-            return self._error(request, 404, f"no action {action!r}: {', '.join(ACTIONS)}")
+        if action not in known:
+            return self._error(request, 404, f"no action {action!r}: {', '.join(known)}")
         form = await _form(request)
         if form is None:
             return self._error(request, 413, f"a form over {MAX_FORM_BYTES:,} bytes")
@@ -326,13 +395,13 @@ class Pages:
         if not token_matches(given, self.settings.token):
             message = "the token is missing or wrong: give the one `runner dashboard` printed"
             return self._error(request, 403, message)
-        try:
-            done = await run_in_threadpool(act, self.store, job_id, action, form)
-        except RunnerError as error:
-            return self._error(request, _status_of(error, refused=409), str(error))
+        return form
+
+    def _expire(self) -> None:
+        """An action changed the store: every page reads it again at its next look."""
         self.frames.expire()
         self.tables.expire()
-        return RedirectResponse(_job_url(job_id, _done_params(done)), status_code=303)
+        self.pipelines.expire()
 
 
 def _stale_frame(frame: WatchFrame, error: str) -> WatchFrame:

@@ -14,6 +14,7 @@ from pathlib import Path
 import jinja2
 from markupsafe import Markup
 
+from jobs.dependencies import step_name
 from runner.cli.json_form import utc
 from runner.cli.pace import duration, rate_words
 from runner.cli.render import chunk_counts, planning_words
@@ -48,6 +49,7 @@ def environment() -> jinja2.Environment:
         state_class=state_class,
         fraction=shown_fraction,
         traceback_html=traceback_html,
+        step_name=step_name,
     )
     return env
 

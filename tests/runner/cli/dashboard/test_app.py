@@ -688,6 +688,57 @@ def test_a_cancelled_jobs_chunks_left_waiting_say_cancelled(world: World):
     assert "Chunks 0 to 9 " in html
 
 
+def test_a_pipeline_page_shows_its_steps_in_order_linked_and_acts_on_them(acting: World):
+    # Given a pipeline: its first step done, its second failed, its third blocked
+    pipeline, queue, store = f"p-{acting.ids.queue}", acting.ids.queue, acting.store
+    ids = [f"{pipeline}-{name}" for name in ("stage", "transform", "verify")]
+    for before, job_id in zip([None, *ids], ids, strict=False):
+        after = [before] if before else []
+        store.create_job(job_id, "tests:Job", queue, {}, after=after, pipeline=pipeline)
+        store.pipeline_steps.note(pipeline, job_id)
+    store.change_job(ids[0], lambda job: {"state": "done", "total": 0})
+    store.change_job(ids[1], lambda job: {"state": "failed", "error": "2 chunk(s) poisoned"})
+
+    # Then its page lists them in order, each linked, with what it runs after and why
+    html = acting.page(f"/pipelines/{pipeline}")
+    assert f"{pipeline} <span" in html and "1/3 steps done" in html
+    rows = [_cells(_row(html, job_id)) for job_id in ids]
+    assert [(row[1].split()[0], row[2]) for row in rows] == [
+        ("stage", "done"),
+        ("transform", "failed"),
+        ("verify", "blocked"),
+    ]
+    assert all(f'href="/jobs/{job_id}"' in html for job_id in ids)
+    assert "blocked: step transform failed (2 chunk(s) poisoned)" in rows[2][5]
+    # and a step's page and its row in the jobs list link the pipeline
+    link = f'<a href="/pipelines/{pipeline}" class="pipeline">{pipeline}</a>'
+    assert link in acting.page(f"/jobs/{ids[2]}") and link in _row(acting.page("/"), ids[2])
+    assert _buttons(html) == ["pause", "redrive", "cancel"]
+    # (with the token only, and for a pipeline there is)
+    assert acting.client.post(f"/pipelines/{pipeline}/pause").status_code == 403
+    assert acting.client.post("/pipelines/nope/pause", data={"token": TOKEN}).status_code == 404
+
+    # When the steps under way are paused and resumed, its failed steps redriven, then
+    # the rest cancelled, from the page
+    answer = acting.client.post(f"/pipelines/{pipeline}/pause", data={"token": TOKEN})
+    assert "Paused 1 step(s)." in answer.text and store.get_job(ids[2]).paused_on
+    answer = acting.client.post(f"/pipelines/{pipeline}/resume", data={"token": TOKEN})
+    assert "Resumed 1 step(s)." in answer.text and not store.get_job(ids[2]).paused_on
+    answer = acting.client.post(f"/pipelines/{pipeline}/redrive", data={"token": TOKEN})
+    assert "Redrove 1 failed step(s)." in answer.text
+    assert store.get_job(ids[1]).state == "planning"
+    answer = acting.client.post(f"/pipelines/{pipeline}/cancel", data={"token": TOKEN})
+    assert "Cancelled 2 step(s)." in answer.text
+    assert [store.get_job(job_id).state for job_id in ids] == ["done", *["cancelled"] * 2]
+    # An unknown pipeline is a page saying so; a refresh that fails keeps the last read
+    assert "no pipeline &#39;nope&#39;" in acting.page("/pipelines/nope", 404)
+    acting.clock.advance(3)
+    acting.records.failing = True
+    stale = acting.page(f"/pipelines/{pipeline}")
+    acting.records.failing = False
+    assert "last refresh failed: the store is out of reach" in stale
+
+
 def test_a_job_whose_record_cannot_be_read_has_a_page_saying_why(acting: World):
     job_id = acting.ids.paused
     acting.store.storage.records.merge(
