@@ -2,7 +2,9 @@
 :class:`~checkpoint.metering.RequestMeter` keeping them with prometheus_client.
 
 docs/metrics.md lists every metric. Labels are job types (``module:Class``), storage
-operations and outcomes: never a key, a payload or a connection string.
+operations and outcomes: never a key, a payload or a connection string, nor a job's or
+a pipeline's id (one made per run: a time series each, without bound; a pipeline's
+progress is read from the store, ``runner status --pipeline ID --json``).
 
 In a worker process of ``runner start --workers N`` prometheus_client runs in its
 multiprocess mode (``PROMETHEUS_MULTIPROC_DIR`` set by the parent before the process
