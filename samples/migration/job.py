@@ -137,7 +137,7 @@ class MigrateOrders(SparkChunkedJob):
                     counts["rows_rejected"],
                     time.monotonic() - started,
                 )
-        return {**state, "attempt": chunk.attempt, "resumed_at_batch": first}
+        return {**state, "attempt": chunk.attempt, "resumed_at_batch": first, "files": files}
 
     def _migrate_batch(
         self, chunk: Chunk, settings: MigrationParams, paths: list[str], number: int
@@ -188,8 +188,10 @@ class MigrateOrders(SparkChunkedJob):
         manifest: list[dict[str, Any]] = []
         chunks: list[dict[str, Any]] = []
         reasons: Counter[str] = Counter()
+        inputs: list[dict[str, Any]] = []
         for index, result in summary.results():
             manifest.extend(outputs_of(settings, summary.job_id, index, result["of"], published))
+            inputs.extend(inputs_of(settings, index, result))
             chunks.append(chunk_line(index, result))
             reasons.update(result["reasons"])
         report = totals(summary.job_id, chunks, manifest)
@@ -200,7 +202,12 @@ class MigrateOrders(SparkChunkedJob):
                 storage,
                 container,
                 f"{summary.job_id}/manifest.json",
-                {"job_id": summary.job_id, "format": "parquet", "outputs": manifest},
+                {
+                    "job_id": summary.job_id,
+                    "format": "parquet",
+                    "inputs": inputs,
+                    "outputs": manifest,
+                },
             )
             put_json(storage, container, f"{summary.job_id}/summary.json", report)
         log.info("job %s: %s", summary.job_id, {key: report[key] for key in TOTALS})
@@ -237,6 +244,21 @@ def outputs_of(
     return found
 
 
+def inputs_of(
+    settings: MigrationParams, index: int, result: dict[str, Any]
+) -> list[dict[str, Any]]:
+    """Every batch of chunk ``index`` with the blobs it read and the rows Spark read from
+    them (what the verify step checks against the source)."""
+    files = result["files"]
+    step = settings.files_per_batch
+    return [
+        {"chunk": index, "batch": number, "files": files[start : start + step], "rows_in": rows}
+        for number, (start, rows) in enumerate(
+            zip(range(0, len(files), step), result["rows_in_by_batch"], strict=True)
+        )
+    ]
+
+
 # --------------------------------------------------------------------------- counting
 
 
@@ -269,6 +291,7 @@ def new_state(batches: int) -> dict[str, Any]:
         **dict.fromkeys(TOTALS, 0),
         **dict.fromkeys(CHECKSUMS, "0"),
         "reasons": {},
+        "rows_in_by_batch": [],
     }
 
 
@@ -281,6 +304,7 @@ def add_batch(state: dict[str, Any], counts: dict[str, Any]) -> dict[str, Any]:
         # Decimal strings: the checksums are sums of 64-bit hashes and outgrow msgpack ints.
         added[key] = str(int(state[key]) + int(counts[key]))
     added["reasons"] = dict(Counter(state["reasons"]) + Counter(counts["reasons"]))
+    added["rows_in_by_batch"] = [*state["rows_in_by_batch"], counts["rows_in"]]
     return added
 
 

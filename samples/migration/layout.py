@@ -109,6 +109,18 @@ class MigrationParams:
         return open_storage(self.storage)
 
 
+def params_of(cls: Any, params: Mapping[str, Any], *, required: tuple[str, ...]) -> Any:
+    """``cls(**params)`` for a params dataclass, refusing unknown params and missing
+    ``required`` ones with one line naming what it takes."""
+    known = {field.name for field in fields(cls)}
+    if set(params) - known or not set(required) <= set(params):
+        raise ConfigurationError(
+            f"{cls.__name__} needs {', '.join(required)} and takes only {sorted(known)}; "
+            f"got {sorted(params)}"
+        )
+    return cls(**params)
+
+
 class StagingUnreachable(ConfigurationError):
     """Staged inputs would land where Spark's executors cannot read them."""
 
