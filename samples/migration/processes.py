@@ -19,6 +19,14 @@ from typing import Any
 #: The repository root: ``runner`` imports ``samples.migration.job`` from here.
 ROOT = Path(__file__).resolve().parents[2]
 JOB = "samples.migration.job:MigrateOrders"
+#: The job types of the pipeline's steps (:mod:`.pipeline`), in the order they run: what
+#: a worker of the pipeline serves.
+PIPELINE_JOBS = (
+    "samples.migration.stage:StageExport",
+    JOB,
+    "samples.migration.reconcile:VerifyAgainstSource",
+    "samples.migration.publish:PublishManifest",
+)
 #: Longest a ``runner submit`` / ``status`` call may take.
 COMMAND_TIMEOUT_SECONDS = 120
 
@@ -68,9 +76,19 @@ class Runner:
         """``runner status JOB_ID --json``."""
         return dict(json.loads(self.run("status", job_id, "--json")))
 
-    def start_worker(self, *options: str, processes: int = 1) -> Worker:
+    def pipeline_status(self, pipeline_id: str) -> dict[str, Any]:
+        """``runner status --pipeline PIPELINE_ID --json``."""
+        return dict(json.loads(self.run("status", "--pipeline", pipeline_id, "--json")))
+
+    def poisoned(self, job_id: str) -> list[dict[str, Any]]:
+        """``runner poison list JOB_ID --json``."""
+        return list(json.loads(self.run("poison", "list", job_id, "--json")))
+
+    def start_worker(
+        self, *options: str, processes: int = 1, jobs: tuple[str, ...] = (JOB,)
+    ) -> Worker:
         """A background ``runner start --burst`` worker (``processes`` worker processes
-        under one supervisor), its output in a log file."""
+        under one supervisor) serving ``jobs``, its output in a log file."""
         name = f"worker-{len(self.workers) + 1}"
         log_path = self.logs / f"{name}.log"
         # --prefetch 0: a chunk runs for minutes, so a worker takes only the one it runs;
@@ -78,7 +96,7 @@ class Runner:
         command = [
             *runner_command(),
             "start",
-            JOB,
+            *jobs,
             "--workers",
             str(processes),
             "--prefetch",

@@ -2,10 +2,14 @@
 
 One demo run per backend (shared by the assertions below, Spark being slow to start;
 Azurite's second chunk is one file, :data:`SIZES`): generate dirty v1 orders into the
-blob store, ``runner submit``, two ``runner start`` workers, one SIGKILLed while it
-holds a chunk with a checkpoint, a replacement started, the chunk resumed from its
-checkpoint, then the output checked against a one-shot plain Spark run of the same
-transform. A few transform checks run on the same session.
+blob store, submit the pipeline (stage -> transform -> verify -> publish), two ``runner
+start`` workers, one SIGKILLed while it holds a transform chunk with a checkpoint, a
+replacement started, the chunk resumed from its checkpoint, the pipeline done, then the
+published output checked against a one-shot plain Spark run of the same transform. The
+embedded run takes the ``--bad-rows`` path as well (source blobs spoiled once staged:
+verify fails, publish blocked; fixed, redriven, done), which adds only a few seconds of
+cheap steps; Azurite's takes the default one. A few transform checks run on the same
+session.
 
 PySpark is imported at the top on purpose: without the ``spark`` extra this module fails
 to collect instead of silently skipping.
@@ -33,7 +37,8 @@ from jobs.spark import (
 from jobs.testing import ChunkEnvironment
 from samples.migration import generate as gen
 from samples.migration import layout
-from samples.migration.demo import DemoOptions, DemoResult, _progress, run_demo
+from samples.migration.demo import DemoOptions, DemoResult, run_demo
+from samples.migration.demo_watch import progress_line
 from samples.migration.job import MigrateOrders, new_tally, tallied
 from samples.migration.layout import MigrationParams, staged_inputs
 from samples.migration.processes import Runner
@@ -78,7 +83,10 @@ def demo(
         storage = request.getfixturevalue("azurite").connection_string
     workdir = tmp_path_factory.mktemp(f"migration-{request.param}")
     rows, files = SIZES[request.param]
-    options = DemoOptions(storage, rows, files, FILES_PER_CHUNK, timeout_seconds=600)
+    bad_rows = request.param == "embedded"
+    options = DemoOptions(
+        storage, rows, files, FILES_PER_CHUNK, timeout_seconds=600, bad_rows=bad_rows
+    )
     said: list[str] = []
     try:
         result = run_demo(options, workdir, say=said.append)
@@ -94,10 +102,58 @@ def demo(
 def test_chunked_migration_equals_the_one_shot_run(demo: tuple[DemoResult, list[str], Path]):
     result, said, _ = demo
     verdict = result.verdict
-    # Then row counts and content checksums agree, for orders and rejects alike
-    assert verdict.chunked == verdict.one_shot == verdict.summary, "\n".join(said)
-    assert verdict.ok
+    # Then the pipeline is done, and what it published agrees with the one-shot run, row
+    # counts and content checksums, for orders and rejects alike
+    assert result.pipeline_state == "done" and result.ok, "\n".join(said)
+    assert verdict.chunked == verdict.one_shot == verdict.summary
     assert "VERDICT: the chunked, crash-resumed migration equals the one-shot run" in said
+
+
+def test_verify_checked_every_line_and_publish_wrote_the_transforms_outputs(
+    demo: tuple[DemoResult, list[str], Path],
+):
+    result, said, _ = demo
+    checked, published = result.checked, result.published
+    assert checked is not None and published is not None
+    # Then verify read every source blob and found the lines the transform read ...
+    assert checked["differences"] == 0
+    assert checked["files"] == len(result.generated.names) == checked["batches"]
+    assert checked["source_lines"] == checked["rows_in"] == result.generated.rows
+    assert checked["outputs_checked"] == 2 * len(result.generated.names)
+    # ... and publish listed exactly the transform's outputs, with its totals
+    strip = [
+        {k: e[k] for k in ("kind", "path", "rows", "checksum")} for e in result.manifest["outputs"]
+    ]
+    assert published["outputs"] == strip
+    assert published["rows_out"] == result.summary["rows_out"]
+    assert any(line.startswith("   verify: ") and "0 differences" in line for line in said)
+
+
+def test_bad_rows_fail_verify_block_publish_and_only_their_chunks_run_again(
+    demo: tuple[DemoResult, list[str], Path],
+):
+    result, said, _ = demo
+    bad = result.bad_rows
+    if result.generated.rows != ROWS:  # Azurite's run: the default path, nothing planted
+        assert bad is None and "--bad-rows" not in "\n".join(said)
+        return
+    assert bad is not None, "\n".join(said)
+    # Then verify failed on the chunks of the two spoiled blobs, naming them ...
+    assert bad.planted is not None and bad.differences is not None, "\n".join(said)
+    assert bad.verify_error is not None and "2 chunk(s) poisoned" in bad.verify_error
+    spoiled = sorted(bad.planted.before)
+    assert [
+        name for message in bad.differences.values() for name in spoiled if name in message
+    ] == spoiled
+    # ... publish was blocked by it, not run
+    assert bad.publish_state == "blocked"
+    assert bad.publish_blocked is not None and "step verify failed" in bad.publish_blocked
+    # ... and after the fix and the redrive only those chunks ran again, of all the
+    # chunks a rerun from scratch would run
+    again = bad.run_again
+    assert again is not None and bad.only_what_differed_ran
+    assert again.count == 2 < again.from_scratch
+    assert again.total == {"stage": 2, "transform": 2, "verify": 4, "publish": 0}
 
 
 def test_counts_are_what_the_generator_made(demo: tuple[DemoResult, list[str], Path]):
@@ -167,7 +223,7 @@ def test_progress_says_which_chunks_wait_for_a_worker(tmp_path: Path):
         ],
     }
     # Then the line does not show the dead worker still running its chunk
-    assert _progress(runner, status) == (
+    assert progress_line(runner, status) == (
         "running: chunks 2/6 done; running #3 on vm:102:bb batch 2/4 (attempt 2); "
         "waiting for a worker #0 at batch 1/4 (the lease of vm:101:aa ran out, attempt 1)"
     )
