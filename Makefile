@@ -44,7 +44,8 @@ help:
 	@echo "                scrape of 4 workers, the dashboard's requests per refresh, status"
 	@echo "                views at 10 and 10,000 retained jobs, and the"
 	@echo "                migration chunked vs one plain Spark job, locally and on a loopback"
-	@echo "                cluster through Spark Connect (and Structured Streaming) -> BENCHMARKS.md"
+	@echo "                cluster through Spark Connect (and Structured Streaming), and the"
+	@echo "                migration pipeline's failed verify redriven -> BENCHMARKS.md"
 	@echo "make chaos      fault-injection runs (kills, a pause, storage faults) on both"
 	@echo "                backends at three fault levels, and a 60 s storage outage"
 	@echo "                (requests refused, then hanging) -> RELIABILITY.md"
@@ -128,6 +129,7 @@ bench: venv azurite
 	$(BIN)/python -m tests.bench.migration --output BENCHMARKS.md
 	$(BIN)/python -m tests.bench.migration --files-per-batch 3 --output BENCHMARKS.md
 	$(BIN)/python -m tests.bench.migration --files-per-batch 3 --rows 8000000 --output BENCHMARKS.md
+	$(BIN)/python -m tests.bench.pipeline_redrive --output BENCHMARKS.md
 	$(BIN)/python -m tests.bench.cluster --output BENCHMARKS.md
 	$(BIN)/python -m tests.bench.cluster --rows 8000000 --runs 2 --no-streaming --no-local \
 		--no-crash --output BENCHMARKS.md
@@ -153,7 +155,9 @@ chaos: venv azurite
 	test -z "$$failed"
 
 # The batch-migration sample end to end (samples/migration/README.md): generate the data,
-# submit, 2 workers, one SIGKILLed and resumed, verified against a one-shot Spark run.
+# submit the pipeline (stage, transform, verify, publish), 2 workers, one SIGKILLed in
+# the transform and resumed, what was published checked against a one-shot Spark run
+# (DEMO_ARGS=--bad-rows: verify fails on spoiled source blobs, fixed and redriven).
 # Needs Java 17 for Spark. A fresh temporary store each time, removed at the end.
 demo: venv
 	$(BIN)/python -m samples.migration.demo $(DEMO_ARGS)
