@@ -231,6 +231,7 @@ def test_a_reopen_that_removes_a_property_keeps_the_rest_and_counts_once(index: 
 
     # When a redrive reopens it, removing cancelled_on (its answer lost, or not)
     reopen = {"state": "running", "cancelled_on": REMOVED, "cancel_reason": ""}
+    assert repr(reopen) == "{'state': 'running', 'cancelled_on': REMOVED, 'cancel_reason': ''}"
     written = index.store.change_job(job_id, lambda job: reopen)
 
     # Then the property is gone, the rest as it was, and the index moved once
