@@ -723,6 +723,8 @@ def test_a_pipeline_page_shows_its_steps_in_order_linked_and_acts_on_them(acting
     link = f'<a href="/pipelines/{pipeline}" class="pipeline">{pipeline}</a>'
     listed = _row(acting.page("/?state=waiting"), ids[2])
     assert link in acting.page(f"/jobs/{ids[2]}") and link in listed
+    # (where a step not started says so, as on the pipeline's page, not "0% 0/0+")
+    assert _cells(listed)[1:4] == ["blocked", "not started", "-"]
     assert _buttons(html) == ["pause", "redrive", "cancel"]
     # (with the token only, and for a pipeline there is)
     assert acting.client.post(f"/pipelines/{pipeline}/pause").status_code == 403
