@@ -67,30 +67,39 @@ def test_each_key_is_read_on_its_own():
     assert reader.reads == ["a", "b"]
 
 
+class SlowFirstRead:
+    """Reads ``Value(key, n)``; the first read waits until :attr:`release` is set."""
+
+    def __init__(self) -> None:
+        self.started, self.release = threading.Event(), threading.Event()
+        self.reads: list[str] = []
+
+    def __call__(self, key: str) -> Value:
+        self.reads.append(key)
+        if len(self.reads) == 1:
+            self.started.set()
+            self.release.wait(10)
+        return Value(key, len(self.reads))
+
+    def shared(self) -> SharedReads[str, Value]:
+        return SharedReads(self, lambda v, e: v, 2.0, FakeClock().monotonic)
+
+
 def test_viewers_of_one_key_wait_for_the_read_in_progress():
-    clock = FakeClock()
-    started, release = threading.Event(), threading.Event()
-    reads = []
-
-    def slow(key: str) -> Value:
-        reads.append(key)
-        started.set()
-        release.wait(10)
-        return Value(key, len(reads))
-
-    shared = SharedReads(slow, lambda v, e: v, 2.0, clock.monotonic)
+    slow = SlowFirstRead()
+    shared = slow.shared()
     got: list[Value] = []
     first = threading.Thread(target=lambda: got.append(shared.get("all")))
     first.start()
-    assert started.wait(10)
+    assert slow.started.wait(10)
     others = [threading.Thread(target=lambda: got.append(shared.get("all"))) for _ in range(5)]
     for thread in others:
         thread.start()
-    release.set()
+    slow.release.set()
     for thread in [first, *others]:
         thread.join(10)
 
-    assert reads == ["all"]
+    assert slow.reads == ["all"]
     assert got == [Value("all", 1)] * 6
 
 
@@ -140,33 +149,23 @@ def test_expire_reads_every_key_again_at_its_next_get():
 
 def test_a_read_begun_before_an_expiry_is_not_kept():
     # Given a read of the store in progress (a refresh) when an action changes the store
-    clock = FakeClock()
-    started, release = threading.Event(), threading.Event()
-    reads: list[str] = []
-
-    def slow(key: str) -> Value:
-        reads.append(key)
-        if len(reads) == 1:
-            started.set()
-            release.wait(10)
-        return Value(key, len(reads))
-
-    shared = SharedReads(slow, lambda v, e: v, 2.0, clock.monotonic)
+    slow = SlowFirstRead()
+    shared = slow.shared()
     got: list[Value] = []
     refresh = threading.Thread(target=lambda: got.append(shared.get("all")))
     refresh.start()
-    assert started.wait(10)
+    assert slow.started.wait(10)
 
     # When the action expires the reads and the refresh then ends
     shared.expire()
-    release.set()
+    slow.release.set()
     refresh.join(10)
 
     # Then the refresh's viewer has what it read, but the next viewer (the page after
     # the action) reads the store again instead of getting the value from before it
     assert got == [Value("all", 1)]
     assert shared.get("all") == Value("all", 2)
-    assert shared.get("all") == Value("all", 2) and len(reads) == 2
+    assert shared.get("all") == Value("all", 2) and len(slow.reads) == 2
 
 
 def test_keys_are_bounded_the_least_recently_used_read_again():
