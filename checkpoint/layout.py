@@ -27,6 +27,11 @@ WORKERS_PARTITION = "workers"
 #: naming them all (a listing reads one partition, not the whole table).
 LIMITS_TABLE = "runnerlimits"
 LIMITS_CATALOGUE = "~names"
+#: The lease each job type learned (:mod:`checkpoint.lease_book`): one row per job type,
+#: all in one partition (a few hundred types at most; each row is written by its
+#: type's workers every few seconds, far below a partition's 2,000 entities/s).
+LEASES_TABLE = "runnerleases"
+LEASES_PARTITION = "leases"
 #: Blob container for large params, payloads, state and results.
 DATA_CONTAINER = "runner-data"
 #: Partition of the job catalogue (one record per job).

@@ -65,6 +65,9 @@ MESSAGE = RetryPolicy("queue message")
 READ = RetryPolicy("read")
 #: A call of no lease and no worker (``runner submit``, ``status``, ``poison``, tests).
 STANDALONE = RetryPolicy("storage call", max_wait_seconds=4.0, give_up_after_seconds=30.0)
+#: A worker's report of what its leases saw (runner.worker.leases.sizes): given up
+#: soon, and made again with the same tokens at the next pass.
+SHARING = RetryPolicy("lease sharing", max_wait_seconds=4.0, give_up_after_seconds=15.0)
 START_UP = RetryPolicy("start-up", first_wait_seconds=0.5, max_wait_seconds=30.0)
 #: A checkpoint during ``process`` is not retried in place: the user's thread goes on and
 #: the newest state is written at the next due checkpoint instead.

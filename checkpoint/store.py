@@ -65,8 +65,8 @@ class CheckpointStore:
         return Budget(policy, self.clock)
 
     def ensure(self, budget: Budget | None = None) -> None:
-        """Create the tables (jobs, tasks, workers, limits) and the blob container (idempotent;
-        once per store)."""
+        """Create the tables (jobs, tasks, workers, limits, leases) and the blob container
+        (idempotent; once per store)."""
         if not self._ready:
             budget = retries.given(budget, self.clock)
             records = self.storage.records
@@ -74,6 +74,7 @@ class CheckpointStore:
             budget.call(lambda: records.create_table(layout.TASKS_TABLE))
             budget.call(lambda: records.create_table(layout.WORKERS_TABLE))
             budget.call(lambda: records.create_table(layout.LIMITS_TABLE))
+            budget.call(lambda: records.create_table(layout.LEASES_TABLE))
             budget.call(lambda: self.storage.blobs.create_container(layout.DATA_CONTAINER))
             self._ready = True
 

@@ -43,9 +43,16 @@ class ChunkedJob:
             default) that is ``<queue>`` itself; with 4, ``<queue>-0`` ... ``<queue>-3``,
             each with its own poison queue, for a job past one queue's ~2,000
             messages/s. A job keeps the count it was submitted with.
-        lease_seconds: how long a received chunk stays invisible to other workers;
-            renewed at ~70% of it while the chunk runs, so keep it short (whole
-            seconds, 1-604800). A crashed worker's chunk resumes after at most this.
+        lease_seconds: None (the default): the lease is sized by the workers from how
+            late their renewals land and the leases they lose, shared by every worker
+            of the type, within ``lease_bounds`` (docs/semantics.md §25). A whole number
+            of seconds (1-604800) fixes it instead. A received chunk stays invisible to
+            other workers for a lease, renewed at ~70% of it while the chunk runs; a
+            crashed worker's chunk resumes after at most one lease.
+        lease_bounds: the shortest and the longest lease the workers may size
+            (seconds, default ``(10, 600)``): 10 s recovers a crashed worker's chunk in
+            seconds for a renewal every 7 s; 600 s is the longest a hung chunk can hold
+            its message. Raise the lower bound to renew less often (SCALE.md).
         max_attempts: attempts (claims) of a chunk before it is poisoned; a worker
             stopping gracefully, or the runner's own storage trouble, gives its attempt
             back (docs/semantics.md §6).
@@ -93,7 +100,8 @@ class ChunkedJob:
 
     queue: ClassVar[str] = ""
     queues: ClassVar[int] = 1
-    lease_seconds: ClassVar[int] = 30
+    lease_seconds: ClassVar[int | None] = None
+    lease_bounds: ClassVar[tuple[int, int]] = (10, 600)
     max_attempts: ClassVar[int] = 5
     checkpoint_interval_seconds: ClassVar[float] = 5.0
     max_chunk_seconds: ClassVar[float | None] = None
@@ -219,14 +227,16 @@ def check_job_class(cls: type[ChunkedJob]) -> None:
             "digits and single hyphens, starting and ending with a letter or digit (room "
             f"is left for {suffix!r}); set `queue = ...` on the class"
         )
-    checks.whole(
-        cls.lease_seconds,
-        f"{name}.lease_seconds",
-        lowest=1,
-        highest=MAX_VISIBILITY_SECONDS,  # the longest Azure can hide a message
-        unit="seconds",
-        error=JobDefinitionError,
-    )
+    if cls.lease_seconds is not None:
+        checks.whole(
+            cls.lease_seconds,
+            f"{name}.lease_seconds",
+            lowest=1,
+            highest=MAX_VISIBILITY_SECONDS,  # the longest Azure can hide a message
+            unit="seconds",
+            error=JobDefinitionError,
+        )
+    _check_lease_bounds(cls.lease_bounds, f"{name}.lease_bounds")
     checks.whole(cls.max_attempts, f"{name}.max_attempts", lowest=1, error=JobDefinitionError)
     checks.whole(cls.feed_window, f"{name}.feed_window", lowest=1, error=JobDefinitionError)
     checks.number(
@@ -259,6 +269,19 @@ def check_job_class(cls: type[ChunkedJob]) -> None:
     if not isinstance(cls.resume_first, bool):
         raise JobDefinitionError(f"{name}.resume_first must be True or False")
     _check_limits(cls, name)
+
+
+def _check_lease_bounds(bounds: object, what: str) -> None:
+    if not (isinstance(bounds, tuple) and len(bounds) == 2):
+        raise JobDefinitionError(f"{what} must be (lowest, highest) seconds, not {bounds!r}")
+    low = checks.whole(
+        bounds[0], f"{what}[0]", lowest=1, highest=MAX_VISIBILITY_SECONDS, unit="seconds",
+        error=JobDefinitionError,
+    )  # fmt: skip
+    checks.whole(
+        bounds[1], f"{what}[1]", lowest=low, highest=MAX_VISIBILITY_SECONDS, unit="seconds",
+        error=JobDefinitionError,
+    )  # fmt: skip
 
 
 def _check_limits(cls: type[ChunkedJob], name: str) -> None:

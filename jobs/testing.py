@@ -334,7 +334,9 @@ class _WholeJob:
                 self._next_queue = (self._queues.index(queue) + 1) % len(self._queues)
             received_at = self.clock.monotonic()  # before the receive, as the loop takes it
             batch = worker.context.queues.receive(
-                queue, max_messages=1, visibility_seconds=self.job_class.lease_seconds
+                queue,
+                max_messages=1,
+                visibility_seconds=worker.context.keeper.sizing.seconds(self.job_class),
             )
             if batch:
                 break

@@ -3,40 +3,32 @@
 One partition per limit name holds its ``rate`` row (a token bucket) and its
 ``running`` row (slots and their takers); a catalogue partition names every limit, so a
 listing reads one partition. Every change is a compare-and-swap: read the row, compute
-the new row (:mod:`checkpoint.limits.rows`), replace it If-Match its ETag; a 412
-(someone else wrote in between) means read again and compute again.
-
-**Ambiguous writes.** A replace can be applied while we see it fail. Every write puts a
-fresh writer token in the row and appends it to the row's ``recent`` list (the last
-:data:`RECENT_WRITES` writes), and every try starts by reading the row: if a token of an
-earlier try of this call is in that list, that try was applied and its outcome stands,
-so a take is never counted twice nor lost as someone else's. (Only a write followed by
-more than :data:`RECENT_WRITES` others before our read could go unrecognised; its
-tokens are then lost, which errs on the safe side: fewer taken, never more.)
+the new row (:mod:`checkpoint.limits.rows`), replace it If-Match its ETag, a lost answer
+settled by reading (:mod:`checkpoint.shared_rows`), so a take is never counted twice nor
+lost as someone else's. (Only a write followed by more than
+:data:`~checkpoint.shared_rows.RECENT_WRITES` others before our read could go
+unrecognised; its tokens are then lost, which errs on the safe side: fewer taken, never
+more.)
 """
 
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import TypeVar
 
 from checkpoint import layout
 from checkpoint.clock import Clock
-from checkpoint.errors import AlreadyExists, BadRecord, Conflict, NotFound
+from checkpoint.errors import BadRecord
 from checkpoint.limits.rates import Rate, check_limit_name
 from checkpoint.limits.rows import BY_HAND, Bucket, Slots, default_burst
 from checkpoint.retries import Budget
-from checkpoint.settle import WRITER, one_off
+from checkpoint.shared_rows import Change, change_row, read_row
 from checkpoint.storage import ANY_ETAG, PropertyValue, Record, RecordStore
 
 T = TypeVar("T")
 RATE_ROW = "rate"
 RUNNING_ROW = "running"
-#: Writer tokens kept in a row, to recognise an applied write whose answer was lost.
-RECENT_WRITES = 32
-RECENT = "recent"
 #: The catalogue row's list of job types whose classes name the limit.
 NAMED_BY = "named_by"
 
@@ -59,10 +51,6 @@ class Limit:
     rate: Bucket | None
     running: Slots | None
     named_by: tuple[str, ...] = ()
-
-
-class _Again(Exception):
-    """Internal: someone else wrote the row in between; read it and compute again."""
 
 
 class LimitBook:
@@ -255,65 +243,13 @@ class LimitBook:
         self._change(layout.LIMITS_CATALOGUE, name, change, budget)
 
     def _read(self, name: str, row: str, budget: Budget) -> Record | None:
-        try:
-            return budget.call(lambda: self._records.get(layout.LIMITS_TABLE, name, row))
-        except NotFound:
-            return None
+        return read_row(self._records, layout.LIMITS_TABLE, name, row, budget)
 
-    def _change(
-        self,
-        name: str,
-        row: str,
-        change: Callable[[Record | None], tuple[dict[str, PropertyValue] | None, T]],
-        budget: Budget,
-    ) -> T:
-        """Apply ``change`` by compare-and-swap, settling lost answers by reading.
-
-        ``change`` maps the row as read (None: missing) to the new row and the outcome,
-        or to None and the outcome when nothing is to be written."""
-        outcomes: dict[str, T] = {}  # what each try of ours would have made, by token
-
-        def attempt() -> T:
-            current = self._read(name, row, budget)
-            recent = _recent(current)
-            for token, outcome in outcomes.items():
-                if token in recent:
-                    return outcome  # an earlier try was applied; its answer was lost
-            properties, outcome = change(current)
-            if properties is None:
-                return outcome
-            token = one_off()
-            outcomes[token] = outcome
-            written = {
-                **properties,
-                WRITER: token,
-                RECENT: " ".join([*recent, token][-RECENT_WRITES:]),
-            }
-            try:
-                if current is None:
-                    self._records.insert(layout.LIMITS_TABLE, name, row, written)
-                else:
-                    self._records.replace(
-                        layout.LIMITS_TABLE, name, row, written, etag=current.etag
-                    )
-            except (Conflict, AlreadyExists, NotFound) as raced:
-                raise _Again from raced
-            return outcome
-
-        while True:
-            try:
-                return budget.call(attempt, f"limit {name} ({row})")
-            except _Again:
-                continue
+    def _change(self, name: str, row: str, change: Change[T], budget: Budget) -> T:
+        """Apply ``change`` to ``name``'s ``row`` (:func:`checkpoint.shared_rows.change_row`)."""
+        return change_row(self._records, (layout.LIMITS_TABLE, name, row), change, budget)
 
 
 def _named_by(row: Record) -> tuple[str, ...]:
     named = row.properties.get(NAMED_BY)
     return tuple(named.split()) if isinstance(named, str) else ()
-
-
-def _recent(row: Record | None) -> list[str]:
-    if row is None:
-        return []
-    recent = row.properties.get(RECENT)
-    return recent.split() if isinstance(recent, str) else []

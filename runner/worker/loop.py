@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from checkpoint import layout, retries
 from checkpoint.clock import Clock, SystemClock
 from checkpoint.errors import BadRecord, ConfigurationError, StorageError
+from checkpoint.lease_book import LeaseBook
 from checkpoint.limits.book import LimitBook
 from checkpoint.records import JobRecord
 from checkpoint.retries import Budget
@@ -34,6 +35,7 @@ from runner.worker.hooks import HookChain
 from runner.worker.intake import takes_submissions
 from runner.worker.job_cache import JobCache
 from runner.worker.leases.lease import Lease, LeaseKeeper, take_lease
+from runner.worker.leases.sizes import LeaseSizes
 from runner.worker.limits.admission import Admission
 from runner.worker.limits.slot_keeper import SlotKeeper
 from runner.worker.observing.heartbeat import BEAT_SECONDS, Heartbeat, Identity
@@ -102,6 +104,11 @@ class WorkerSettings:
             raise ValueError("heartbeat_seconds must be > 0")
 
 
+def shortest_lease(cls: type[ChunkedJob]) -> int:
+    """The shortest lease ``cls``'s messages get: fixed, or the lower bound."""
+    return cls.lease_seconds or cls.lease_bounds[0]
+
+
 def new_worker_id() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(2)}"
 
@@ -117,7 +124,8 @@ def assemble(
     stop-order watcher and the finisher are not started: the loop starts them (a test may
     drive them by hand). ``recorder`` is told what happens (metrics)."""
     store = CheckpointStore(storage, clock)
-    keeper = LeaseKeeper(storage.queues, clock, recorder=recorder)
+    sizes = LeaseSizes(LeaseBook(storage.records), job_classes, clock)
+    keeper = LeaseKeeper(storage.queues, clock, recorder=recorder, sizing=sizes)
     classes = {cls.job_type(): cls for cls in job_classes}
     job_cache = JobCache(store, clock)
     stop_orders = StopOrderWatcher(job_cache, clock)
@@ -139,7 +147,10 @@ def assemble(
         finisher=Finisher(store, keeper, completion, clock, hooks),
         job_cache=job_cache,
         stop_orders=stop_orders,
-        admission=Admission(LimitBook(storage.records, clock), clock, worker_id, job_classes),
+        admission=Admission(
+            LimitBook(storage.records, clock), clock, worker_id, job_classes, keeper.sizing.seconds
+        ),
+        lease_sizes=sizes,
         workers=WorkerBook(storage.records),
         hooks=hooks,
     )
@@ -168,7 +179,7 @@ class WorkerLoop:
         self._classes = job_classes
         self._stop = threading.Event()
         self.admission = self.context.admission
-        self.slot_keeper = SlotKeeper(self.admission, min(cls.lease_seconds for cls in job_classes))
+        self.slot_keeper = SlotKeeper(self.admission, min(map(shortest_lease, job_classes)))
         #: When the last receive round took no message for want of tokens: the seconds
         #: until the next one is due (None: it was not the tokens).
         self._token_wait: float | None = None
@@ -229,6 +240,7 @@ class WorkerLoop:
             raise
         keeper = self.context.keeper
         keeper.start()
+        self.context.lease_sizes.start()
         self.context.stop_orders.start()
         self.context.finisher.start()
         self.heartbeat.start()
@@ -245,6 +257,7 @@ class WorkerLoop:
             self.request_stop()
             finished = self._drain(slots)
             keeper.stop()
+            self.context.lease_sizes.stop()
             self.context.stop_orders.stop()
             self.heartbeat.stop()
             self.slot_keeper.stop()
@@ -336,26 +349,23 @@ class WorkerLoop:
                 self._token_wait = _token_wait(self._token_wait, admitted.wait_seconds)
                 continue
             batch: list[Received] = []
+            # One length for the whole round: each lease must be what its receive gave.
+            lease_seconds = self.context.keeper.sizing.seconds(cls)
             for name in queues:  # resumed work first: the resume queue, then the rest
                 wanted = admitted.count - len(batch)
                 if wanted <= 0 or self._stop.is_set():
                     break
-                got = receive_from(self.storage.queues, self.clock, cls, name, wanted)
+                got = receive_from(self.storage.queues, self.clock, name, wanted, lease_seconds)
                 self._order.asked(cls, name, len(got), wanted)
                 batch += got
             self.admission.received(cls, admitted, [message for _, message, _ in batch])
             with self._outstanding_changed:
                 self._outstanding += len(batch)
-            out_of_turn = self._order.out_of_turn(cls)
+            out_of_turn, keeper = self._order.out_of_turn(cls), self.context.keeper
             for queue_name, message, received_at in batch:
                 # Held at once, so a message waiting for a free slot is renewed too.
-                lease = take_lease(
-                    self.context.keeper,
-                    queue_name,
-                    message,
-                    self.context.by_queue[queue_name],
-                    received_at,
-                )
+                of = self.context.by_queue[queue_name]
+                lease = take_lease(keeper, queue_name, message, of, received_at, lease_seconds)
                 if out_of_turn:
                     self._out_of_turn.wait(cls, message, lease, self.clock.monotonic())
                 self._work.put((queue_name, message, received_at, lease))

@@ -65,7 +65,8 @@ def test_kebab_case(name, queue):
 def test_defaults():
     assert MigrateOrders.queue == "migrate-orders"
     assert MigrateOrders.poison_queue() == "migrate-orders" + POISON_SUFFIX
-    assert MigrateOrders.lease_seconds == 30
+    assert MigrateOrders.lease_seconds is None  # sized by the workers
+    assert MigrateOrders.lease_bounds == (10, 600)
     assert MigrateOrders.max_attempts == 5
     assert MigrateOrders.checkpoint_interval_seconds == 5
     assert MigrateOrders.max_chunk_seconds is None
@@ -206,6 +207,12 @@ def test_the_longest_queue_name_leaves_room_for_the_last_numbered_poison_queue()
         ("lease_seconds", 2.5, "lease_seconds"),
         ("lease_seconds", True, "lease_seconds"),
         ("lease_seconds", "30", "lease_seconds"),
+        ("lease_bounds", 10, r"lease_bounds must be \(lowest, highest\) seconds"),
+        ("lease_bounds", (10,), r"lease_bounds must be \(lowest, highest\) seconds"),
+        ("lease_bounds", (0, 600), r"lease_bounds\[0\]"),
+        ("lease_bounds", (20, 10), r"lease_bounds\[1\]"),
+        ("lease_bounds", (10, 604_801), r"lease_bounds\[1\]"),
+        ("lease_bounds", (10.5, 600), r"lease_bounds\[0\]"),
         ("max_attempts", 0, "max_attempts"),
         ("max_attempts", False, "max_attempts"),
         ("max_attempts", 2.0, "max_attempts"),
@@ -241,6 +248,9 @@ def test_bad_settings_are_refused_at_class_definition(setting, value, says):
     [
         ("lease_seconds", 1),
         ("lease_seconds", 604_800),
+        ("lease_seconds", None),
+        ("lease_bounds", (1, 1)),
+        ("lease_bounds", (5, 604_800)),
         ("checkpoint_interval_seconds", 0),
         ("checkpoint_interval_seconds", 0.25),
         ("max_chunk_seconds", 0.1),

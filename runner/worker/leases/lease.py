@@ -26,7 +26,7 @@ import threading
 from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass, field
-from typing import TypeVar
+from typing import Protocol, TypeVar
 
 from checkpoint import retries
 from checkpoint.clock import Clock
@@ -70,6 +70,41 @@ KEEPER_STOP_SECONDS = 10.0
 _LOSING = threading.Lock()
 
 
+class Sizing(Protocol):
+    """What sizes adaptive leases (:class:`runner.worker.leases.sizes.LeaseSizes`)."""
+
+    def seconds_of(self, job_type: str) -> int | None:
+        """The lease of ``job_type`` now; None: a lease keeps the length it was given."""
+        ...
+
+    def renewed(self, job_type: str, late_seconds: float) -> None:
+        """A renewal was answered ``late_seconds`` after it was due."""
+        ...
+
+    def lost(self, job_type: str) -> None:
+        """A lease was lost before its work ended."""
+        ...
+
+    def seconds(self, job_class: type[ChunkedJob]) -> int:
+        """The lease a message of ``job_class`` gets now (whole seconds)."""
+        ...
+
+
+class FixedLeases:
+    """The sizing of a keeper that learns nothing: every class its fixed lease, an
+    adaptive one its lower bound."""
+
+    def seconds_of(self, job_type: str) -> int | None:
+        return None
+
+    def renewed(self, job_type: str, late_seconds: float) -> None: ...
+
+    def lost(self, job_type: str) -> None: ...
+
+    def seconds(self, job_class: type[ChunkedJob]) -> int:
+        return job_class.lease_seconds or job_class.lease_bounds[0]
+
+
 def renew_after_seconds(lease_seconds: float) -> float:
     """When a lease is renewed, counted from its start: at 70 % of a lease of 10 s or
     more; in a shorter one at :data:`RENEW_MARGIN_SECONDS` before its end, but not before
@@ -108,6 +143,9 @@ class Lease:
     #: alone up to ``until`` (monotonic), a fenced write, in place of the renewals.
     on_record: Callable[[Lease, float], None] | None = None
     next_renewal_at: float = 0.0
+    #: When the renewal now scheduled was due (monotonic), failed tries not counted: a
+    #: renewal's lateness is counted from here.
+    due_at: float = 0.0
     lost_reason: str | None = None
     #: Set once, never cleared (a plain flag: an Event per message cost more than the
     #: rest of leasing it, and nobody waits on it).
@@ -126,10 +164,14 @@ class Lease:
     #: and of its loss.
     job_type: str = ""
     recorder: Recorder = SILENT
+    #: Sizes the lease of an adaptive job type (None: fixed, nothing learned).
+    sizing: Sizing | None = None
 
-    def lose(self, reason: str) -> None:
+    def lose(self, reason: str, learned: bool = True) -> None:
         """Mark the lease lost for ``reason`` (the first reason given stays); told to
-        the recorder once, however many threads find it lost at once."""
+        the recorder once, however many threads find it lost at once, and to the
+        sizing unless ``learned`` is False (a loss no longer lease would have saved:
+        ``max_chunk_seconds``, the message deleted by someone)."""
         with _LOSING:
             if self.lost_reason is None:
                 self.lost_reason = reason
@@ -137,14 +179,32 @@ class Lease:
                 return
             self.lost = True
         self.recorder.lease_lost(self.job_type)
+        if learned and self.sizing is not None:
+            self.sizing.lost(self.job_type)
 
-    def renewed(self, pop_receipt: str, started: float) -> None:
-        """A renewal sent at ``started`` (monotonic) was answered with ``pop_receipt``."""
-        self.pop_receipt = pop_receipt
-        # Counted from before the call: the service's clock started no earlier.
+    def schedule(self, started: float) -> None:
+        """The lease runs from ``started`` (monotonic): its end and next renewal."""
         self.visible_at = started + self.lease_seconds
-        self.next_renewal_at = started + renew_after_seconds(self.lease_seconds)
-        self.recorder.lease_renewed(self.job_type)
+        self.next_renewal_at = self.due_at = started + renew_after_seconds(self.lease_seconds)
+
+    def resized(self) -> None:
+        """Take the adaptive lease of the job type now, for the renewal about to be made
+        (a running chunk picks a new lease up here, not only new messages)."""
+        if self.sizing is not None:
+            seconds = self.sizing.seconds_of(self.job_type)
+            if seconds is not None:
+                self.lease_seconds = seconds
+
+    def renewed(self, pop_receipt: str, started: float, answered: float) -> None:
+        """A renewal sent at ``started`` was answered with ``pop_receipt`` at ``answered``
+        (monotonic)."""
+        self.pop_receipt = pop_receipt
+        late_seconds = answered - self.due_at
+        # Counted from before the call: the service's clock started no earlier.
+        self.schedule(started)
+        self.recorder.lease_renewed(self.job_type, late_seconds)
+        if self.sizing is not None:
+            self.sizing.renewed(self.job_type, late_seconds)
 
     def follow(self, queue: str, copy: QueueMessage, sent_at: float) -> tuple[str, str, str] | None:
         """Hold ``copy`` (just sent to ``queue``, hidden for a lease from ``sent_at``,
@@ -160,8 +220,7 @@ class Lease:
             known = not self.receipt_lost
             self.queue, self.message_id, self.pop_receipt = queue, copy.id, copy.pop_receipt
             self.receipt_lost = False
-            self.visible_at = sent_at + self.lease_seconds
-            self.next_renewal_at = sent_at + renew_after_seconds(self.lease_seconds)
+            self.schedule(sent_at)
         return old if known else None
 
     def expired(self, now: float) -> bool:
@@ -217,6 +276,7 @@ class LeaseKeeper:
         renewal_threads: renewals made at once.
         refresh_threads: ``on_renewed`` hooks run at once.
         recorder: told of each lease's renewals and loss (metrics), or silent.
+        sizing: sizes adaptive leases, told of their renewals' lateness and losses.
     """
 
     def __init__(
@@ -226,8 +286,10 @@ class LeaseKeeper:
         renewal_threads: int = RENEWAL_THREADS,
         refresh_threads: int = REFRESH_THREADS,
         recorder: Recorder = SILENT,
+        sizing: Sizing | None = None,
     ):
         self._queues, self._clock, self._recorder = queues, clock, recorder
+        self.sizing: Sizing = sizing or FixedLeases()  # None: every lease keeps its length
         self._leases: set[Lease] = set()
         self._guard = threading.Lock()
         self._wake = threading.Event()
@@ -265,10 +327,11 @@ class LeaseKeeper:
             visible_at=received_at + lease_seconds,
             max_seconds=max_seconds,
             on_renewed=on_renewed,
-            next_renewal_at=received_at + renew_after_seconds(lease_seconds),
             job_type=job_type,
             recorder=self._recorder,
+            sizing=self.sizing,
         )
+        lease.schedule(received_at)
         with self._guard:
             self._leases.add(lease)
             # Wake the keeper only if this lease is due before it would wake anyway.
@@ -295,15 +358,11 @@ class LeaseKeeper:
             try:
                 action(lease.pop_receipt)
             except LeaseLost as lost:
-                lease.lose(str(lost))
+                _refused_at_the_end(lease, lost, self._clock.monotonic())
                 return False
             except StorageError as error:
-                log.warning(
-                    "%s message %s failed: %s; it comes back when its lease runs out",
-                    doing,
-                    lease.message_id,
-                    error,
-                )
+                what = "%s message %s failed: %s; it comes back when its lease runs out"
+                log.warning(what, doing, lease.message_id, error)
                 return False
         return True
 
@@ -341,7 +400,7 @@ class LeaseKeeper:
                 continue
             for lease, failure in zip(batch, errors, strict=True):
                 if isinstance(failure, LeaseLost):
-                    lease.lose(str(failure))
+                    _refused_at_the_end(lease, failure, self._clock.monotonic())
                 elif failure is not None:
                     log.warning("deleting message %s failed: %s", lease.message_id, failure)
 
@@ -443,13 +502,15 @@ class LeaseKeeper:
             if lease.max_seconds is not None and started - lease.acquired_at >= lease.max_seconds:
                 lease.next_renewal_at = lease.visible_at  # no more renewals: let it lapse
                 lease.lose(
-                    f"ran past max_chunk_seconds ({lease.max_seconds:g} s); lease not renewed"
+                    f"ran past max_chunk_seconds ({lease.max_seconds:g} s); lease not renewed",
+                    learned=False,
                 )
                 return False
             if lease.receipt_lost:
                 _lease_on_record(lease, started)
                 return False  # the record was the write: nothing to refresh after it
             lease.renewing_since = started
+            lease.resized()
             try:
                 receipt = self._queues.update(
                     lease.queue,
@@ -458,17 +519,14 @@ class LeaseKeeper:
                     visibility_seconds=lease.lease_seconds,
                 )
             except LeaseLost as lost:
-                if lost.code == "PopReceiptMismatch" and started < lease.visible_at:
-                    _receipt_lost(lease, started)
-                    return False
-                lease.lose(f"renewal refused: {lost}")
+                _refused(lease, started, lost)
                 return False
             except StorageError as error:
                 _renewal_failed(lease, started, error)
                 return False
             finally:
                 lease.renewing_since = None
-            lease.renewed(receipt.pop_receipt, started)
+            lease.renewed(receipt.pop_receipt, started, self._clock.monotonic())
         return True
 
     # ----------------------------------------------------------------- thread
@@ -515,14 +573,16 @@ def take_lease(
     message: QueueMessage,
     job_class: type[ChunkedJob],
     received_at: float,
+    lease_seconds: int | None = None,
 ) -> Lease:
     """Have ``keeper`` renew a message just received from ``queue`` (``received_at``:
-    monotonic, before the receive call) under its job class's lease: its length,
-    ``max_chunk_seconds`` and job type."""
+    monotonic, before the receive call) under its job class's lease: its length
+    (``lease_seconds``, the visibility the receive gave; None: what the keeper gives
+    the class now), ``max_chunk_seconds`` and job type."""
     return keeper.lease(
         queue,
         message,
-        job_class.lease_seconds,
+        lease_seconds if lease_seconds is not None else keeper.sizing.seconds(job_class),
         received_at=received_at,
         max_seconds=job_class.max_chunk_seconds,
         job_type=job_class.job_type(),
@@ -598,8 +658,28 @@ def _lease_on_record(lease: Lease, started: float) -> None:
     except StorageError as error:
         _renewal_failed(lease, started, error)
         return
-    lease.visible_at = until
-    lease.next_renewal_at = started + renew_after_seconds(lease.lease_seconds)
+    lease.schedule(started)
+
+
+def _refused(lease: Lease, started: float, lost: LeaseLost) -> None:
+    """A renewal sent at ``started`` was refused: the receipt was rotated by a renewal of
+    our own, or the message is someone else's or gone."""
+    if lost.code == "PopReceiptMismatch" and started < lease.visible_at:
+        _receipt_lost(lease, started)
+        return
+    # Gone while still ours (deleted by hand, or its job deleted): no longer lease
+    # would have kept it, so nothing is learned from it.
+    in_time = lost.code == "MessageNotFound" and started < lease.visible_at
+    lease.lose(f"renewal refused: {lost}", learned=not in_time)
+
+
+def _refused_at_the_end(lease: Lease, lost: LeaseLost, now: float) -> None:
+    """A delete or hand-back was refused: the message became visible and someone else
+    received it (the write-up's own signal: the lease was too short), or it is gone
+    while the lease lasts: our own delete applied with its answer lost, most likely,
+    nothing a longer lease would have saved."""
+    gone_in_time = lost.code == "MessageNotFound" and not lease.expired(now)
+    lease.lose(str(lost), learned=not gone_in_time)
 
 
 def _renewal_failed(lease: Lease, started: float, error: StorageError) -> None:

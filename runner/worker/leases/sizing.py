@@ -1,5 +1,4 @@
-"""How long a job type's lease should be, from how late its renewals land (issue 33's
-rule; not yet used by the workers, which still give each type its fixed lease).
+"""How long a job type's lease should be, from how late its renewals land.
 
 What the workers observe is *lateness*: how long after its due time a renewal's answer
 came back (the UpdateMessage's round trip plus any stall of the keeper: a frozen VM, a
@@ -138,10 +137,20 @@ class Lateness:
             raise ValueError(f"lateness of {len(counts)} buckets, or a negative count")
         return cls(counts)._bounded()
 
+    def halved(self) -> Lateness:
+        """Every count halved (rounded down): old lessons weigh half."""
+        return Lateness(tuple(count // 2 for count in self.counts))
+
     def _bounded(self) -> Lateness:
         if self.samples <= MAX_SAMPLES:
             return self
-        return Lateness(tuple(count // 2 for count in self.counts))._bounded()
+        return self.halved()._bounded()
+
+
+def whole_seconds(seconds: float) -> int:
+    """A lease in whole seconds (a queue's visibility timeout is), rounded up past the
+    hundredth :func:`needed_lease_seconds` is exact to."""
+    return math.ceil(round(seconds, 2))
 
 
 def needed_lease_seconds(lateness: Lateness, bounds: LeaseBounds = DEFAULT_BOUNDS) -> float:
@@ -154,8 +163,8 @@ def needed_lease_seconds(lateness: Lateness, bounds: LeaseBounds = DEFAULT_BOUND
     if end_margin_seconds(high) < need:
         return high
     # The end margin grows with the lease (never shrinks): the smallest lease enough, to
-    # a hundredth of a second
-    while high - low > 0.01:
+    # a ten-thousandth of a second
+    while high - low > 0.0001:
         middle = (low + high) / 2
         low, high = (low, middle) if end_margin_seconds(middle) >= need else (middle, high)
     return high

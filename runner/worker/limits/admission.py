@@ -26,7 +26,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from checkpoint.clock import Clock
@@ -65,8 +65,12 @@ class Admission:
         clock: Clock,
         worker_id: str,
         job_classes: Iterable[type[ChunkedJob]],
+        lease_seconds: Callable[[type[ChunkedJob]], int] = lambda cls: (
+            cls.lease_seconds or cls.lease_bounds[0]
+        ),
     ):
         self.book = book
+        self._lease_seconds_of = lease_seconds
         self._clock = clock
         self.worker_id = worker_id
         self._classes = {cls.queue: cls for cls in job_classes}
@@ -203,12 +207,12 @@ class Admission:
             return wanted
         with self._writing[cls.queue]:
             taken = self.book.take_slots(
-                cls.queue, self.worker_id, wanted, cls.lease_seconds, self.budget()
+                cls.queue, self.worker_id, wanted, self._lease_seconds_of(cls), self.budget()
             )
             if taken is None and cls.max_running is not None:
                 self.book.define_running(cls.queue, cls.max_running, cls.job_type(), self.budget())
                 taken = self.book.take_slots(
-                    cls.queue, self.worker_id, wanted, cls.lease_seconds, self.budget()
+                    cls.queue, self.worker_id, wanted, self._lease_seconds_of(cls), self.budget()
                 )
             if taken is None:
                 self._note_absent(cls.queue, "running")
@@ -232,7 +236,7 @@ class Admission:
 
     def lease_seconds(self, name: str) -> float:
         """A slot's expiry: the lease of the job type whose queue names the limit."""
-        return float(self._classes[name].lease_seconds)
+        return float(self._lease_seconds_of(self._classes[name]))
 
     def _kept(self, queue: str, wanted: int) -> int:
         with self._lock:

@@ -120,7 +120,7 @@ class PrometheusRecorder:
         if KINDS[kind].in_chunk_metrics:
             self.handed_back.labels(job_type).inc()
 
-    def lease_renewed(self, job_type: str) -> None:
+    def lease_renewed(self, job_type: str, late_seconds: float) -> None:
         self.renewals.labels(job_type).inc()
 
     def lease_lost(self, job_type: str) -> None:

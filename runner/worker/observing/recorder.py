@@ -50,8 +50,9 @@ class Recorder(Protocol):
         cancelled, the store's trouble), its attempt given back."""
         ...
 
-    def lease_renewed(self, job_type: str) -> None:
-        """A message's lease was renewed."""
+    def lease_renewed(self, job_type: str, late_seconds: float) -> None:
+        """A message's lease was renewed, its answer ``late_seconds`` after the renewal
+        was due (a slow store, a stalled worker)."""
         ...
 
     def lease_lost(self, job_type: str) -> None:
@@ -82,7 +83,7 @@ class Silent:
 
     def task_handed_back(self, job_type: str, kind: TaskKind) -> None: ...
 
-    def lease_renewed(self, job_type: str) -> None: ...
+    def lease_renewed(self, job_type: str, late_seconds: float) -> None: ...
 
     def lease_lost(self, job_type: str) -> None: ...
 

@@ -114,13 +114,14 @@ class ReceiveOrder:
 
 
 def receive_from(
-    queues: QueueStore, clock: Clock, cls: type[ChunkedJob], queue: str, wanted: int
+    queues: QueueStore, clock: Clock, queue: str, wanted: int, lease_seconds: int
 ) -> list[Received]:
-    """Up to ``wanted`` messages of ``queue``, each with when it was received
-    (monotonic, taken before the call: the lease can only have started later)."""
+    """Up to ``wanted`` messages of ``queue``, hidden for ``lease_seconds``, each with
+    when it was received (monotonic, taken before the call: the lease can only have
+    started later)."""
     received_at = clock.monotonic()
     try:
-        batch = queues.receive(queue, max_messages=wanted, visibility_seconds=cls.lease_seconds)
+        batch = queues.receive(queue, max_messages=wanted, visibility_seconds=lease_seconds)
     except StorageError as error:
         log.warning("receiving from %s failed: %s", queue, error)
         return []

@@ -113,7 +113,7 @@ def _read_task(delivery: Delivery) -> TaskRecord | None:
 def _leave_to_its_holder(delivery: Delivery, task: TaskRecord) -> None:
     # Its holder lost the message's pop receipt and holds the task by its record:
     # hidden again for a lease, no claim, no attempt (docs/semantics.md §4).
-    lease_seconds = delivery.job_class.lease_seconds
+    lease_seconds = delivery.lease.lease_seconds
     log.info(
         "%s %s of %s: running under its record's lease by %s; message hidden %d s",
         delivery.kind,

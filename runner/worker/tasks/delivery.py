@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from checkpoint import layout, retries
-from checkpoint.clock import Clock
+from checkpoint.clock import Clock, SystemClock
 from checkpoint.messages import TaskMessage
 from checkpoint.records import JobRecord, TaskKind
 from checkpoint.retries import Budget
@@ -25,6 +25,7 @@ from jobs.job import ChunkedJob
 from runner.worker.hooks import Hooks
 from runner.worker.job_cache import JobCache
 from runner.worker.leases.lease import Lease, LeaseKeeper
+from runner.worker.leases.sizes import LeaseSizes
 from runner.worker.limits.admission import Admission
 from runner.worker.observing.heartbeat import RunningTasks
 from runner.worker.poison import PoisonRouter
@@ -56,6 +57,8 @@ class Context:
     stop_orders: StopOrderWatcher
     #: Takes and gives back the shared rate and running limits of the job types served.
     admission: Admission
+    #: The lease of each adaptive job type, learned with every worker (its own thread).
+    lease_sizes: LeaseSizes = field(default_factory=lambda: LeaseSizes(None, (), SystemClock()))
     #: Heartbeats, read when a claim takes over a chunk whose attempt ran Spark work.
     workers: WorkerBook | None = None
     stopping: threading.Event = field(default_factory=threading.Event)

@@ -158,7 +158,7 @@ def _run_task(delivery: Delivery) -> float | None:
         claimed = claim(delivery, before, writer, message_id)
         if claimed is None:
             discard(delivery, moved)
-            delivery.worker.keeper.release(delivery.lease, delivery.job_class.lease_seconds)
+            delivery.worker.keeper.release(delivery.lease, delivery.lease.lease_seconds)
             return None
     follow(delivery, moved)
     clock = delivery.worker.clock

@@ -12,10 +12,11 @@ import pytest
 from checkpoint import layout
 from checkpoint.clock import FakeClock
 from checkpoint.errors import BadRecord
-from checkpoint.limits.book import RATE_ROW, RECENT, RECENT_WRITES, RUNNING_ROW, LimitBook, Taken
+from checkpoint.limits.book import RATE_ROW, RUNNING_ROW, LimitBook, Taken
 from checkpoint.limits.rates import parse_rate
 from checkpoint.limits.rows import BY_HAND, Bucket
 from checkpoint.retries import Budget
+from checkpoint.shared_rows import RECENT, RECENT_WRITES
 from checkpoint.store import CheckpointStore
 from checkpoint.testing.faults import Fault, FaultPlan, FaultyStorage, ScriptedFaults
 from tests.backends import Backend

@@ -102,7 +102,8 @@ def _plan(storage: Storage, cls: type[ChunkedJob], chunks: int) -> str:
     worker = assemble(storage, [cls], clock, "planner")
     first = cls.chunk_queues()[0]
     received_at = clock.monotonic()
-    (message,) = storage.queues.receive(first, visibility_seconds=cls.lease_seconds)
+    lease_seconds = worker.keeper.sizing.seconds(cls)
+    (message,) = storage.queues.receive(first, visibility_seconds=lease_seconds)
     handle(worker, first, message, received_at)
     assert CheckpointStore(storage).get_job(job_id).total == chunks
     return job_id
