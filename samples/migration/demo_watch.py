@@ -13,12 +13,11 @@ import subprocess
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any, Protocol
 
 from checkpoint.records import TaskRecord
 from checkpoint.store import CheckpointStore
-from samples.migration.job import MigrateOrders
 from samples.migration.pipeline import STEPS
 from samples.migration.processes import PIPELINE_JOBS, Runner, Worker, worker_pid
 
@@ -293,11 +292,14 @@ def _kill(
         f"chunk #{task.index}: checkpoint says batch {batch} of {of} is next"
     )
     replacement = runner.start_worker(*worker_args, jobs=PIPELINE_JOBS)
+    left = ""
+    if task.lease_until is not None:  # the lease the workers sized, as last renewed
+        seconds = max(0.0, (task.lease_until - datetime.now(UTC)).total_seconds())
+        left = f" (in {seconds:.0f} s or less)"
     say(
         f"   {start_line(worker_args)} -> {replacement.name} (pid "
         f"{replacement.pid}) replaces it; the chunk is back on the queue once its "
-        f"lease runs out (at most {MigrateOrders.lease_seconds} s), for the next free "
-        "worker"
+        f"lease runs out{left}, for the next free worker"
     )
     return Crash(worker.name, task.index, batch, of, lease_until=task.lease_until)
 

@@ -73,7 +73,8 @@ CHECKSUMS = ("checksum", "rejects_checksum")
 class MigrateOrders(SparkChunkedJob):
     """Params: see :class:`~samples.migration.layout.MigrationParams` (``output`` required)."""
 
-    lease_seconds = 10  # short: a crashed worker's chunk resumes elsewhere within 10 s
+    # No lease_seconds: the workers size the lease (docs/semantics.md §25), from 10 s
+    # while renewals land in time, so a crashed worker's chunk resumes within seconds.
     max_attempts = 5
     # A checkpoint per batch, seconds apart: write each one, so a crash redoes at most the
     # batch it interrupted.

@@ -28,7 +28,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from checkpoint.errors import StorageError
+from checkpoint.lease_book import LeaseBook
 from checkpoint.testing.faults import Outage
+from runner.worker.leases.learned import LearnedLease
 from runner.worker.supervisor import FAULTS_ENV, FAULTS_REPORT_ENV
 from tests import azurite as azurite_process
 from tests.chaos import analysis
@@ -38,7 +40,10 @@ from tests.e2e.harness import Cluster
 from tests.e2e.processes import Worker
 
 JOBS_MODULE = "tests.chaos.chaos_job"
-#: A SIGSTOPped worker stays stopped this many leases: well past its lease.
+#: The lease the workers start from (Chaos's lease is adaptive: its lower bound).
+FLOOR_SECONDS = Chaos.lease_bounds[0]
+#: A SIGSTOPped worker stays stopped this many leases of the floor: well past its lease
+#: until the workers learn from it.
 STOP_LEASES = 1.5
 #: Workers (``--burst``) should be gone this soon after the job ended.
 EXIT_GRACE_SECONDS = 60.0
@@ -95,10 +100,6 @@ class ChaosPlan:
             return self.outage_after_seconds
         return 0.3 * self.estimate_seconds
 
-    @property
-    def resume_bound_seconds(self) -> float:
-        return RESUME_LEASES * Chaos.lease_seconds
-
     def without_faults(self) -> ChaosPlan:
         return dataclasses.replace(self, busy=0.0, ambiguous=0.0, delayed=0.0, outage_seconds=0.0)
 
@@ -139,6 +140,14 @@ class RunResult:
     down_after_outage: list[str] = field(default_factory=list)
     #: Seconds from the store's return to the first new item applied (None: none was).
     resumed_after: float | None = None
+    #: The lease the workers had learned by the end (None: nothing learned, the floor).
+    learned_lease_seconds: int | None = None
+
+    @property
+    def resume_bound_seconds(self) -> float:
+        """Two leases, of the longest the workers gave: the lease learned by the end (it
+        shrinks by at most 10 % a minute, so that is within a step of the run's longest)."""
+        return RESUME_LEASES * max(FLOOR_SECONDS, self.learned_lease_seconds or 0)
 
     @property
     def completed(self) -> bool:
@@ -189,7 +198,7 @@ class RunResult:
         # Reported, not judged: what an outage must not cost is what is judged.
         made = self.outage is not None
         resumed = self.resumed_after
-        bound_seconds = self.plan.resume_bound_seconds
+        bound_seconds = self.resume_bound_seconds
         return targets + [
             ("outage made", "yes", "yes" if made else "no", made),
             (
@@ -279,6 +288,9 @@ class _Run:
         params = cluster.params(
             chunks=plan.chunks, items=plan.items_per_chunk, item_seconds=plan.item_seconds
         )
+        # What an earlier run on this store learned is forgotten: each run starts at the floor.
+        cluster.store.ensure()
+        LeaseBook(cluster.store.storage.records).forget(Chaos.job_type(), cluster.store.budget())
         self.job_id = cluster.submit("Chaos", params)
         submitted = time.monotonic()
         deadline = submitted + plan.deadline
@@ -349,7 +361,7 @@ class _Run:
         else:
             self.paused[worker.pid] = self.cluster.pause(worker)
             self.result.stops += 1
-            seconds = STOP_LEASES * Chaos.lease_seconds
+            seconds = STOP_LEASES * FLOOR_SECONDS
             self.log(f"  SIGSTOP {worker.name} (pid {worker.pid}) for {seconds:g} s")
             events.append((now + seconds, "continue"))
             events.sort()
@@ -409,6 +421,9 @@ def _count(driver: _Run, proxies: list[FaultProxy]) -> None:
         for fence in analysis.parse_fences(worker.log(), driver.job_id, worker.pid)
     ]
     result.fences = analysis.judge(fences, of["start"], driver.pauses)
+    row = LeaseBook(cluster.store.storage.records).read(Chaos.job_type(), cluster.store.budget())
+    if row is not None:
+        result.learned_lease_seconds = LearnedLease.from_record(Chaos.job_type(), row).in_force
     if proxies:
         for proxy in proxies:
             counts = proxy.counts.snapshot()

@@ -50,7 +50,9 @@ class Chaos(ChunkedJob):
     """``chunks`` chunks of ``items`` items; checkpoints after every item."""
 
     queue = queue_for("chaos")
-    lease_seconds = 5
+    # The adaptive lease (no lease_seconds), from a 5 s floor: what the workers learn
+    # from kills, stops, faults and the outage is part of what a run tests.
+    lease_bounds = (5, 600)
     checkpoint_interval_seconds = 0.2
 
     def split(self, params: dict[str, Any]) -> Any:

@@ -17,7 +17,7 @@ import tempfile
 from pathlib import Path
 
 from tests.bench.report import machine_line, write_section
-from tests.chaos.chaos import STOP_LEASES, ChaosPlan, RunResult, run_once
+from tests.chaos.chaos import FLOOR_SECONDS, STOP_LEASES, ChaosPlan, RunResult, run_once
 from tests.chaos.chaos_job import Chaos
 
 HEADING = (
@@ -55,6 +55,12 @@ def _ratio(plain: RunResult, faulty: RunResult) -> str:
     return "n/a"
 
 
+def _learned(*runs: RunResult) -> str:
+    """What the workers learned, per run: ``"20 s learned"``, ``"20 s and 40 s learned"``."""
+    said = [f"{run.learned_lease_seconds or FLOOR_SECONDS} s" for run in runs]
+    return " and ".join(said) + " learned"
+
+
 def report(plan: ChaosPlan, plain: RunResult, faulty: RunResult, command: str) -> list[str]:
     """The Markdown lines of one section."""
     low, high = plan.delay_seconds
@@ -69,10 +75,11 @@ def report(plan: ChaosPlan, plain: RunResult, faulty: RunResult, command: str) -
         f"Command: `{command}`",
         "",
         f"{plan.items:,} items in {plan.chunks} chunks, {plan.workers} workers (`runner start "
-        f"--burst`), lease {Chaos.lease_seconds} s, checkpoint every "
+        f"--burst`), the adaptive lease from {FLOOR_SECONDS} s ({_learned(plain, faulty)} "
+        f"by the end), checkpoint every "
         f"{Chaos.checkpoint_interval_seconds} s, {plan.item_seconds * 1000:g} ms per item; "
         f"{plan.kills} SIGKILL(s) (each worker replaced) and {plan.stops} SIGSTOP(s) of "
-        f"{STOP_LEASES * Chaos.lease_seconds:g} s at seeded times (seed {plan.seed}). Faults "
+        f"{STOP_LEASES * FLOOR_SECONDS:g} s at seeded times (seed {plan.seed}). Faults "
         f"per storage request, from {where}: {plan.busy:.0%} busy (503, not applied), "
         f"{plan.ambiguous:.0%} ambiguous (applied, then the answer lost), {plan.delayed:.0%} "
         f"delayed ({low:g}-{high:g} s).",
@@ -118,7 +125,8 @@ def report_outage(plan: ChaosPlan, run: RunResult, command: str) -> list[str]:
         f"Command: `{command}`",
         "",
         f"{plan.items:,} items in {plan.chunks} chunks, {plan.workers} workers (`runner start "
-        f"--burst`), lease {Chaos.lease_seconds} s, checkpoint every "
+        f"--burst`), the adaptive lease from {FLOOR_SECONDS} s ({_learned(run)} by the "
+        f"end), checkpoint every "
         f"{Chaos.checkpoint_interval_seconds} s, {plan.item_seconds * 1000:g} ms per item; "
         f"{plan.kills} SIGKILL(s), {plan.stops} SIGSTOP(s). {plan.outage_after:.1f} s after "
         f"the first chunk started, every storage request of the workers was {what} for "

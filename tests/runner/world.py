@@ -322,8 +322,9 @@ class World:
         return message
 
     def receive_all(self, max_messages: int = 32) -> list[QueueMessage]:
+        lease_seconds = self.worker.keeper.sizing.seconds(Verdicts)  # as the loop receives
         return self.log.receive(
-            self.queue, max_messages=max_messages, visibility_seconds=LEASE_SECONDS
+            self.queue, max_messages=max_messages, visibility_seconds=lease_seconds
         )
 
     def deliver(self, message: QueueMessage | None = None) -> QueueMessage:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -29,7 +30,8 @@ from runner.worker.job_cache import FRESH_SECONDS
 from runner.worker.loop import WorkerSettings
 from runner.worker.stop_orders import CHECK_SECONDS
 from runner.worker.tasks.parking import PARK_MAX_SECONDS, PARK_MIN_SECONDS, park_seconds
-from tests.runner.world import FINALIZED, Unclosed, Verdicts, World
+from tests.backends import Backend
+from tests.runner.world import FINALIZED, Unclosed, Verdicts, World, make_world
 
 #: The longest a resumed job may wait for its work to start again (issue 22, item 5).
 RESUME_BOUND_SECONDS = 5.0
@@ -69,6 +71,24 @@ def test_a_cancelled_jobs_waiting_message_is_deleted_unrun(world: World):
 
 
 def test_a_running_chunk_learns_of_a_cancel_within_2_s_whatever_its_lease(world: World):
+    _a_cancel_reaches_a_running_chunk(world, lease_left_seconds=20)
+
+
+@pytest.fixture
+def long_lease_world(backend: Backend, monkeypatch: pytest.MonkeyPatch) -> Iterator[World]:
+    """A world whose type's lease is sized by the workers, and grown to 600 s (its bounds)."""
+    monkeypatch.setattr(Verdicts, "lease_seconds", None)
+    monkeypatch.setattr(Verdicts, "lease_bounds", (600, 600))
+    yield from make_world(backend, monkeypatch)
+
+
+def test_a_cancel_reaches_a_chunk_within_2_s_under_an_adaptive_lease_grown_long(
+    long_lease_world: World,
+):
+    _a_cancel_reaches_a_running_chunk(long_lease_world, lease_left_seconds=500)
+
+
+def _a_cancel_reaches_a_running_chunk(world: World, lease_left_seconds: float) -> None:
     job_id = world.job([{"act": "ok"}])
     world.send(job_id)
     started = world.clock.monotonic()
@@ -77,7 +97,8 @@ def test_a_running_chunk_learns_of_a_cancel_within_2_s_whatever_its_lease(world:
         # A cancel recorded just after this worker read the job's record
         manage.cancel(job_id, "wrong input", storage=world.backend.storage, clock=world.clock)
         _look_now(world)
-        assert world.worker.keeper.leased()[0].visible_at > world.clock.monotonic() + 20
+        left = world.worker.keeper.leased()[0].visible_at - world.clock.monotonic()
+        assert left > lease_left_seconds
 
     world.during(job_id, cancel_then_look)
     message = world.deliver()
