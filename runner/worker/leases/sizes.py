@@ -251,8 +251,11 @@ class LeaseSizes:
     # ------------------------------------------------------------- thread
 
     def start(self) -> None:
+        """Read the rows once here, so the first messages received get what the other
+        workers learned, then go on on a thread of its own."""
         if self._book is None or not self._types or self._thread is not None:
             return
+        self.exchange()  # the store's trouble is logged there, never raised
         self._thread = threading.Thread(
             target=in_context(self._run), name="lease-sizes", daemon=True
         )

@@ -239,3 +239,13 @@ def test_a_running_lease_takes_the_new_length_at_its_next_renewal(tmp_path: Path
         assert seen.samples == 1 and seen.percentile_seconds(1.0) == 2.0
     finally:
         storage.close()
+
+
+def test_a_worker_starts_from_the_row_before_its_first_receive(fleet: Fleet):
+    pin_lease(fleet.book, fleet.job_type, 90, Budget(STANDALONE, fleet.clock))
+    worker = fleet.worker()
+    worker.start()  # the row is read before start returns; the thread goes on after
+    try:
+        assert worker.seconds(fleet.cls) == 90
+    finally:
+        worker.stop()
