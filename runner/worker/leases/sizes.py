@@ -226,7 +226,10 @@ class LeaseSizes:
             # What this worker saw since its report, and lost, may need more than the
             # row says yet: that stands until its own report is merged.
             local = next_lease_seconds(learned.lease_seconds, known.seen, known.lost, known.bounds)
-            known.in_force = max(learned.lease_seconds, whole_seconds(local))
+            # Within this worker's class bounds, whatever the row says (a class
+            # redeployed with other bounds, a row edited by hand).
+            seconds = known.bounds.clamp(max(learned.lease_seconds, local))
+            known.in_force = whole_seconds(seconds)
 
     def _parsed(self, job_type: str, row: Record | None) -> LearnedLease | None:
         if row is None:

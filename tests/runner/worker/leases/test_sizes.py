@@ -21,6 +21,7 @@ from jobs.job import ChunkedJob
 from runner.worker.leases.learned import SHRINK_EVERY_SECONDS, LearnedLease, pin_lease
 from runner.worker.leases.lease import LeaseKeeper
 from runner.worker.leases.sizes import REPORT_EVERY_SECONDS, LeaseSizes
+from runner.worker.leases.sizing import LeaseBounds
 from tests.backends import Backend
 
 
@@ -249,3 +250,13 @@ def test_a_worker_starts_from_the_row_before_its_first_receive(fleet: Fleet):
         assert worker.seconds(fleet.cls) == 90
     finally:
         worker.stop()
+
+
+def test_a_row_past_the_class_bounds_is_held_to_them(fleet: Fleet):
+    # Given a row of 5,000 s (a class since redeployed with (10, 600), or a hand edit)
+    wide = LearnedLease(fleet.job_type, 5000, LeaseBounds(10, 7200))
+    where = (layout.LEASES_TABLE, layout.LEASES_PARTITION, fleet.job_type)
+    fleet.backend.storage.records.upsert(*where, wide.properties())
+    worker = fleet.worker()
+    worker.exchange()
+    assert worker.seconds(fleet.cls) == 600
