@@ -73,6 +73,11 @@ class _Type:
     warned_bad: bool = False
 
 
+def _told(job_type: str, before: int, after: int, why: str) -> None:
+    """One line when a type's lease changes here (a step at most a minute, or a lesson)."""
+    log.info("lease of %s: %d s -> %d s (%s)", job_type, before, after, why)
+
+
 def bounds_of(cls: type[ChunkedJob]) -> LeaseBounds:
     low, high = cls.lease_bounds
     return LeaseBounds(float(low), float(high))
@@ -136,10 +141,12 @@ class LeaseSizes:
                 return
             known.seen = known.seen.observe(late_seconds)
             grown = next_lease_seconds(known.in_force, known.seen, 0, known.bounds)
-            if grown > known.in_force:
+            before = known.in_force
+            if grown > before:
                 known.in_force = whole_seconds(grown)
                 known.urgent = True
-        if known.urgent:
+        if known.in_force != before:
+            _told(job_type, before, known.in_force, f"a renewal landed {late_seconds:.1f} s late")
             self._wake.set()
 
     def lost(self, job_type: str) -> None:
@@ -150,11 +157,14 @@ class LeaseSizes:
             known = self._types.get(job_type)
             if known is None:
                 return
+            before = known.in_force
             if known.lost == 0:
                 grown = next_lease_seconds(known.in_force, known.seen, 1, known.bounds)
                 known.in_force = whole_seconds(grown)
             known.lost += 1
             known.urgent = True
+        if known.in_force != before:
+            _told(job_type, before, known.in_force, "a lease was lost")
         self._wake.set()
 
     # ------------------------------------------------------------- sharing
@@ -219,17 +229,21 @@ class LeaseSizes:
             return
         with self._lock:
             known = self._types[job_type]
-            known.learned = learned
+            known.learned, before = learned, known.in_force
             if learned.pinned_seconds is not None:
-                known.in_force = learned.pinned_seconds
-                return
-            # What this worker saw since its report, and lost, may need more than the
-            # row says yet: that stands until its own report is merged.
-            local = next_lease_seconds(learned.lease_seconds, known.seen, known.lost, known.bounds)
-            # Within this worker's class bounds, whatever the row says (a class
-            # redeployed with other bounds, a row edited by hand).
-            seconds = known.bounds.clamp(max(learned.lease_seconds, local))
-            known.in_force = whole_seconds(seconds)
+                known.in_force, why = learned.pinned_seconds, "pinned by an operator"
+            else:
+                # What this worker saw since its report, and lost, may need more than the
+                # row says yet: that stands until its own report is merged.
+                local = next_lease_seconds(
+                    learned.lease_seconds, known.seen, known.lost, known.bounds
+                )
+                # Within this worker's class bounds, whatever the row says (a class
+                # redeployed with other bounds, a row edited by hand).
+                seconds = known.bounds.clamp(max(learned.lease_seconds, local))
+                known.in_force, why = whole_seconds(seconds), "learned by the workers"
+        if known.in_force != before:
+            _told(job_type, before, known.in_force, why)
 
     def _parsed(self, job_type: str, row: Record | None) -> LearnedLease | None:
         if row is None:

@@ -84,11 +84,16 @@ def test_a_late_renewal_grows_the_lease_at_once_and_every_worker_takes_it(fleet:
     assert second.seconds(fleet.cls) == 50
 
 
-def test_a_lost_lease_doubles_the_lease_and_is_counted_for_the_last_hour(fleet: Fleet):
+def test_a_lost_lease_doubles_the_lease_and_is_counted_for_the_last_hour(
+    fleet: Fleet, caplog: pytest.LogCaptureFixture
+):
     first, second = fleet.worker(), fleet.worker()
-    first.lost(fleet.job_type)
-    first.lost(fleet.job_type)  # in the same stall: one lesson
+    with caplog.at_level(logging.INFO, logger="runner.worker.leases.sizes"):
+        first.lost(fleet.job_type)
+        first.lost(fleet.job_type)  # in the same stall: one lesson
     assert first.seconds(fleet.cls) == 20
+    said = [r.getMessage() for r in caplog.records if r.name == "runner.worker.leases.sizes"]
+    assert said == [f"lease of {fleet.job_type}: 10 s -> 20 s (a lease was lost)"]
     first.exchange()
     second.exchange()
     assert second.seconds(fleet.cls) == 20
