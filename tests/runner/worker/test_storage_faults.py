@@ -13,7 +13,6 @@ import logging
 import threading
 import uuid
 from collections import Counter
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -28,7 +27,6 @@ from jobs.job import ChunkedJob
 from jobs.submit import submit
 from jobs.summary import JobSummary
 from runner.worker.loop import WorkerLoop, WorkerSettings
-from tests.backends import BACKENDS
 
 ITEMS_PER_CHUNK = 10
 #: Every item applied, by (job, item); finalize runs by job (one process, so a dict).
@@ -64,18 +62,9 @@ class Faulted(ChunkedJob):
             FINALIZED[summary.job_id] += 1
 
 
-@pytest.fixture(params=BACKENDS)
-def storage(request: pytest.FixtureRequest, tmp_path) -> Iterator[Storage]:
-    """Each backend on the real clock: the worker loops wait out real visibility times
-    (the contract suite's embedded store runs on a fake clock, which nothing advances
-    here)."""
-    if request.param == "embedded":
-        opened = open_storage(str(tmp_path / "store"))
-    else:
-        server = request.getfixturevalue("azurite")
-        opened = open_storage(server.connection_string, azure_retry_total=1)
-    yield opened
-    opened.close()
+@pytest.fixture
+def storage(real_clock_storage: Storage) -> Storage:
+    return real_clock_storage
 
 
 def _run_workers(storage: Any, workers: int) -> None:

@@ -8,12 +8,10 @@ import threading
 import time
 import uuid
 from collections import Counter
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
-from checkpoint.backends import open_storage
 from checkpoint.clock import SystemClock
 from checkpoint.lease_book import LeaseBook
 from checkpoint.retries import STANDALONE, Budget
@@ -25,7 +23,6 @@ from jobs.job import ChunkedJob
 from jobs.submit import submit
 from runner.worker.leases.learned import LearnedLease
 from runner.worker.loop import WorkerLoop, WorkerSettings
-from tests.backends import BACKENDS
 
 ITEMS, ITEM_SECONDS = 8, 0.25
 APPLIED: Counter[tuple[str, int]] = Counter()
@@ -68,19 +65,11 @@ class SlowRenewals:
             return Fault("delay", self.seconds)
 
 
-@pytest.fixture(params=BACKENDS)
-def storage(request: pytest.FixtureRequest, tmp_path: Any) -> Iterator[Storage]:
-    if request.param == "embedded":
-        opened = open_storage(str(tmp_path / "store"))
-    else:
-        server = request.getfixturevalue("azurite")
-        opened = open_storage(server.connection_string, azure_retry_total=1)
-    yield opened
-    opened.close()
-
-
 @pytest.mark.timeout(180)
-def test_a_lease_lost_to_a_slow_store_is_learned_and_not_lost_again(storage: Storage):
+def test_a_lease_lost_to_a_slow_store_is_learned_and_not_lost_again(
+    real_clock_storage: Storage,
+):
+    storage = real_clock_storage
     # Given a fresh type's lease (its row forgotten) and a store whose first four
     # renewals are answered 2.5 s late
     budget = Budget(STANDALONE, SystemClock())
