@@ -137,24 +137,30 @@ def learn(
     found: LearnedLease | None,
     job_type: str,
     seen: Lateness,
-    lost: int,
+    lost: tuple[int, int],
     bounds: LeaseBounds,
     now: datetime,
 ) -> LearnedLease:
     """``found`` (None: nothing learned yet) with one worker's news added: ``seen``, the
-    lateness of its renewals since it last reported, and ``lost``, the leases it lost;
-    ``bounds`` are the class's as that worker has it (a redeployed class's new bounds
-    apply from its first report)."""
+    lateness of its renewals since it last reported, and ``lost``, how many leases it
+    lost and the longest of them (seconds); ``bounds`` are the class's as that worker
+    has it (a redeployed class's new bounds apply from its first report).
+
+    Only a loss of a lease as long as the row's grows it: one shorter was given before
+    the row last grew (an outage seen by a thousand workers is one lesson, not a
+    thousand doublings); it is counted all the same."""
+    count, longest = lost
     base = found if found is not None else LearnedLease.fresh(job_type, bounds)
     lateness = base.lateness.merge(seen)
     halved_on = base.halved_on or now
     if (now - halved_on).total_seconds() >= HALVE_EVERY_SECONDS:
         lateness, halved_on = lateness.halved(), now
     learned = replace(base, bounds=bounds, lateness=lateness, halved_on=halved_on)
-    if lost:
-        learned = learned.with_lost(lost, now)
+    if count:
+        learned = learned.with_lost(count, now)
     current = bounds.clamp(base.lease_seconds)
-    proposed = next_lease_seconds(current, lateness, lost, bounds)
+    news = count if longest >= base.lease_seconds else 0
+    proposed = next_lease_seconds(current, lateness, news, bounds)
     shrinking = proposed < current
     if shrinking and base.stepped_on is not None:
         if (now - base.stepped_on).total_seconds() < SHRINK_EVERY_SECONDS:

@@ -81,8 +81,8 @@ class Sizing(Protocol):
         """A renewal was answered ``late_seconds`` after it was due."""
         ...
 
-    def lost(self, job_type: str) -> None:
-        """A lease was lost before its work ended."""
+    def lost(self, job_type: str, lease_seconds: int) -> None:
+        """A lease of ``lease_seconds`` was lost before its work ended."""
         ...
 
     def seconds(self, job_class: type[ChunkedJob]) -> int:
@@ -99,7 +99,7 @@ class FixedLeases:
 
     def renewed(self, job_type: str, late_seconds: float) -> None: ...
 
-    def lost(self, job_type: str) -> None: ...
+    def lost(self, job_type: str, lease_seconds: int) -> None: ...
 
     def seconds(self, job_class: type[ChunkedJob]) -> int:
         return job_class.lease_seconds or job_class.lease_bounds[0]
@@ -180,7 +180,7 @@ class Lease:
             self.lost = True
         self.recorder.lease_lost(self.job_type)
         if learned and self.sizing is not None:
-            self.sizing.lost(self.job_type)
+            self.sizing.lost(self.job_type, self.lease_seconds)
 
     def schedule(self, started: float) -> None:
         """The lease runs from ``started`` (monotonic): its end and next renewal."""

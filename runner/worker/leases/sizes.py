@@ -64,13 +64,22 @@ class _Type:
     #: What was seen since the news being reported was taken.
     seen: Lateness = Lateness()
     lost: int = 0
-    #: News taken for a report not yet known to be applied, and the tokens of its tries.
-    reporting: tuple[Lateness, int] | None = None
+    #: The longest lease lost since then (seconds).
+    lost_longest: int = 0
+    #: News taken for a report not yet known to be applied (what was seen, lost, the
+    #: longest lease lost), and the tokens of its tries.
+    reporting: tuple[Lateness, int, int] | None = None
     tries: dict[str, LearnedLease] = field(default_factory=dict)
     reported_at: float = float("-inf")
     urgent: bool = False
     learned: LearnedLease | None = None
     warned_bad: bool = False
+
+
+def _pinned(known: _Type) -> bool:
+    """An operator pinned the type's lease: what this worker learns is reported, and
+    given once the pin is released."""
+    return known.learned is not None and known.learned.pinned_seconds is not None
 
 
 def _told(job_type: str, before: int, after: int, why: str) -> None:
@@ -142,26 +151,29 @@ class LeaseSizes:
             known.seen = known.seen.observe(late_seconds)
             grown = next_lease_seconds(known.in_force, known.seen, 0, known.bounds)
             before = known.in_force
-            if grown > before:
+            if grown > before and not _pinned(known):
                 known.in_force = whole_seconds(grown)
                 known.urgent = True
         if known.in_force != before:
             _told(job_type, before, known.in_force, f"a renewal landed {late_seconds:.1f} s late")
             self._wake.set()
 
-    def lost(self, job_type: str) -> None:
-        """A lease of ``job_type`` was lost before its work ended: this worker's lease for
-        the type doubles at once, and the loss is reported. Losses before that report
-        is made are one lesson (one stall costs every chunk it held), one doubling."""
+    def lost(self, job_type: str, lease_seconds: int) -> None:
+        """A lease of ``job_type``, ``lease_seconds`` long, was lost before its work
+        ended: this worker's lease for the type doubles at once, and the loss is
+        reported. A lease shorter than the one in force now teaches nothing new (it was
+        given before the last lesson: one stall costs every chunk it held, and one
+        outage every worker's), so it is counted but grows nothing."""
         with self._lock:
             known = self._types.get(job_type)
             if known is None:
                 return
             before = known.in_force
-            if known.lost == 0:
+            if lease_seconds >= known.in_force and not _pinned(known):
                 grown = next_lease_seconds(known.in_force, known.seen, 1, known.bounds)
                 known.in_force = whole_seconds(grown)
             known.lost += 1
+            known.lost_longest = max(known.lost_longest, lease_seconds)
             known.urgent = True
         if known.in_force != before:
             _told(job_type, before, known.in_force, "a lease was lost")
@@ -198,20 +210,20 @@ class LeaseSizes:
                 known.seen.samples > 0 and now - known.reported_at >= REPORT_EVERY_SECONDS
             )
             if known.reporting is None and due and now - known.reported_at >= REPORT_GAP_SECONDS:
-                known.reporting, known.tries = (known.seen, known.lost), {}
-                known.seen, known.lost, known.urgent = Lateness(), 0, False
+                known.reporting = (known.seen, known.lost, known.lost_longest)
+                known.seen, known.lost, known.lost_longest = Lateness(), 0, 0
+                known.tries, known.urgent = {}, False
                 known.reported_at = now  # tried: the next try waits the gap, failed or not
             elif known.reporting is not None and now - known.reported_at < REPORT_GAP_SECONDS:
                 return  # the last try of it failed a moment ago
             reporting, bounds, tries = known.reporting, known.bounds, known.tries
         budget = self._budget()
         if reporting is not None:
-            seen, lost = reporting
+            seen, lost, longest = reporting
 
             def change(row: Record | None) -> tuple[dict[str, PropertyValue], LearnedLease]:
-                merged = learn(
-                    self._parsed(job_type, row), job_type, seen, lost, bounds, self._clock.now()
-                )
+                found, now_utc = self._parsed(job_type, row), self._clock.now()
+                merged = learn(found, job_type, seen, (lost, longest), bounds, now_utc)
                 return merged.properties(), merged
 
             learned: LearnedLease | None = self._book_().change(job_type, change, budget, tries)
@@ -235,9 +247,8 @@ class LeaseSizes:
             else:
                 # What this worker saw since its report, and lost, may need more than the
                 # row says yet: that stands until its own report is merged.
-                local = next_lease_seconds(
-                    learned.lease_seconds, known.seen, known.lost, known.bounds
-                )
+                news = known.lost if known.lost_longest >= learned.lease_seconds else 0
+                local = next_lease_seconds(learned.lease_seconds, known.seen, news, known.bounds)
                 # Within this worker's class bounds, whatever the row says (a class
                 # redeployed with other bounds, a row edited by hand).
                 seconds = known.bounds.clamp(max(learned.lease_seconds, local))

@@ -68,7 +68,7 @@ def test_a_new_type_starts_at_its_lower_bound_and_a_fixed_one_keeps_its_lease(fl
     sizes.exchange()  # nothing learned anywhere yet: nothing written either
     assert (sizes.seconds(fleet.cls), sizes.seconds(fixed)) == (10, 45)
     assert fleet.book.read(fleet.job_type, Budget(STANDALONE, fleet.clock)) is None
-    sizes.lost(fixed.job_type())  # a fixed lease learns nothing
+    sizes.lost(fixed.job_type(), 45)  # a fixed lease learns nothing
     assert sizes.seconds(fixed) == 45 and sizes.seconds_of(fixed.job_type()) is None
 
 
@@ -89,15 +89,15 @@ def test_a_lost_lease_doubles_the_lease_and_is_counted_for_the_last_hour(
 ):
     first, second = fleet.worker(), fleet.worker()
     with caplog.at_level(logging.INFO, logger="runner.worker.leases.sizes"):
-        first.lost(fleet.job_type)
-        first.lost(fleet.job_type)  # in the same stall: one lesson
+        first.lost(fleet.job_type, 10)
+        first.lost(fleet.job_type, 10)  # of the same stall: one lesson
     assert first.seconds(fleet.cls) == 20
     said = [r.getMessage() for r in caplog.records if r.name == "runner.worker.leases.sizes"]
     assert said == [f"lease of {fleet.job_type}: 10 s -> 20 s (a lease was lost)"]
     first.exchange()
     second.exchange()
     assert second.seconds(fleet.cls) == 20
-    second.lost(fleet.job_type)  # a second lesson: 40
+    second.lost(fleet.job_type, second.seconds(fleet.cls))  # a second lesson: 40
     fleet.clock.advance(1.0)
     second.exchange()
     row = fleet.row()
@@ -106,10 +106,25 @@ def test_a_lost_lease_doubles_the_lease_and_is_counted_for_the_last_hour(
     assert fleet.row().lost_in_last_hour(fleet.clock.now()) == 0
 
 
+def test_one_outage_seen_by_many_workers_is_one_lesson(fleet: Fleet):
+    # Given three workers, each losing a 10 s lease in the same outage
+    workers = [fleet.worker() for _ in range(3)]
+    for worker in workers:
+        worker.lost(fleet.job_type, 10)
+    # When they report one after the other
+    for worker in workers:
+        fleet.clock.advance(1.0)
+        worker.exchange()
+    # Then the row grew once, and counts all three
+    row = fleet.row()
+    assert (row.lease_seconds, row.lost_in_last_hour(fleet.clock.now())) == (20, 3)
+    assert [worker.seconds(fleet.cls) for worker in workers] == [20, 20, 20]
+
+
 def test_the_lease_shrinks_by_at_most_a_tenth_a_step_and_a_step_a_minute(fleet: Fleet):
     worker = fleet.worker()
     for _ in range(2):  # two lessons, a report each: 40 s
-        worker.lost(fleet.job_type)
+        worker.lost(fleet.job_type, worker.seconds(fleet.cls))
         worker.exchange()
         fleet.clock.advance(1.0)
     assert fleet.row().lease_seconds == 40
@@ -136,7 +151,7 @@ def test_the_lease_never_leaves_the_class_bounds(backend: Backend):
     worker = fleet.worker()
     assert worker.seconds(fleet.cls) == 5
     for _ in range(4):
-        worker.lost(fleet.job_type)
+        worker.lost(fleet.job_type, worker.seconds(fleet.cls))
     worker.renewed(fleet.job_type, 120.0)
     assert worker.seconds(fleet.cls) == 30
     worker.exchange()
@@ -150,7 +165,7 @@ def test_a_pin_stands_for_every_worker_until_released(fleet: Fleet):
     fleet.clock.advance(60.0)  # past the next read
     worker.exchange()
     assert worker.seconds(fleet.cls) == 90
-    worker.lost(fleet.job_type)  # learning goes on underneath ...
+    worker.lost(fleet.job_type, worker.seconds(fleet.cls))  # learning goes on underneath ...
     fleet.clock.advance(60.0)
     worker.exchange()
     assert worker.seconds(fleet.cls) == 90  # ... but the pin stands
@@ -174,7 +189,9 @@ def test_an_unreadable_row_falls_back_to_the_bounds_with_one_warning(
     warned = [r.getMessage() for r in caplog.records if "learned lease of" in r.getMessage()]
     assert len(warned) == 1 and "starting again from the class's bounds" in warned[0]
     assert worker.seconds(fleet.cls) == 10
-    worker.lost(fleet.job_type)  # the next report writes a readable row over it
+    worker.lost(
+        fleet.job_type, worker.seconds(fleet.cls)
+    )  # the next report writes a readable row over it
     worker.exchange()
     assert fleet.row().lease_seconds == 20
 
@@ -184,7 +201,7 @@ def test_a_report_applied_with_its_answer_lost_counts_once(fleet: Fleet):
     worker = fleet.worker(ScriptedFaults(("records.insert", "ambiguous")))
     for _ in range(3):
         worker.renewed(fleet.job_type, 0.01)
-    worker.lost(fleet.job_type)
+    worker.lost(fleet.job_type, worker.seconds(fleet.cls))
     worker.exchange()
     row = fleet.row()
     assert (row.lateness.samples, row.lost_in_last_hour(fleet.clock.now())) == (3, 1)
@@ -211,7 +228,7 @@ def test_a_report_given_up_is_made_again_once_and_never_twice(fleet: Fleet):
     # Applied, its answer lost, then the store out until the report's budget ran out
     faults = _AppliedThenOut()
     worker = fleet.worker(faults)
-    worker.lost(fleet.job_type)
+    worker.lost(fleet.job_type, worker.seconds(fleet.cls))
     worker.exchange()  # gives up: logged, kept
     assert fleet.book.read(fleet.job_type, Budget(STANDALONE, fleet.clock)) is not None
     faults.out = False
@@ -237,7 +254,7 @@ def test_a_running_lease_takes_the_new_length_at_its_next_renewal(tmp_path: Path
             cls.queue, message, seconds, received_at=start, job_type=cls.job_type()
         )
         assert (lease.lease_seconds, lease.next_renewal_at - start) == (10, 7.0)
-        sizes.lost(cls.job_type())  # another chunk of the type lost its lease
+        sizes.lost(cls.job_type(), 10)  # another chunk of the type lost its lease
         clock.advance(9.0)  # the keeper wakes 2 s late
         keeper.renew_due()
         assert (lease.lease_seconds, lease.visible_at - start) == (20, 9.0 + 20)
