@@ -160,7 +160,11 @@ def learn(
         learned = learned.with_lost(count, now)
     current = bounds.clamp(base.lease_seconds)
     news = count if longest >= base.lease_seconds else 0
-    proposed = next_lease_seconds(current, lateness, news, bounds)
+    # A lesson doubles the lease that was lost: a worker may have grown its own past the
+    # row's already (a late renewal) before it lost one.
+    proposed = next_lease_seconds(
+        max(current, longest) if news else current, lateness, news, bounds
+    )
     shrinking = proposed < current
     if shrinking and base.stepped_on is not None:
         if (now - base.stepped_on).total_seconds() < SHRINK_EVERY_SECONDS:

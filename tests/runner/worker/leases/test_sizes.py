@@ -106,6 +106,17 @@ def test_a_lost_lease_doubles_the_lease_and_is_counted_for_the_last_hour(
     assert fleet.row().lost_in_last_hour(fleet.clock.now()) == 0
 
 
+def test_a_lesson_doubles_the_lease_that_was_lost_not_the_rows(fleet: Fleet):
+    # Given a worker that grew its lease to 50 s (a renewal 8 s late), then lost one of 50 s
+    worker = fleet.worker()
+    worker.renewed(fleet.job_type, 8.0)
+    worker.lost(fleet.job_type, worker.seconds(fleet.cls))
+    assert worker.seconds(fleet.cls) == 100
+    # When it reports both at once, the row doubles the 50 s, not its own 10 s
+    worker.exchange()
+    assert fleet.row().lease_seconds == 100 and worker.seconds(fleet.cls) == 100
+
+
 def test_one_outage_seen_by_many_workers_is_one_lesson(fleet: Fleet):
     # Given three workers, each losing a 10 s lease in the same outage
     workers = [fleet.worker() for _ in range(3)]
@@ -172,7 +183,8 @@ def test_a_pin_stands_for_every_worker_until_released(fleet: Fleet):
     pin_lease(fleet.book, fleet.job_type, None, budget)
     fleet.clock.advance(60.0)
     worker.exchange()
-    assert worker.seconds(fleet.cls) == 20  # what was learned meanwhile
+    # What was learned meanwhile: a lease of 90 s lost under the pin, so 180 s
+    assert worker.seconds(fleet.cls) == 180
 
 
 def test_an_unreadable_row_falls_back_to_the_bounds_with_one_warning(
