@@ -39,6 +39,7 @@ from jobs.submit import PRIORITY_RANGE, record_submission
 from runner.cli.checking import check_location
 from runner.cli.dashboard.command import dashboard
 from runner.cli.json_form import to_json, utc
+from runner.cli.lease_command import lease
 from runner.cli.limit_command import limit
 from runner.cli.options import storage_option
 from runner.cli.pipeline_view import pipeline_jobs, pipeline_status, render_pipeline
@@ -856,6 +857,7 @@ def _deleted_json(deleted: Deleted) -> dict[str, object]:
 
 
 cli.add_command(dashboard)
+cli.add_command(lease)
 cli.add_command(limit)
 
 

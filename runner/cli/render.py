@@ -9,6 +9,7 @@ from typing import Any
 
 from checkpoint.records import CONTROL_WORDS, ENDED_JOB_STATES
 from runner.cli.json_form import utc
+from runner.cli.lease_view import lease_words
 from runner.cli.limit_view import limit_line
 from runner.cli.pace import moved_words, rate_words
 from runner.cli.selection import DEFAULT_LISTING, Listing
@@ -207,6 +208,8 @@ def _job(job: AnyJob, color: bool, now: datetime | None = None) -> str:
         lines.append(f"  workers: {_workers(job.workers)}")
     for limit in job.limits:
         lines.append(f"  limit {limit_line(limit)}")
+    if job.lease is not None:
+        lines.append(f"  lease {lease_words(job.lease)}")
     return "\n".join(lines)
 
 

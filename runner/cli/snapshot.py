@@ -14,6 +14,7 @@ from checkpoint.errors import BadRecord, JobNotFound
 from checkpoint.records import JobRecord
 from checkpoint.store import CheckpointStore
 from checkpoint.workers import WorkerBook, WorkerRecord
+from runner.cli.lease_view import read_leases, with_leases
 from runner.cli.limit_view import read_limits, with_limits
 from runner.cli.selection import (
     DEFAULT_LISTING,
@@ -103,6 +104,7 @@ def _reports(
         for found_id, job in found
     ]
     report = with_limits(report, read_limits(store, now))
+    report = with_leases(report, read_leases(store, now))
     return with_workers(report, read_workers(store, now) if workers is None else workers)
 
 

@@ -123,6 +123,30 @@ class LimitStatus:
 
 
 @dataclass(frozen=True)
+class LeaseStatus:
+    """One job type's adaptive lease, as its workers share it (``runner lease``).
+
+    ``lease_seconds`` is what its new messages get now: ``pinned_seconds`` when an
+    operator pinned it (``state`` "pinned"), else ``learned_seconds`` ("learned"), sized
+    within ``low_seconds``-``high_seconds`` from ``lateness_percentile_seconds`` (the
+    99.9th percentile of how late ``lateness_samples`` renewals landed);
+    ``lost_last_hour`` counts the leases lost. A row nobody can read is ``state``
+    "unreadable" with ``error`` saying why, every value null."""
+
+    job_type: str
+    state: Literal["learned", "pinned", "unreadable"]
+    lease_seconds: int | None
+    learned_seconds: int | None
+    pinned_seconds: int | None
+    low_seconds: int | None
+    high_seconds: int | None
+    lateness_percentile_seconds: float | None
+    lateness_samples: int | None
+    lost_last_hour: int | None
+    error: str | None = None
+
+
+@dataclass(frozen=True)
 class JobStatus:
     """One job: its state and stop order (paused / cancelled), counts, progress, the running,
     failed and poisoned tasks, finalize's state, the records that cannot be read, and
@@ -174,6 +198,9 @@ class JobStatus:
     #: A redrive of it began and has not finished (``runner poison redrive`` again
     #: finishes it).
     redriving: bool = False
+    #: Its type's adaptive lease (``runner lease``), None while its type has no row (a
+    #: class that fixes ``lease_seconds``, or nothing learned or pinned yet).
+    lease: LeaseStatus | None = None
 
     @property
     def dropped(self) -> bool:

@@ -16,6 +16,7 @@ from runner.cli.status_types import (
     ChunkCounts,
     FailedTask,
     JobStatus,
+    LeaseStatus,
     LimitStatus,
     RunningChunk,
     Snapshot,
@@ -122,6 +123,18 @@ RICH = JobStatus(
             running=3,
             named_by=(),
         ),
+    ),
+    lease=LeaseStatus(
+        job_type="example:CopyRows",
+        state="pinned",
+        lease_seconds=120,
+        learned_seconds=42,
+        pinned_seconds=120,
+        low_seconds=10,
+        high_seconds=600,
+        lateness_percentile_seconds=20.0,
+        lateness_samples=3400,
+        lost_last_hour=2,
     ),
 )
 
@@ -230,6 +243,19 @@ RICH_JSON = {
     "blocked": None,
     "pipeline": None,
     "redriving": False,
+    "lease": {
+        "job_type": "example:CopyRows",
+        "state": "pinned",
+        "lease_seconds": 120,
+        "learned_seconds": 42,
+        "pinned_seconds": 120,
+        "low_seconds": 10,
+        "high_seconds": 600,
+        "lateness_percentile_seconds": 20.0,
+        "lateness_samples": 3400,
+        "lost_last_hour": 2,
+        "error": None,
+    },
 }
 
 
@@ -290,6 +316,8 @@ def test_the_text_view_reads_the_same_values():
         "  unreadable: chunk 7 of job 'copy-rows-1': x",
         "  workers: vm:11234:1cc4 (1 running)",
         "  limit copy-rows  running 20  (set by hand)  3/20 running",
+        "  lease 120 s (pinned; learned 42 s, bounds 10-600 s)  lateness p99.9 20 s of 3,400 "
+        "renewals  2 lost in the last hour",
     ]
     assert render_poisoned("copy-rows-1", RICH.poisoned).splitlines()[1:] == [
         "  chunk #2 after 2 attempt(s) (not retryable): ValueError: row 2",
