@@ -127,6 +127,7 @@ def assemble(
     sizes = LeaseSizes(LeaseBook(storage.records), job_classes, clock)
     keeper = LeaseKeeper(storage.queues, clock, recorder=recorder, sizing=sizes)
     classes = {cls.job_type(): cls for cls in job_classes}
+    recorder.leases_sized(list(classes), lambda job_type: sizes.seconds(classes[job_type]))
     job_cache = JobCache(store, clock)
     stop_orders = StopOrderWatcher(job_cache, clock)
     completion = Completion(store, storage.queues, classes, failed=stop_orders.job_changed)

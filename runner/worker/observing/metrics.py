@@ -15,10 +15,13 @@ names. With one worker the registry given is the one served.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from checkpoint.metering import Outcome
 from checkpoint.records import TaskKind
+from runner.worker.leases.sizing import BUCKETS_SECONDS
 from runner.worker.tasks.task_kinds import KINDS
 
 PREFIX = "chunkrunner"
@@ -27,6 +30,8 @@ CHUNK_BUCKETS_SECONDS = (0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1
 #: A storage request, or a checkpoint write (one or more requests): milliseconds when
 #: the store is well, seconds when it retries.
 REQUEST_BUCKETS_SECONDS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 10)
+#: A renewal's lateness: the adaptive lease's own buckets (prometheus_client adds +Inf).
+LATENESS_BUCKETS_SECONDS = BUCKETS_SECONDS[:-1]
 
 
 class PrometheusRecorder:
@@ -55,6 +60,25 @@ class PrometheusRecorder:
         )
         self.renewals = counter("lease_renewals", "Leases renewed (UpdateMessage).", *by_type)
         self.leases_lost = counter("leases_lost", "Leases lost.", *by_type)
+        self.lateness = Histogram(
+            f"{PREFIX}_lease_renewal_lateness_seconds",
+            "How late a lease renewal's answer came after it was due.",
+            by_type,
+            registry=registry,
+            buckets=LATENESS_BUCKETS_SECONDS,
+        )
+        # The longest any live worker process gives: they share what they learn, and
+        # the longest is the one a crashed worker's chunk waits out.
+        self.lease_seconds = Gauge(
+            f"{PREFIX}_lease_seconds",
+            "The lease a message of the type gets now (fixed, or sized by the workers).",
+            by_type,
+            registry=registry,
+            multiprocess_mode="livemax",
+        )
+        #: What tells each job type's lease now, and the types it knows (one tuple: read
+        #: by every thread at once, replaced whole).
+        self._sized: tuple[Callable[[str], int], frozenset[str]] | None = None
         self.checkpoints = counter("checkpoint_writes", "Checkpoint writes made.", *by_type)
         self.checkpoint_failures = counter(
             "checkpoint_write_failures", "Checkpoint writes failed (the store's trouble).", *by_type
@@ -99,6 +123,7 @@ class PrometheusRecorder:
             if resumed:
                 self.resumed.labels(job_type).inc()
             self.in_flight.labels(job_type).inc()
+        self._measure_lease(job_type)
 
     def task_left(self, job_type: str, kind: TaskKind) -> None:
         if KINDS[kind].in_chunk_metrics:
@@ -122,9 +147,26 @@ class PrometheusRecorder:
 
     def lease_renewed(self, job_type: str, late_seconds: float) -> None:
         self.renewals.labels(job_type).inc()
+        self.lateness.labels(job_type).observe(max(0.0, late_seconds))
+        self._measure_lease(job_type)
 
     def lease_lost(self, job_type: str) -> None:
         self.leases_lost.labels(job_type).inc()
+        self._measure_lease(job_type)
+
+    def leases_sized(self, job_types: Iterable[str], lease_seconds: Callable[[str], int]) -> None:
+        self._sized = lease_seconds, frozenset(job_types)
+        for job_type in sorted(self._sized[1]):
+            self._measure_lease(job_type)
+
+    def _measure_lease(self, job_type: str) -> None:
+        """The gauge set to ``job_type``'s lease now: as the worker is assembled, then at
+        each task started and each lease renewed or lost of the type (where the keeper
+        takes up a new length). Set, not read by a callback at scrape time: a worker
+        process of ``--workers N`` only reaches the served values through what it sets."""
+        sized = self._sized
+        if sized is not None and job_type in sized[1]:
+            self.lease_seconds.labels(job_type).set(sized[0](job_type))
 
     def checkpoint_written(self, job_type: str, seconds: float) -> None:
         self.checkpoints.labels(job_type).inc()

@@ -16,6 +16,7 @@ a job and would only blur the chunk rates).
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
 from typing import Protocol
 
 from checkpoint.records import TaskKind
@@ -59,6 +60,11 @@ class Recorder(Protocol):
         """A message's lease was lost (each lease once)."""
         ...
 
+    def leases_sized(self, job_types: Iterable[str], lease_seconds: Callable[[str], int]) -> None:
+        """Once, as the worker is assembled: its job types, and what tells the lease a
+        message of one gets now (fixed, or sized by the workers: it changes)."""
+        ...
+
     def checkpoint_written(self, job_type: str, seconds: float) -> None:
         """A task's newest state was written (the write took ``seconds``)."""
         ...
@@ -86,6 +92,10 @@ class Silent:
     def lease_renewed(self, job_type: str, late_seconds: float) -> None: ...
 
     def lease_lost(self, job_type: str) -> None: ...
+
+    def leases_sized(
+        self, job_types: Iterable[str], lease_seconds: Callable[[str], int]
+    ) -> None: ...
 
     def checkpoint_written(self, job_type: str, seconds: float) -> None: ...
 

@@ -40,6 +40,7 @@ class Measured:
 
     world: World
     registry: CollectorRegistry
+    recorder: PrometheusRecorder
     faults: ScriptedFaults
 
     def value(self, name: str, **labels: str) -> float:
@@ -73,7 +74,7 @@ def measured(world: World) -> Iterator[Measured]:
     scripted = FaultyStorage(world.faulty.storage, faults, sleep=world.clock.sleep).storage
     storage = metering.metered(scripted, recorder)
     world.worker = assemble(storage, [Verdicts, Second], world.clock, THIS_WORKER, recorder)
-    yield Measured(world, registry, faults)
+    yield Measured(world, registry, recorder, faults)
     assert faults.pending == [], "a scripted fault never happened"
 
 
@@ -194,6 +195,33 @@ def test_a_lease_renewed_is_counted(measured: Measured):
     assert measured.of_type("chunkrunner_lease_renewals_total") == 1
     assert measured.of_type("chunkrunner_leases_lost_total") == 0
     assert measured.requests("queue_update") == {"ok": 1}
+    # How late it came: due at 70 % of the lease, made at 75 %: 1.5 s late
+    lateness = "chunkrunner_lease_renewal_lateness_seconds"
+    assert measured.value(f"{lateness}_bucket", job_type=VERDICTS, le="1.0") == 0
+    assert measured.value(f"{lateness}_bucket", job_type=VERDICTS, le="2.0") == 1
+    assert measured.of_type(f"{lateness}_count") == 1
+    assert measured.of_type(f"{lateness}_sum") == pytest.approx(LEASE_SECONDS * 0.05)
+
+
+def test_the_lease_gauge_is_the_lease_each_type_gets_now(measured: Measured):
+    second = Second.job_type()
+    # From the start: a fixed lease, and an adaptive one at its lower bound
+    assert measured.of_type("chunkrunner_lease_seconds") == LEASE_SECONDS
+    assert measured.value("chunkrunner_lease_seconds", job_type=second) == 10
+    # A lease of the adaptive type lost (as the keeper tells both): twice as long
+    measured.world.worker.lease_sizes.lost(second)
+    measured.recorder.lease_lost(second)
+    assert measured.value("chunkrunner_lease_seconds", job_type=second) == 20
+    # A fixed type's lease does not move with its events; an unknown type has none
+    _run(measured, {"act": "ok"}, lambda: measured.world.clock.advance(LEASE_SECONDS))
+    assert measured.of_type("chunkrunner_lease_seconds") == LEASE_SECONDS
+    measured.recorder.lease_lost("tests:NotServed")
+    assert (
+        measured.registry.get_sample_value(
+            "chunkrunner_lease_seconds", {"job_type": "tests:NotServed"}
+        )
+        is None
+    )
 
 
 # --------------------------------------------------------------------------- storage
@@ -258,7 +286,7 @@ def test_no_metric_carries_anything_but_its_own_names(measured: Measured):
     # Then every label is a job type, a storage operation or an outcome: never a key,
     # a connection string, a payload or an error
     allowed: dict[str, set[str] | None] = {
-        "job_type": {VERDICTS},
+        "job_type": {VERDICTS, Second.job_type()},  # the lease of each type served
         "operation": set(metering.operations()),
         "outcome": set(metering.OUTCOMES),
         "le": None,  # a histogram's buckets

@@ -121,8 +121,9 @@ def test_n_worker_processes_are_one_endpoint_summed_from_their_files(
         assert os.environ[MULTIPROC_ENV] == metrics.directory
         assert Path(metrics.directory).parent == private_temp
         # When two worker processes each start a chunk and mark one done
-        for pid in (101, 102):
+        for pid, lease_seconds in ((101, 40), (102, 20)):
             worker = _as_process(pid, monkeypatch)
+            worker.leases_sized([JOB_TYPE], {JOB_TYPE: lease_seconds}.__getitem__)
             worker.task_started(JOB_TYPE, "chunk", resumed=False)
             worker.chunk_done(JOB_TYPE, 1.5)
             worker.request("record_merge", "ok", 0.01)
@@ -142,6 +143,9 @@ def test_n_worker_processes_are_one_endpoint_summed_from_their_files(
     assert both[("chunkrunner_storage_requests_total", merges)] == 2
     assert both[("chunkrunner_workers_alive", ())] == 2
     assert one[of_type("chunkrunner_chunks_in_flight")] == 1
+    # The lease: the longest a live worker gives (a dead one's leaves with it)
+    assert both[of_type("chunkrunner_lease_seconds")] == 40
+    assert one[of_type("chunkrunner_lease_seconds")] == 20
     assert one[of_type("chunkrunner_chunks_started_total")] == 2
     # And at the end the directory is gone and the environment as it was
     assert list(private_temp.iterdir()) == []
