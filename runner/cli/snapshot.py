@@ -104,7 +104,8 @@ def _reports(
         for found_id, job in found
     ]
     report = with_limits(report, read_limits(store, now))
-    report = with_leases(report, read_leases(store, now))
+    if any(isinstance(job, JobStatus) for job in report):  # (the workers page reads none)
+        report = with_leases(report, read_leases(store, now))
     return with_workers(report, read_workers(store, now) if workers is None else workers)
 
 

@@ -15,12 +15,22 @@ import shutil
 import time
 import uuid
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
 from playwright.sync_api import Browser, ConsoleMessage, Page, expect, sync_playwright
 
+from checkpoint import layout
+from checkpoint.backends import open_storage
+from checkpoint.clock import FakeClock
+from checkpoint.lease_book import LeaseBook
+from checkpoint.retries import STANDALONE, Budget
+from checkpoint.store import CheckpointStore
+from jobs.job import ChunkedJob
+from runner.worker.leases.learned import pin_lease
+from runner.worker.leases.sizes import LeaseSizes
 from tests.e2e.dashboard import DashboardProcess
 from tests.e2e.e2e_jobs import MARKUP
 from tests.e2e.harness import Cluster
@@ -191,6 +201,69 @@ def test_a_live_run_is_seen_and_controlled_from_the_browser(browser: Browser, cl
         assert _starts_after(cluster, min(paused_at, cancelled_at) + HOLD_SECONDS) == []
         assert cluster.events("finalize_start") == []
         _shot(page, "job-cancelled")
+        assert problems == []
+    finally:
+        page.close()
+        code, err = dashboard.stop()
+    assert code == 0, err
+
+
+class Sized(ChunkedJob):
+    """A job type whose lease its workers size (it sets no ``lease_seconds``)."""
+
+    queue = "sized"
+
+
+class Pinned(Sized):
+    queue = "pinned"
+
+
+class Garbled(Sized):
+    queue = "garbled"
+
+
+def test_the_leases_page_shows_each_types_lease_in_the_browser(browser: Browser, tmp_path: Path):
+    # Given a store where one type's workers learned a lease (a late renewal, a lost
+    # lease), another's is pinned by hand and a third's row is garbled
+    storage = str(tmp_path / "store")
+    with open_storage(storage) as opened:
+        clock = FakeClock(datetime.now(UTC))
+        CheckpointStore(opened, clock).ensure()
+        book = LeaseBook(opened.records)
+        sizes = LeaseSizes(book, [Sized], clock)
+        for late in (0.02,) * 40 + (8.0,):
+            sizes.renewed(Sized.job_type(), late)
+        sizes.lost(Sized.job_type())
+        sizes.exchange()
+        pin_lease(book, Pinned.job_type(), 120, Budget(STANDALONE, clock))
+        where = (layout.LEASES_TABLE, layout.LEASES_PARTITION, Garbled.job_type())
+        opened.records.upsert(*where, {"lease_seconds": 30})
+    dashboard = DashboardProcess(storage, "--refresh", "1")
+    page = browser.new_page(viewport={"width": 1280, "height": 600})
+    problems: list[str] = []
+    page.on("pageerror", lambda error: problems.append(f"page error: {error}"))
+    page.on("console", lambda message: _note_error(message, problems))
+    try:
+        # When the leases page is opened from the nav
+        page.goto(dashboard.url)
+        page.click("nav >> text=Leases")
+
+        # Then each type's row shows its lease, and the garbled one why it is unreadable
+        learned = page.locator(f'tr[data-type="{Sized.job_type()}"]')
+        expect(learned.locator("td").nth(1)).to_have_text(re.compile(r"^\s*50 s\s+learned\s*$"))
+        expect(learned.locator("td").nth(3)).to_have_text("10 s")
+        expect(learned.locator("td").nth(4)).to_have_text("41")
+        pinned = page.locator(f'tr[data-type="{Pinned.job_type()}"]')
+        expect(pinned.locator("td").nth(1)).to_contain_text("120 s")
+        expect(pinned.locator(".state.pinned")).to_be_visible()
+        garbled = page.locator(f'tr[data-type="{Garbled.job_type()}"]')
+        expect(garbled).to_contain_text("no lateness, lost, low_seconds, high_seconds")
+        expect(page.locator("p.hint")).to_contain_text("reaches every worker within 15 s")
+        page.evaluate("window.notReloaded = true")
+        page.wait_for_timeout(2500)  # two refreshes, swapped in place
+        assert page.evaluate("window.notReloaded") is True
+        expect(learned.locator("td").nth(1)).to_contain_text("50 s")
+        _shot(page, "leases")
         assert problems == []
     finally:
         page.close()

@@ -9,6 +9,7 @@ status as JSON, and the actions.
 - ``GET /pipelines/{pipeline_id}``: a pipeline's steps in the order they run, each with
   its state, progress and what it waits on, linked to its page (:mod:`.pipeline_page`);
 - ``GET /workers``: the workers of the last hour, from their heartbeats;
+- ``GET /leases``: each job type's lease as its workers size it (``runner lease``);
 - ``GET /poison``: the poisoned tasks of a tab and page of the jobs list (``?state=``,
   ``?page=``, as ``/``), as ``runner poison list`` shows them, and the submissions the
   intake queues rejected, as ``runner poison list`` with no JOB_ID shows them;
@@ -27,6 +28,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
+from datetime import datetime
 from typing import Any
 from urllib.parse import parse_qs, quote, urlencode
 
@@ -68,11 +70,13 @@ from runner.cli.dashboard.pipeline_page import (
 from runner.cli.dashboard.shared import DEFAULT_KEYS, SharedReads
 from runner.cli.dashboard.views import STATIC, environment
 from runner.cli.json_form import to_json
+from runner.cli.lease_view import read_leases
 from runner.cli.rejections import RejectedQueue, read_rejections
 from runner.cli.selection import Listing
 from runner.cli.snapshot import read_snapshot
-from runner.cli.status_types import JobStatus, WatchFrame
+from runner.cli.status_types import JobStatus, LeaseStatus, WatchFrame
 from runner.cli.watch import DEFAULT_INTERVAL_SECONDS, Rates
+from runner.worker.leases.sizes import READ_EVERY_SECONDS
 from runner.worker.lru_map import LruMap
 
 #: The largest action form read (a token, a reason and a flag fit many times over).
@@ -133,6 +137,7 @@ def build_app(
             name="pipeline_action",
         ),
         Route("/workers", pages.workers, name="workers"),
+        Route("/leases", pages.leases, name="leases"),
         Route("/poison", pages.poison, name="poison"),
         Route("/api/status", pages.status_json, name="status"),
         Route("/api/status/{job_id}", pages.status_json, name="job_status"),
@@ -182,6 +187,9 @@ class Pages:
         self.rejected: SharedReads[None, RejectedView] = SharedReads(
             self._read_rejected, _stale_rejected, age, monotonic, keys=1
         )
+        self.leases_read: SharedReads[None, LeasesView] = SharedReads(
+            self._read_leases, _stale_leases, age, monotonic, keys=1
+        )
         self.pipelines: SharedReads[str, PipelineFrame] = SharedReads(
             lambda pipeline: read_pipeline(store, pipeline), stale_pipeline, age, monotonic
         )
@@ -210,6 +218,10 @@ class Pages:
 
     def _read_rejected(self, key: None) -> RejectedView:
         return RejectedView(tuple(read_rejections(self.store.storage.queues)))
+
+    def _read_leases(self, key: None) -> LeasesView:
+        now = self.store.clock.now()
+        return LeasesView(read_leases(self.store, now), now)
 
     def _rejected(self) -> RejectedView:
         """The rejected submissions, or why they could not be read: the page of
@@ -286,6 +298,18 @@ class Pages:
             return {"frame": frame, "now": frame.snapshot.taken_on, "workers": workers}
 
         return self._page(request, "workers", context)
+
+    def leases(self, request: Request) -> Response:
+        def context() -> dict[str, Any]:
+            view = self.leases_read.get(None)
+            return {
+                "frame": view,
+                "now": view.taken_on,
+                "leases": view.leases,
+                "read_every_seconds": READ_EVERY_SECONDS,
+            }
+
+        return self._page(request, "leases", context)
 
     def poison(self, request: Request) -> Response:
         def context() -> dict[str, Any]:
@@ -402,6 +426,7 @@ class Pages:
         self.frames.expire()
         self.tables.expire()
         self.pipelines.expire()
+        self.leases_read.expire()
 
 
 def _stale_frame(frame: WatchFrame, error: str) -> WatchFrame:
@@ -418,6 +443,20 @@ class RejectedView:
 
 
 def _stale_rejected(view: RejectedView, error: str) -> RejectedView:
+    return replace(view, error=error)
+
+
+@dataclass(frozen=True)
+class LeasesView:
+    """The leases page: every job type's lease (``runner lease``) as of ``taken_on``,
+    and why they are not fresh, if they are not."""
+
+    leases: tuple[LeaseStatus, ...]
+    taken_on: datetime
+    error: str | None = None
+
+
+def _stale_leases(view: LeasesView, error: str) -> LeasesView:
     return replace(view, error=error)
 
 
