@@ -81,19 +81,18 @@ def lease(
         if forget:
             if not book.forget(job_type, budget):
                 raise ConfigurationError(_none_for(job_type))
+            forgotten = {"job_type": job_type, "forgotten": True}
             said = f"{job_type}: forgotten; its workers start again from the lower bound"
-            click.echo(json.dumps({"job_type": job_type, "forgotten": True}) if as_json else said)
+            click.echo(json.dumps(forgotten, indent=2) if as_json else said)
             return
-        if release and read_lease(store, job_type, now) is None:
-            raise ConfigurationError(_none_for(job_type))
-        if seconds is not None or release:
-            shown = learned_status(pin_lease(book, job_type, seconds, budget), now)
-        else:
+        if seconds is None:  # shown or released: there must be a row
             found = read_lease(store, job_type, now)
             if found is None:
                 raise ConfigurationError(_none_for(job_type))
-            shown = found
-        _show(shown, as_json)
+            if not release:
+                _show(found, as_json)
+                return
+        _show(learned_status(pin_lease(book, job_type, seconds, budget), now), as_json)
 
 
 def _check(job_type: str | None, pin: str | None, release: bool, forget: bool) -> int | None:

@@ -238,6 +238,8 @@ def test_the_leases_page_shows_each_types_lease_in_the_browser(browser: Browser,
         pin_lease(book, Pinned.job_type(), 120, Budget(STANDALONE, clock))
         where = (layout.LEASES_TABLE, layout.LEASES_PARTITION, Garbled.job_type())
         opened.records.upsert(*where, {"lease_seconds": 30})
+        job_id = f"sized-{uuid.uuid4().hex[:8]}"
+        CheckpointStore(opened, clock).create_job(job_id, Sized.job_type(), Sized.queue, None)
     dashboard = DashboardProcess(storage, "--refresh", "1")
     page = browser.new_page(viewport={"width": 1280, "height": 600})
     problems: list[str] = []
@@ -264,6 +266,11 @@ def test_the_leases_page_shows_each_types_lease_in_the_browser(browser: Browser,
         assert page.evaluate("window.notReloaded") is True
         expect(learned.locator("td").nth(1)).to_contain_text("50 s")
         _shot(page, "leases")
+        # and a job of the learned type names its lease, linked to the page
+        page.goto(f"{dashboard.url}jobs/{job_id}")
+        lease = page.locator("dt:text-is('lease') + dd")
+        expect(lease).to_have_text("50 s, learned (leases)")
+        _shot(page, "job-lease-top", full_page=False)
         assert problems == []
     finally:
         page.close()
