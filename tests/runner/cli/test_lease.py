@@ -26,6 +26,7 @@ from runner.cli.lease_view import lease_status
 from runner.worker.leases.sizes import LeaseSizes
 from tests.backends import Backend
 from tests.runner.cli.invoke import one_error_line, run_runner
+from tests.runner.cli.test_json_output import broken_rules
 
 
 def adaptive_class() -> type[ChunkedJob]:
@@ -85,6 +86,7 @@ def test_a_type_its_workers_learned_is_listed_and_shown(backend: Backend, locati
         "error": None,
     }
     listed_json = json.loads(runner(location, "lease", "--json").output)
+    assert broken_rules(listed_json) == []  # the one JSON convention of every --json
     assert [one["lease_seconds"] for one in listed_json if one["job_type"] == job_type] == [50]
 
 
