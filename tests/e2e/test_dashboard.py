@@ -233,7 +233,7 @@ def test_the_leases_page_shows_each_types_lease_in_the_browser(browser: Browser,
         sizes = LeaseSizes(book, [Sized], clock)
         for late in (0.02,) * 40 + (8.0,):
             sizes.renewed(Sized.job_type(), late)
-        sizes.lost(Sized.job_type())
+        sizes.lost(Sized.job_type(), 10)
         sizes.exchange()
         pin_lease(book, Pinned.job_type(), 120, Budget(STANDALONE, clock))
         where = (layout.LEASES_TABLE, layout.LEASES_PARTITION, Garbled.job_type())

@@ -55,7 +55,7 @@ def learned(backend: Backend, cls: type[ChunkedJob]) -> LeaseSizes:
     reported to the type's row (its clock now: the last hour is the real one)."""
     sizes = LeaseSizes(LeaseBook(backend.storage.records), [cls], FakeClock(datetime.now(UTC)))
     sizes.renewed(cls.job_type(), 8.0)  # 1.5 x the 10 s bucket: a 50 s lease
-    sizes.lost(cls.job_type())  # the row: twice the 10 s it had, or the 50 s needed
+    sizes.lost(cls.job_type(), 10)  # the row: twice the 10 s lost, or the 50 s needed
     sizes.exchange()
     return sizes
 

@@ -50,7 +50,7 @@ def test_the_leases_page_shows_each_types_lease_as_runner_lease_does(backend: Ba
     book = LeaseBook(backend.storage.records)
     sizes = LeaseSizes(book, [learned], clock)
     sizes.renewed(learned.job_type(), 8.0)
-    sizes.lost(learned.job_type())
+    sizes.lost(learned.job_type(), 10)
     sizes.exchange()
     pin_lease(book, pinned.job_type(), 90, Budget(STANDALONE, clock))
     where = (layout.LEASES_TABLE, layout.LEASES_PARTITION, garbled.job_type())

@@ -209,7 +209,7 @@ def test_the_lease_gauge_is_the_lease_each_type_gets_now(measured: Measured):
     assert measured.of_type("chunkrunner_lease_seconds") == LEASE_SECONDS
     assert measured.value("chunkrunner_lease_seconds", job_type=second) == 10
     # A lease of the adaptive type lost (as the keeper tells both): twice as long
-    measured.world.worker.lease_sizes.lost(second)
+    measured.world.worker.lease_sizes.lost(second, 10)
     measured.recorder.lease_lost(second)
     assert measured.value("chunkrunner_lease_seconds", job_type=second) == 20
     # A fixed type's lease does not move with its events; an unknown type has none
