@@ -300,7 +300,15 @@ class LeaseSizes:
             self._wake.wait(wait)
 
     def stop(self, timeout_seconds: float = 10.0) -> None:
+        """Stop the thread, then report what is left in one try each (a worker in burst
+        mode may end before its first report was due: what it saw is not lost)."""
         self._stopped.set()
         self._wake.set()
-        if self._thread is not None:
-            self._thread.join(timeout_seconds)
+        if self._thread is None:
+            return
+        self._thread.join(timeout_seconds)
+        with self._lock:
+            for known in self._types.values():
+                if known.seen.samples or known.lost:
+                    known.urgent, known.reported_at = True, float("-inf")
+        self.exchange()

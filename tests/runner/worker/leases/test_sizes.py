@@ -294,3 +294,12 @@ def test_a_row_past_the_class_bounds_is_held_to_them(fleet: Fleet):
     worker = fleet.worker()
     worker.exchange()
     assert worker.seconds(fleet.cls) == 600
+
+
+def test_what_a_stopping_worker_saw_is_reported_as_it_stops(fleet: Fleet):
+    worker = fleet.worker()
+    worker.renewed(fleet.job_type, 0.02)
+    worker.start()  # reports the first renewal at once
+    worker.renewed(fleet.job_type, 0.02)  # the next report would be due in 5 minutes
+    worker.stop()
+    assert fleet.row().lateness.samples == 2
