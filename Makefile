@@ -124,6 +124,7 @@ bench: venv azurite
 	$(BIN)/python -m tests.bench.retained --output BENCHMARKS.md
 	$(BIN)/python -m tests.bench.parks --output BENCHMARKS.md
 	$(BIN)/python -m tests.bench.handoff --output BENCHMARKS.md
+	$(BIN)/python -m tests.bench.adaptive_lease --output BENCHMARKS.md
 	$(BIN)/python -m tests.bench.limits --output BENCHMARKS.md
 	$(BIN)/python -m tests.bench.fairness --baseline-ref 99a0db2 --output BENCHMARKS.md
 	$(BIN)/python -m tests.bench.fairness --azurite --large 2000 --chunk-ms 5 --baseline-ref 99a0db2 --output BENCHMARKS.md
