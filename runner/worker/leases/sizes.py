@@ -16,7 +16,7 @@ other workers' lessons) and writes this worker's news into it when it matters: a
 after a lost lease or when what it saw needs a longer lease than the one in force, else
 once :data:`REPORT_SAMPLES` renewals were seen or :data:`REPORT_EVERY_SECONDS` passed.
 A thousand workers on a healthy store so write a type's row about three times a second,
-and read it about thirty (SCALE.md).
+and read it about 67 times (one read each per 15 s; SCALE.md §8).
 
 A report whose answer was lost is settled by reading (:mod:`checkpoint.shared_rows`):
 the same news is tried again with the tokens of the earlier tries, never added twice.
