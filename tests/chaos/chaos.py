@@ -45,7 +45,9 @@ FLOOR_SECONDS = Chaos.lease_bounds[0]
 #: A SIGSTOPped worker stays stopped this many leases of the floor: well past its lease
 #: until the workers learn from it.
 STOP_LEASES = 1.5
-#: Workers (``--burst``) should be gone this soon after the job ended.
+#: Workers (``--burst``) should be gone this soon after the job ended, plus two leases
+#: of what the workers learned: a burst worker exits once the queue is empty, and a done
+#: chunk's message whose delete failed stays there, invisible, until its lease ends.
 EXIT_GRACE_SECONDS = 60.0
 #: After the store's return, the job must go on (a new item applied) within this many
 #: leases.
@@ -384,22 +386,29 @@ class _Run:
         self.pauses.append((pid, stopped_at, time.time()))
 
     def _wait_exits(self) -> None:
+        grace = EXIT_GRACE_SECONDS + 2 * (_learned_lease(self.cluster) or FLOOR_SECONDS)
         for worker in self.cluster.workers:
             if worker.pid in self.killed:
                 continue
             if self.result.completed:
                 with contextlib.suppress(AssertionError):
-                    worker.wait_exit(EXIT_GRACE_SECONDS)
+                    worker.wait_exit(grace)
             if worker.alive():
                 if self.result.completed:
                     self.result.unexpected_exits.append(
-                        f"{worker.name}: still running {EXIT_GRACE_SECONDS:g} s after the end"
+                        f"{worker.name}: still running {grace:g} s after the end"
                     )
                 worker.kill_all()
             elif worker.process.returncode != 0:
                 self.result.unexpected_exits.append(
                     f"{worker.name}: exit {worker.process.returncode}"
                 )
+
+
+def _learned_lease(cluster: Cluster) -> int | None:
+    """The lease the Chaos type's workers give now (None: nothing learned)."""
+    row = LeaseBook(cluster.store.storage.records).read(Chaos.job_type(), cluster.store.budget())
+    return None if row is None else LearnedLease.from_record(Chaos.job_type(), row).in_force
 
 
 def _count(driver: _Run, proxies: list[FaultProxy]) -> None:
@@ -421,9 +430,7 @@ def _count(driver: _Run, proxies: list[FaultProxy]) -> None:
         for fence in analysis.parse_fences(worker.log(), driver.job_id, worker.pid)
     ]
     result.fences = analysis.judge(fences, of["start"], driver.pauses)
-    row = LeaseBook(cluster.store.storage.records).read(Chaos.job_type(), cluster.store.budget())
-    if row is not None:
-        result.learned_lease_seconds = LearnedLease.from_record(Chaos.job_type(), row).in_force
+    result.learned_lease_seconds = _learned_lease(cluster)
     if proxies:
         for proxy in proxies:
             counts = proxy.counts.snapshot()
