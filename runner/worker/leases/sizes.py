@@ -130,15 +130,6 @@ class LeaseSizes:
             known = self._types.get(job_type)
             return None if known is None else known.in_force
 
-    def adaptive(self, job_type: str) -> bool:
-        return job_type in self._types
-
-    def learned(self, job_type: str) -> LearnedLease | None:
-        """The type's shared row as last read or written here (None: none yet)."""
-        with self._lock:
-            known = self._types.get(job_type)
-            return None if known is None else known.learned
-
     # ------------------------------------------------------------- observing
 
     def renewed(self, job_type: str, late_seconds: float) -> None:
@@ -283,7 +274,7 @@ class LeaseSizes:
         workers learned, then go on on a thread of its own."""
         if self._book is None or not self._types or self._thread is not None:
             return
-        self.exchange()  # the store's trouble is logged there, never raised
+        self._exchange_safely()
         self._thread = threading.Thread(
             target=in_context(self._run), name="lease-sizes", daemon=True
         )
@@ -292,12 +283,16 @@ class LeaseSizes:
     def _run(self) -> None:
         while not self._stopped.is_set():
             self._wake.clear()
-            try:
-                wait = self.exchange()
-            except Exception:  # the thread must outlive any one bad pass
-                log.exception("sharing learned leases failed")
-                wait = READ_EVERY_SECONDS
-            self._wake.wait(wait)
+            self._wake.wait(self._exchange_safely())
+
+    def _exchange_safely(self) -> float:
+        """:meth:`exchange`, a bug in it logged, never raised: the store's trouble is
+        logged there already, and no pass may stop a worker or this thread."""
+        try:
+            return self.exchange()
+        except Exception:
+            log.exception("sharing learned leases failed")
+            return READ_EVERY_SECONDS
 
     def stop(self, timeout_seconds: float = 10.0) -> None:
         """Stop the thread, then report what is left in one try each (a worker in burst
@@ -311,4 +306,4 @@ class LeaseSizes:
             for known in self._types.values():
                 if known.seen.samples or known.lost:
                     known.urgent, known.reported_at = True, float("-inf")
-        self.exchange()
+        self._exchange_safely()

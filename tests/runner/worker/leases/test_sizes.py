@@ -5,8 +5,10 @@ one store) exchange through."""
 from __future__ import annotations
 
 import logging
+import time
 import uuid
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -20,7 +22,7 @@ from checkpoint.testing.faults import Fault, FaultPlan, FaultyStorage, ScriptedF
 from jobs.job import ChunkedJob
 from runner.worker.leases.learned import SHRINK_EVERY_SECONDS, LearnedLease, pin_lease
 from runner.worker.leases.lease import LeaseKeeper
-from runner.worker.leases.sizes import REPORT_EVERY_SECONDS, LeaseSizes
+from runner.worker.leases.sizes import READ_EVERY_SECONDS, REPORT_EVERY_SECONDS, LeaseSizes
 from runner.worker.leases.sizing import LeaseBounds
 from tests.backends import Backend
 
@@ -244,6 +246,8 @@ def test_a_report_given_up_is_made_again_once_and_never_twice(fleet: Fleet):
     worker.exchange()  # gives up: logged, kept
     assert fleet.book.read(fleet.job_type, Budget(STANDALONE, fleet.clock)) is not None
     faults.out = False
+    worker.exchange()  # a moment later: not tried again yet (nothing read or written)
+    assert fleet.row().lost_in_last_hour(fleet.clock.now()) == 1
     fleet.clock.advance(60.0)
     worker.exchange()  # the store answers again: the first try is recognised
     row = fleet.row()
@@ -303,3 +307,38 @@ def test_what_a_stopping_worker_saw_is_reported_as_it_stops(fleet: Fleet):
     worker.renewed(fleet.job_type, 0.02)  # the next report would be due in 5 minutes
     worker.stop()
     assert fleet.row().lateness.samples == 2
+
+
+class _BuggyBook(LeaseBook):
+    """A book whose reports raise what no store raises: a bug."""
+
+    def change(self, *args: Any, **kwargs: Any) -> Any:
+        raise RuntimeError("a bug in a report")
+
+
+def test_a_bug_in_a_report_is_logged_and_stops_nothing(
+    fleet: Fleet, caplog: pytest.LogCaptureFixture
+):
+    worker = LeaseSizes(_BuggyBook(fleet.backend.storage.records), [fleet.cls], fleet.clock)
+    with caplog.at_level(logging.ERROR, logger="runner.worker.leases.sizes"):
+        worker.start()
+        worker.lost(fleet.job_type, 10)  # wakes the thread: its report raises
+        for _ in range(100):
+            if caplog.records:
+                break
+            time.sleep(0.05)
+        worker.stop()  # stopping does not raise it either
+    assert [r.getMessage() for r in caplog.records][:1] == ["sharing learned leases failed"]
+    assert worker.seconds(fleet.cls) == 20  # what it learned here stands
+
+
+def test_a_worker_with_no_store_shares_nothing_and_waits_a_read_interval():
+    sizes = LeaseSizes(None, [adaptive_class()], FakeClock())
+    assert sizes.exchange() == READ_EVERY_SECONDS
+
+
+def test_a_pin_replaces_a_row_nobody_can_read(fleet: Fleet):
+    where = (layout.LEASES_TABLE, layout.LEASES_PARTITION, fleet.job_type)
+    fleet.backend.storage.records.upsert(*where, {"lease_seconds": "garbled"})
+    pinned = pin_lease(fleet.book, fleet.job_type, 45, Budget(STANDALONE, fleet.clock))
+    assert (pinned.in_force, fleet.row().pinned_seconds) == (45, 45)
