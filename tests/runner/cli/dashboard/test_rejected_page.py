@@ -8,6 +8,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+import pytest
 from starlette.testclient import TestClient
 
 from checkpoint import layout
@@ -19,7 +20,17 @@ from checkpoint.store import CheckpointStore
 from jobs.intake import Rejected
 from jobs.rejection import rejected_body, rejection
 from runner.cli.dashboard.app import DashboardSettings, build_app
+from tests.azurite import Azurite
 from tests.backends import Backend
+
+
+@pytest.fixture(scope="module")
+def azurite(own_azurite: Azurite) -> Azurite:
+    """This module's own Azurite (tests/conftest.py ``own_azurite``): the poison page
+    lists every rejected queue and reads every active job of the store, and the
+    session's Azurite holds every other test's (48 s for its one test late in a run,
+    under a second here)."""
+    return own_azurite
 
 
 class CountedQueues:
