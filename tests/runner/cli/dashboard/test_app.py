@@ -58,14 +58,30 @@ ESCAPED_SCRIPT = "&lt;script&gt;alert(&#39;owned&#39;)&lt;/script&gt;"
 
 
 class World:
-    """A populated store and a dashboard of it, its reads countable and breakable."""
+    """A populated store and a dashboard of it, its reads countable and breakable.
 
-    def __init__(self, real: Storage, token: str | None, allowed: tuple[str, ...] = ("*",)):
+    ``populated``: what an earlier world wrote to the same store, and the seconds its
+    clock moved meanwhile; this one's clock then starts where that one's was when done,
+    so the pages say what they said to it."""
+
+    def __init__(
+        self,
+        real: Storage,
+        token: str | None,
+        allowed: tuple[str, ...] = ("*",),
+        populated: tuple[Populated, float] | None = None,
+    ):
         self.clock = FakeClock()
         self.records = FlakyRecords(real.records)
         storage = Storage(real.queues, self.records, real.blobs, real.description)
         self.store = CheckpointStore(storage, self.clock)
-        self.ids: Populated = populate(self.store, self.clock)
+        if populated is None:
+            started = self.clock.monotonic()
+            self.ids: Populated = populate(self.store, self.clock)
+            self.populated = (self.ids, self.clock.monotonic() - started)
+        else:
+            self.ids, seconds = self.populated = populated
+            self.clock.advance(seconds)
         settings = DashboardSettings(real.description, 2.0, token, allowed)
         self.client = TestClient(build_app(self.store, settings, self.clock.monotonic))
 
@@ -98,9 +114,33 @@ class FlakyRecords:
         return call
 
 
+@pytest.fixture(scope="module")
+def populated_once() -> dict[str, tuple[Populated, float]]:
+    """What the first ``world`` on Azurite wrote, for the module's later ones: a
+    populated store cost each test about 1 s there (5 s in a loaded run), and the
+    tests of ``world`` only read it. It stays in the module's own Azurite, which
+    nothing else writes to but this module's tests; each world still has a clock, a
+    dashboard and counted, breakable reads of its own."""
+    return {}
+
+
 @pytest.fixture
-def world(backend: Backend) -> Iterator[World]:
-    """A job's pages on each backend."""
+def world(backend: Backend, populated_once: dict[str, tuple[Populated, float]]) -> Iterator[World]:
+    """A job's pages on each backend, for a test that only reads the store (one that
+    writes takes ``fresh``). The embedded store is the test's own, populated anew."""
+    if backend.name == "embedded":
+        made = World(backend.storage, None)
+        yield made
+        clean_up(made.store, made.ids)
+    else:
+        made = World(backend.storage, None, populated=populated_once.get(backend.name))
+        populated_once.setdefault(backend.name, made.populated)
+        yield made
+
+
+@pytest.fixture
+def fresh(backend: Backend) -> Iterator[World]:
+    """A job's pages on each backend, on a store populated for this test alone."""
     made = World(backend.storage, None)
     yield made
     clean_up(made.store, made.ids)
@@ -450,14 +490,11 @@ def test_every_answer_carries_the_security_headers(world: World):
             assert answer.headers[name] == value, (url, name)
 
 
-def test_a_host_name_not_ours_is_refused(backend: Backend):
-    world = World(backend.storage, None, allowed=("127.0.0.1", "localhost"))
-    job = f"/jobs/{world.ids.running}"
-    try:
-        assert world.client.get(job, headers={"host": "evil.example"}).status_code == 400
-        assert world.client.get(job, headers={"host": "127.0.0.1:8321"}).status_code == 200
-    finally:
-        clean_up(world.store, world.ids)
+def test_a_host_name_not_ours_is_refused(world: World, backend: Backend):
+    guarded = World(backend.storage, None, ("127.0.0.1", "localhost"), world.populated)
+    job = f"/jobs/{guarded.ids.running}"
+    assert guarded.client.get(job, headers={"host": "evil.example"}).status_code == 400
+    assert guarded.client.get(job, headers={"host": "127.0.0.1:8321"}).status_code == 200
 
 
 def test_long_lists_are_cut_and_point_to_the_chunk_table(world: World, monkeypatch):
@@ -504,7 +541,8 @@ def test_a_failed_refresh_keeps_the_last_page_and_says_why(world: World):
     world.records.failing = False
 
 
-def test_rates_and_etas_come_from_the_refreshes(world: World):
+def test_rates_and_etas_come_from_the_refreshes(fresh: World):
+    world = fresh
     job = world.ids.running
     world.page(f"/jobs/{job}")
     task = world.store.get_task(job, "chunk", 10)
