@@ -52,8 +52,18 @@ from runner.cli.watch_lines import plain_lines
 from runner.cli.watch_view import MAX_ENDED_JOBS, render_watch
 from runner.worker.observing.heartbeat import Heartbeat, Identity, RunningTasks
 from runner.worker.observing.logs import TaskIds
+from tests.azurite import Azurite
 from tests.backends import Backend
 from tests.e2e.processes import ROOT, runner_command
+
+
+@pytest.fixture(scope="module")
+def azurite(own_azurite: Azurite) -> Azurite:
+    """This module's own Azurite (tests/conftest.py ``own_azurite``): a watched list counts
+    the store's ended jobs and shows the newest, two reads that other tests' jobs ending
+    on the session's Azurite between them could make disagree."""
+    return own_azurite
+
 
 NOW = datetime(2030, 1, 1, 12, 0, 0, tzinfo=UTC)
 
