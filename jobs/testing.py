@@ -333,18 +333,17 @@ class _WholeJob:
             if queue != self.job_class.resume_queue():
                 self._next_queue = (self._queues.index(queue) + 1) % len(self._queues)
             received_at = self.clock.monotonic()  # before the receive, as the loop takes it
+            lease_seconds = worker.context.keeper.sizing.seconds(self.job_class)
             batch = worker.context.queues.receive(
-                queue,
-                max_messages=1,
-                visibility_seconds=worker.context.keeper.sizing.seconds(self.job_class),
+                queue, max_messages=1, visibility_seconds=lease_seconds
             )
             if batch:
                 break
         else:
             return False
-        lease = take_lease(
-            worker.context.keeper, queue, batch[0], worker.context.by_queue[queue], received_at
-        )
+        # The lease is what the receive gave (as the worker loop takes it).
+        of = worker.context.by_queue[queue]
+        lease = take_lease(worker.context.keeper, queue, batch[0], of, received_at, lease_seconds)
         try:
             chunk_seconds = handle(worker.context, queue, batch[0], received_at, lease)
             if chunk_seconds is not None:  # noted as the worker loop notes them

@@ -34,7 +34,7 @@ from jobs.job import ChunkedJob
 from runner.worker.hooks import HookChain
 from runner.worker.intake import takes_submissions
 from runner.worker.job_cache import JobCache
-from runner.worker.leases.lease import Lease, LeaseKeeper, take_lease
+from runner.worker.leases.lease import Lease, LeaseKeeper, first_lease_seconds, take_lease
 from runner.worker.leases.sizes import LeaseSizes
 from runner.worker.limits.admission import Admission
 from runner.worker.limits.slot_keeper import SlotKeeper
@@ -102,11 +102,6 @@ class WorkerSettings:
             raise ValueError("poll_max_seconds must be > 0 and stop_timeout_seconds >= 0")
         if self.heartbeat_seconds <= 0:
             raise ValueError("heartbeat_seconds must be > 0")
-
-
-def shortest_lease(cls: type[ChunkedJob]) -> int:
-    """The shortest lease ``cls``'s messages get: fixed, or the lower bound."""
-    return cls.lease_seconds or cls.lease_bounds[0]
 
 
 def new_worker_id() -> str:
@@ -180,7 +175,7 @@ class WorkerLoop:
         self._classes = job_classes
         self._stop = threading.Event()
         self.admission = self.context.admission
-        self.slot_keeper = SlotKeeper(self.admission, min(map(shortest_lease, job_classes)))
+        self.slot_keeper = SlotKeeper(self.admission, min(map(first_lease_seconds, job_classes)))
         #: When the last receive round took no message for want of tokens: the seconds
         #: until the next one is due (None: it was not the tokens).
         self._token_wait: float | None = None

@@ -24,6 +24,7 @@ from datetime import UTC, datetime
 from checkpoint.errors import BadRecord
 from checkpoint.lease_book import LeaseBook
 from checkpoint.retries import Budget
+from checkpoint.service_targets import MAX_VISIBILITY_SECONDS
 from checkpoint.storage import PropertyValue, Record
 from runner.worker.leases.sizing import (
     DEFAULT_BOUNDS,
@@ -42,8 +43,6 @@ HALVE_EVERY_SECONDS = 3600.0
 LOST_SLOT_SECONDS = 600
 #: ... of which the row keeps the newest (the "last hour" is the last six).
 LOST_SLOTS_KEPT = 6
-#: The longest lease or pin a row may hold: the longest Azure can hide a message.
-MOST_SECONDS = 7 * 24 * 3600
 
 _FIELDS = ("lease_seconds", "lateness", "lost", "low_seconds", "high_seconds")
 
@@ -203,9 +202,12 @@ def _slot(now: datetime) -> int:
 
 
 def _whole(value: object, name: str, lowest: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or not lowest <= value <= MOST_SECONDS:
+    """``value`` if it is whole seconds a row may hold (up to the longest Azure can hide a
+    message); else ValueError naming ``name``."""
+    highest = MAX_VISIBILITY_SECONDS
+    if isinstance(value, bool) or not isinstance(value, int) or not lowest <= value <= highest:
         raise ValueError(
-            f"{name} = {value!r} is not a whole number of seconds in {lowest}-{MOST_SECONDS}"
+            f"{name} = {value!r} is not a whole number of seconds in {lowest}-{highest}"
         )
     return value
 

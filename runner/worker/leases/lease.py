@@ -90,6 +90,12 @@ class Sizing(Protocol):
         ...
 
 
+def first_lease_seconds(job_class: type[ChunkedJob]) -> int:
+    """The lease a message of ``job_class`` gets before anything is learned: its fixed
+    ``lease_seconds``, or the lower bound of an adaptive one (its shortest, too)."""
+    return job_class.lease_seconds or job_class.lease_bounds[0]
+
+
 class FixedLeases:
     """The sizing of a keeper that learns nothing: every class its fixed lease, an
     adaptive one its lower bound."""
@@ -102,7 +108,7 @@ class FixedLeases:
     def lost(self, job_type: str, lease_seconds: int) -> None: ...
 
     def seconds(self, job_class: type[ChunkedJob]) -> int:
-        return job_class.lease_seconds or job_class.lease_bounds[0]
+        return first_lease_seconds(job_class)
 
 
 def renew_after_seconds(lease_seconds: float) -> float:

@@ -37,6 +37,7 @@ from checkpoint.retries import Budget
 from checkpoint.storage import PropertyValue, Record
 from jobs.job import ChunkedJob
 from runner.worker.leases.learned import LearnedLease, learn
+from runner.worker.leases.lease import first_lease_seconds
 from runner.worker.leases.sizing import Lateness, LeaseBounds, next_lease_seconds, whole_seconds
 from runner.worker.observing.logs import in_context
 
@@ -102,14 +103,12 @@ class LeaseSizes:
         self._book = book
         self._clock = clock
         self._lock = threading.Lock()
-        self._fixed: dict[str, int] = {}
-        self._types: dict[str, _Type] = {}
-        for cls in classes:
-            if cls.lease_seconds is not None:
-                self._fixed[cls.job_type()] = cls.lease_seconds
-            else:
-                bounds = bounds_of(cls)
-                self._types[cls.job_type()] = _Type(bounds, whole_seconds(bounds.low_seconds))
+        #: The adaptive types (a fixed lease is its class's: nothing to keep here).
+        self._types = {
+            cls.job_type(): _Type(bounds_of(cls), first_lease_seconds(cls))
+            for cls in classes
+            if cls.lease_seconds is None
+        }
         self._wake = threading.Event()
         self._stopped = threading.Event()
         self._thread: threading.Thread | None = None
@@ -121,7 +120,7 @@ class LeaseSizes:
         """The lease a message of ``cls`` gets now (whole seconds)."""
         if cls.lease_seconds is not None:
             return cls.lease_seconds
-        return self.seconds_of(cls.job_type()) or whole_seconds(bounds_of(cls).low_seconds)
+        return self.seconds_of(cls.job_type()) or first_lease_seconds(cls)
 
     def seconds_of(self, job_type: str) -> int | None:
         """The lease of an adaptive ``job_type`` now; None for a fixed or unknown one

@@ -36,6 +36,7 @@ from checkpoint.limits.rates import parse_rate
 from checkpoint.retries import Budget, RetryPolicy
 from checkpoint.storage import QueueMessage
 from jobs.job import ChunkedJob
+from runner.worker.leases.lease import first_lease_seconds
 
 log = logging.getLogger(__name__)
 
@@ -65,9 +66,7 @@ class Admission:
         clock: Clock,
         worker_id: str,
         job_classes: Iterable[type[ChunkedJob]],
-        lease_seconds: Callable[[type[ChunkedJob]], int] = lambda cls: (
-            cls.lease_seconds or cls.lease_bounds[0]
-        ),
+        lease_seconds: Callable[[type[ChunkedJob]], int] = first_lease_seconds,
     ):
         self.book = book
         self._lease_seconds_of = lease_seconds
