@@ -21,8 +21,14 @@ DEMO_ARGS ?=
 
 export AZURITE_BIN := $(abspath $(AZURITE_BIN))
 export SPARK_LOCAL_IP := 127.0.0.1
+# Bytecode caching on, whatever the shell says (containers often set this): without it
+# every Python process the suite starts (some 330 runner and worker processes) compiles
+# our modules again, and each xdist worker rewrites every test module's asserts again,
+# 9 CPU-seconds of its collection.
+unexport PYTHONDONTWRITEBYTECODE
 
-.PHONY: help venv azurite chromium coverage-startup test test-fast lint typecheck bench chaos demo demo-azure demo-cluster clean
+.PHONY: help venv azurite chromium coverage-startup test test-setup test-fast lint typecheck
+.PHONY: typecheck-code typecheck-tests bench chaos demo demo-azure demo-cluster clean
 
 help:
 	@echo "make venv       .venv with this checkout installed editable, with the dev, identity,"
@@ -37,6 +43,8 @@ help:
 	@echo "make demo-cluster the same on a loopback Spark cluster (master, 2 workers, Spark"
 	@echo "                Connect): workers as Connect clients, a Spark worker killed too"
 	@echo "make test       install everything, then run the full test suite (both backends)"
+	@echo "make test-setup what make test needs first: venv, azurite, chromium, lint,"
+	@echo "                typecheck, coverage-startup (make -j2 test-setup runs it two at a time)"
 	@echo "make test-fast  the suite on the embedded store, without Azurite and Spark (pytest"
 	@echo "                -m 'not spark and not cluster and not azurite'), not under"
 	@echo "                coverage, six workers: the quick loop while you work"
@@ -55,7 +63,8 @@ help:
 	@echo "                backends at three fault levels, and a 60 s storage outage"
 	@echo "                (requests refused, then hanging) -> RELIABILITY.md"
 	@echo "make lint       ruff check and ruff format --check"
-	@echo "make typecheck  mypy (tests/ and samples/ held to tests/mypy_baseline.txt)"
+	@echo "make typecheck  mypy (tests/ and samples/ held to tests/mypy_baseline.txt): the two"
+	@echo "                halves, make typecheck-code and make typecheck-tests"
 	@echo "make clean      remove .venv, .tools and the default embedded store"
 
 venv: $(VENV)/.installed
@@ -82,7 +91,12 @@ chromium:
 
 # The suite under coverage (pyproject.toml [tool.coverage]; worker subprocesses too), then
 # the report and the check that every uncovered line is in tests/coverage_gaps.txt.
-test: venv azurite chromium lint typecheck coverage-startup
+# What the suite needs first, two at a time (pip beside npm, the two mypy runs side by
+# side): about 20 s less on two cores.
+test-setup: venv azurite chromium lint typecheck-code typecheck-tests coverage-startup
+
+test:
+	$(MAKE) --no-print-directory -j2 test-setup
 	$(BIN)/python -m coverage erase
 	$(BIN)/python -m coverage run -m pytest $(XDIST) $(PYTEST_ARGS)
 	$(BIN)/python -m coverage combine --quiet
@@ -113,8 +127,12 @@ lint: venv
 	$(BIN)/ruff check jobs checkpoint runner tests samples
 	$(BIN)/ruff format --check jobs checkpoint runner tests samples
 
-typecheck: venv
+typecheck: typecheck-code typecheck-tests
+
+typecheck-code: venv
 	$(BIN)/mypy jobs checkpoint runner
+
+typecheck-tests: venv
 	$(BIN)/python -m tests.mypy_baseline
 
 bench: venv azurite
