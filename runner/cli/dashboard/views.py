@@ -8,6 +8,7 @@ chunk counts) are the ones ``runner status --watch`` prints (:mod:`runner.cli.wa
 
 from __future__ import annotations
 
+import functools
 from datetime import datetime
 from pathlib import Path
 
@@ -27,8 +28,12 @@ TEMPLATES = HERE / "templates"
 STATIC = HERE / "static"
 
 
+@functools.cache
 def environment() -> jinja2.Environment:
-    """The templates, autoescaped, with the words below as filters."""
+    """The templates, autoescaped, with the words below as filters: one environment per
+    process, so that each template is compiled once whatever the number of apps (the
+    tests make one per test, and compiling the same templates again was a fifth of the
+    dashboard tests' CPU)."""
     env = jinja2.Environment(
         loader=jinja2.FileSystemLoader(TEMPLATES),
         autoescape=True,
