@@ -113,8 +113,7 @@ class ShardCounters:
         counts: dict[str, int] = {}
         budget = retries.given(budget, self._clock)
         step = -1 if take_off else 1
-        # Each batch leaves a row for the shard's counter.
-        groups = list(batch_runs([wire_bytes(final) for _, final in ended], BATCH_ROWS - 1))
+        groups = _batches(ended)
         for number, group in enumerate(groups):
             try:
                 counts = self._count_batch(list(ended), group, counter, step, outcome, budget)
@@ -267,3 +266,23 @@ def counts_of(record: Record, job_id: str, shard: int) -> dict[str, int]:
     if not all(type(value) is int or checks.is_whole(value) for value in counts.values()):
         raise BadRecord(f"shard {shard} counter of job {job_id!r}: {counts!r} is not counts")
     return counts
+
+
+def _batches(ended: Sequence[tuple[TaskRecord, Mapping[str, Any]]]) -> list[list[int]]:
+    """Positions in ``ended`` cut into batches, each leaving a row for the shard's
+    counter and touching each chunk's row once: Azure refuses a whole batch that touches
+    a row twice. One chunk is there twice when a worker's second run of it ended while
+    the first run's end still waited (its lease lapsed meanwhile): the later copies go
+    in later batches, where the one whose ETag is stale is fenced as any other."""
+    passes: list[list[int]] = []  # the first copy of each chunk, then the second, ...
+    copies: dict[int, int] = {}
+    for position, (task, _) in enumerate(ended):
+        copy = copies[task.index] = copies.get(task.index, -1) + 1
+        if copy == len(passes):
+            passes.append([])
+        passes[copy].append(position)
+    return [
+        [positions[i] for i in run]
+        for positions in passes
+        for run in batch_runs([wire_bytes(ended[p][1]) for p in positions], BATCH_ROWS - 1)
+    ]

@@ -491,6 +491,32 @@ def test_count_chunks_writes_a_group_and_leaves_out_a_fenced_chunk(store: Checkp
             assert store.get_task(job_id, "chunk", result.index).etag == result.etag
 
 
+def test_count_chunks_of_one_chunk_twice_writes_the_later_run_and_fences_the_earlier(
+    store: CheckpointStore,
+):
+    # Given a chunk ended by my first run, then taken again by my second (its lease
+    # lapsed while the first run's end waited on slow storage), both ended in one group
+    job_id = _new_job(store, chunks=40)
+    first = _claim(store, job_id, 3)
+    second = store.write_task(first, {"attempt": 2})
+    other = _claim(store, job_id, 4)
+    ended = [
+        (task, store.final_changes(task, {"state": "done"}, {"result": n}))
+        for n, task in enumerate([first, other, second])
+    ]
+
+    # When they are counted together
+    written, counts = store.count_chunks(ended, "done")
+
+    # Then no batch touches the row twice (Azure refuses the whole batch): the first
+    # run's record is fenced, the second's and the other chunk's are written, and the
+    # chunk is counted once
+    assert [type(w).__name__ for w in written] == ["Conflict", "TaskRecord", "TaskRecord"]
+    assert counts == store.counts(job_id) == {"done": 2, "poisoned": 0}
+    assert store.get_task(job_id, "chunk", 3).attempt == 2
+    assert dict(store.results(job_id)) == {3: 2, 4: 1}
+
+
 def test_count_chunks_splits_a_group_larger_than_one_batch(store: CheckpointStore):
     # A shard holds 32 consecutive chunks per round of 512: 130 chunks of shard 0
     indexes = [round_ * 512 + offset for round_ in range(5) for offset in range(26)]
