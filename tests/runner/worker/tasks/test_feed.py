@@ -29,8 +29,9 @@ from tests.runner.world import LEASE_SECONDS, Second, Verdicts, World
 WINDOW = 100
 #: The runs are this much smaller than the sizes written (window and jobs alike, so each
 #: still spans as many windows and pages): on the embedded store a quarter, which
-#: shows the same and took a quarter of the time (the suite's longest module, 40 of
-#: its 150 s); on Azurite, which serves a few hundred requests a second here, a tenth.
+#: shows the same in a quarter of the time (in a full run the suite's longest module,
+#: 150 s, of which the embedded half 46 s, 11 s after); on Azurite, which serves a few
+#: hundred requests a second here, a tenth.
 EMBEDDED_SHARE = 4
 AZURITE_SHARE = 10
 #: How long a feed message that could send nothing hides (runner.worker.tasks.feed).
